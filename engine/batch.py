@@ -1,0 +1,159 @@
+"""Arranged batches: immutable, consolidated updates in (key hash, key, val, time) order with a
+per-key index, described by lower/upper/since frontiers (K-Pg section 4.1).
+
+Layout: ``kh`` (int64[nk], 40-bit key hashes, sorted), ``keys`` (int64[kk, nk], distinct keys),
+``koff`` (int64[nk+1], row offsets per key), ``vals`` (int64[kv, n]), ``times`` (int64[n, d]),
+``diffs`` (int64[n]). A key-only batch has kv == 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels.form import build_arranged, trim
+from .kernels.merge import merge_step
+from .kernels.sort import MAX_PACKED, arrangement_order
+from .lattice import Antichain
+
+
+def _c(a):
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def form_arrays(keys, vals, times, diffs):
+    """Consolidate unarranged updates into batch arrays (kh, keys, koff, vals, times, diffs)."""
+    keys, vals, times, diffs = _c(keys), _c(vals), _c(times), _c(diffs)
+    n = diffs.shape[0]
+    if n >= MAX_PACKED:
+        # packed sorting addresses 2**24 rows; form chunks and merge them
+        step = MAX_PACKED // 2
+        parts = [form_arrays(keys[:, s:s + step], vals[:, s:s + step], times[s:s + step], diffs[s:s + step])
+                 for s in range(0, n, step)]
+        while len(parts) > 1:
+            parts = [merge_arrays(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+        return parts[0]
+    perm, skh = arrangement_order(keys, vals, times)
+    return trim(*build_arranged(perm, skh, keys, vals, times, diffs))
+
+
+class Batch:
+    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since")
+
+    def __init__(self, kh, keys, koff, vals, times, diffs, lower: Antichain, upper: Antichain,
+                 since: Antichain | None = None):
+        self.kh = kh
+        self.keys = keys
+        self.koff = koff
+        self.vals = vals
+        self.times = times
+        self.diffs = diffs
+        self.lower = lower
+        self.upper = upper
+        # times of a fresh batch are exact: it is compacted to nothing beyond the minimal time
+        self.since = since if since is not None else Antichain([(0,) * times.shape[1]])
+
+    @classmethod
+    def form(cls, keys, vals, times, diffs, lower: Antichain, upper: Antichain) -> "Batch":
+        """Arrange unarranged updates (keys ``kk x n``, vals ``kv x n``) whose times lie in [lower, upper)."""
+        return cls(*form_arrays(keys, vals, times, diffs), lower, upper)
+
+    @classmethod
+    def empty(cls, kk: int, kv: int, d: int, lower: Antichain, upper: Antichain,
+              since: Antichain | None = None) -> "Batch":
+        z = np.zeros(0, np.int64)
+        return cls(z, np.zeros((kk, 0), np.int64), np.zeros(1, np.int64), np.zeros((kv, 0), np.int64),
+                   np.zeros((0, d), np.int64), z, lower, upper, since)
+
+    def relabel(self, lower: Antichain, upper: Antichain) -> "Batch":
+        """The same updates described by other (wider) frontiers."""
+        return Batch(self.kh, self.keys, self.koff, self.vals, self.times, self.diffs, lower, upper, self.since)
+
+    @property
+    def arrays(self):
+        return self.kh, self.keys, self.koff, self.vals, self.times, self.diffs
+
+    def __len__(self):
+        return self.diffs.shape[0]
+
+    @property
+    def nkeys(self) -> int:
+        return self.kh.shape[0]
+
+    @property
+    def kk(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def kv(self) -> int:
+        return self.vals.shape[0]
+
+    @property
+    def depth(self) -> int:
+        return self.times.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+    def key_rows(self) -> np.ndarray:
+        """The key columns repeated once per row (``kk x n``)."""
+        return np.repeat(self.keys, np.diff(self.koff), axis=1)
+
+    def __repr__(self):
+        return (f"Batch({self.nkeys} keys, {len(self)} updates, lower={self.lower}, upper={self.upper}, "
+                f"since={self.since})")
+
+
+def merge_arrays(a, b, frontier: np.ndarray | None = None):
+    """Merge two sets of batch arrays completely (a older than b)."""
+    m = Merger(a, b, frontier)
+    m.work(None)
+    return m.result
+
+
+class Merger:
+    """A merge of two batches' arrays in progress: output buffers plus the kernel's resumable state."""
+
+    __slots__ = ("a", "b", "frontier", "out", "state", "result")
+
+    def __init__(self, a, b, frontier: np.ndarray | None = None):
+        self.a = a
+        self.b = b
+        d = a[4].shape[1]
+        self.frontier = np.zeros((0, d), np.int64) if frontier is None else _c(frontier)
+        nk = a[0].shape[0] + b[0].shape[0]
+        n = a[5].shape[0] + b[5].shape[0]
+        kk = a[1].shape[0]
+        kv = a[3].shape[0]
+        self.out = (np.empty(nk, np.int64), np.empty((kk, nk), np.int64), np.empty(nk + 1, np.int64),
+                    np.empty((kv, n), np.int64), np.empty((n, d), np.int64), np.empty(n, np.int64))
+        self.state = np.zeros(4, np.int64)
+        self.result = None
+
+    @property
+    def remaining(self) -> int:
+        """Input rows not yet merged (an upper bound on the fuel needed to finish)."""
+        a, b = self.a, self.b
+        ia, ib = self.state[0], self.state[1]
+        ra = a[5].shape[0] - (a[2][ia] if ia < a[0].shape[0] else a[5].shape[0])
+        rb = b[5].shape[0] - (b[2][ib] if ib < b[0].shape[0] else b[5].shape[0])
+        return int(ra + rb)
+
+    def work(self, fuel: int | None) -> bool:
+        """Spend up to ``fuel`` rows of merging (None: finish). Returns True once complete."""
+        if self.result is not None:
+            return True
+        f = np.int64(1 << 62) if fuel is None else np.int64(max(fuel, 1))
+        done = merge_step(*self.a, *self.b, *self.out, self.state, self.frontier, f)
+        if done:
+            nk, nr = int(self.state[2]), int(self.state[3])
+            okh, okeys, koff, ovals, otimes, odiffs = self.out
+            self.result = trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr)
+            self.a = self.b = self.out = None
+        return done
+
+    @property
+    def nbytes(self) -> int:
+        if self.out is None:
+            return 0
+        return sum(x.nbytes for x in self.out)

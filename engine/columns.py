@@ -1,0 +1,314 @@
+"""Schemas, the engine-wide symbol table, and update batches (DESIGN.md section 2).
+
+Every column is stored as int64 so that every kernel sees fixed-width numbers: int64 as is, float64 by
+its bit pattern (with -0.0 and NaN canonicalised so equal values have equal bits), bool as 0/1, and
+strings as ids from one engine-wide :class:`SymbolTable`.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+DTYPES = ("int64", "float64", "bool", "str")
+_DTYPE_ALIASES = {
+    "int": "int64", "int64": "int64", "i8": "int64", "integer": "int64",
+    "float": "float64", "float64": "float64", "f8": "float64", "double": "float64",
+    "bool": "bool", "boolean": "bool",
+    "str": "str", "string": "str", "object": "str",
+}
+
+
+class SchemaError(ValueError):
+    """Input that does not fit a collection's schema; the message names the column and what was expected."""
+
+
+def normalize_dtype(dtype) -> str:
+    if dtype in (int, np.int64):
+        return "int64"
+    if dtype in (float, np.float64):
+        return "float64"
+    if dtype in (bool, np.bool_):
+        return "bool"
+    if dtype is str:
+        return "str"
+    key = str(dtype).lower()
+    if key not in _DTYPE_ALIASES:
+        raise SchemaError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return _DTYPE_ALIASES[key]
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Named, typed columns of a collection."""
+
+    names: tuple
+    dtypes: tuple
+
+    def __post_init__(self):
+        if len(self.names) != len(self.dtypes):
+            raise SchemaError("a schema needs one dtype per column")
+        if len(set(self.names)) != len(self.names):
+            dup = sorted({n for n in self.names if self.names.count(n) > 1})
+            raise SchemaError(f"duplicate column names: {dup}")
+        for n in self.names:
+            if not isinstance(n, str) or not n.isidentifier():
+                raise SchemaError(f"column name {n!r} must be a Python identifier")
+
+    @classmethod
+    def of(cls, names, dtypes=None) -> "Schema":
+        names = tuple(names)
+        if dtypes is None:
+            dtypes = ("int64",) * len(names)
+        elif isinstance(dtypes, dict):
+            unknown = set(dtypes) - set(names)
+            if unknown:
+                raise SchemaError(f"dtypes given for unknown columns {sorted(unknown)}; columns are {list(names)}")
+            dtypes = tuple(normalize_dtype(dtypes.get(n, "int64")) for n in names)
+        else:
+            dtypes = tuple(normalize_dtype(d) for d in dtypes)
+        return cls(names, dtypes)
+
+    def __len__(self):
+        return len(self.names)
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise SchemaError(f"no column {name!r}; columns are {list(self.names)}") from None
+
+    def indices(self, names) -> list:
+        return [self.index(n) for n in names]
+
+    def dtype(self, name: str) -> str:
+        return self.dtypes[self.index(name)]
+
+    def select(self, names) -> "Schema":
+        return Schema(tuple(names), tuple(self.dtype(n) for n in names))
+
+    def __add__(self, other: "Schema") -> "Schema":
+        return Schema(self.names + other.names, self.dtypes + other.dtypes)
+
+    def rename(self, names) -> "Schema":
+        return Schema(tuple(names), self.dtypes)
+
+    def __repr__(self):
+        return "Schema(" + ", ".join(f"{n}: {d}" for n, d in zip(self.names, self.dtypes)) + ")"
+
+
+class SymbolTable:
+    """Engine-wide interning of strings to int64 ids (ids are dense, in first-seen order)."""
+
+    def __init__(self):
+        self._ids: dict = {}
+        self._strings: list = []
+        self._array = np.empty(0, dtype=object)
+        self._ranks = None
+        self._lock = threading.Lock()
+
+    def __len__(self):
+        return len(self._strings)
+
+    def intern(self, s: str) -> int:
+        with self._lock:
+            i = self._ids.get(s)
+            if i is None:
+                i = len(self._strings)
+                self._ids[s] = i
+                self._strings.append(s)
+            return i
+
+    def intern_array(self, values) -> np.ndarray:
+        """ids for an array of strings: one dict lookup per distinct string, never per row."""
+        arr = np.asarray(values, dtype=object)
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        try:
+            uniq, inverse = np.unique(arr, return_inverse=True)
+        except TypeError:
+            bad = next(v for v in arr if not isinstance(v, str))
+            raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})") from None
+        ids = np.empty(len(uniq), dtype=np.int64)
+        with self._lock:
+            for k, s in enumerate(uniq.tolist()):
+                if not isinstance(s, str):
+                    raise SchemaError(f"expected str values, found {s!r} ({type(s).__name__})")
+                i = self._ids.get(s)
+                if i is None:
+                    i = len(self._strings)
+                    self._ids[s] = i
+                    self._strings.append(s)
+                ids[k] = i
+        return ids[inverse.reshape(-1)]
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Object array of strings for an array of ids."""
+        with self._lock:
+            if len(self._array) != len(self._strings):
+                self._array = np.array(self._strings + [None], dtype=object)[:-1] if self._strings else np.empty(0, object)
+            arr = self._array
+        return arr[np.asarray(ids, dtype=np.int64)]
+
+    def ranks(self) -> np.ndarray:
+        """rank[id] = position of the string in lexicographic order (for min/max/top-k over strings)."""
+        with self._lock:
+            if self._ranks is None or len(self._ranks) != len(self._strings):
+                order = np.argsort(np.array(self._strings, dtype=object), kind="stable") if self._strings \
+                    else np.zeros(0, np.int64)
+                r = np.empty(len(order), dtype=np.int64)
+                r[order] = np.arange(len(order), dtype=np.int64)
+                self._ranks = r
+            return self._ranks
+
+
+# -- encoding and decoding of columns -----------------------------------------------------------
+
+_NAN_BITS = np.array([np.nan], dtype=np.float64).view(np.int64)[0]
+
+
+def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
+    """Turn user values into the engine's int64 representation, with errors that name the column."""
+    if dtype == "str":
+        return symbols.intern_array(_as_object(values, name))
+    arr = np.asarray(values)
+    if dtype == "int64":
+        if arr.dtype.kind in "iub":
+            return arr.astype(np.int64, copy=False)
+        if arr.dtype.kind == "f":
+            bad = ~np.isfinite(arr) | (np.floor(arr) != arr)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise SchemaError(f"column {name!r} is int64 but row {i} holds {arr[i]!r}")
+            return arr.astype(np.int64)
+        return _convert_object(arr, name, "int64", int)
+    if dtype == "float64":
+        if arr.dtype.kind not in "iufb":
+            arr = _convert_object(arr, name, "float64", float)
+        f = arr.astype(np.float64)
+        f = f + 0.0  # -0.0 -> 0.0
+        bits = f.view(np.int64).copy()
+        bits[np.isnan(f)] = _NAN_BITS
+        return bits
+    if dtype == "bool":
+        if arr.dtype.kind == "b":
+            return arr.astype(np.int64)
+        if arr.dtype.kind in "iu" and np.isin(arr, (0, 1)).all():
+            return arr.astype(np.int64)
+        return _convert_object(arr, name, "bool", _strict_bool)
+    raise SchemaError(f"unknown dtype {dtype!r}")
+
+
+def _strict_bool(v):
+    if isinstance(v, (bool, np.bool_)) or v in (0, 1):
+        return int(bool(v))
+    raise ValueError
+
+
+def _as_object(values, name):
+    arr = np.asarray(values, dtype=object)
+    if arr.ndim != 1:
+        raise SchemaError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _convert_object(arr, name, dtype, conv):
+    arr = np.asarray(arr, dtype=object).reshape(-1)
+    out = np.empty(len(arr), dtype=np.float64 if dtype == "float64" else np.int64)
+    for i, v in enumerate(arr.tolist()):
+        try:
+            if dtype == "int64" and isinstance(v, float) and not v.is_integer():
+                raise ValueError
+            if isinstance(v, str) and dtype != "str":
+                raise ValueError
+            out[i] = conv(v)
+        except (TypeError, ValueError, OverflowError):
+            raise SchemaError(f"column {name!r} is {dtype} but row {i} holds {v!r} ({type(v).__name__})") from None
+    return out
+
+
+def decode_column(ints: np.ndarray, dtype: str, symbols: SymbolTable) -> np.ndarray:
+    """The user-facing array for an int64 engine column."""
+    if dtype == "int64":
+        return ints
+    if dtype == "float64":
+        return ints.view(np.float64)
+    if dtype == "bool":
+        return ints.astype(bool)
+    return symbols.lookup(ints)
+
+
+def user_column(ints: np.ndarray, dtype: str) -> np.ndarray:
+    """The array a vectorized user function sees (strings stay as interned int64 ids)."""
+    if dtype == "float64":
+        return ints.view(np.float64)
+    if dtype == "bool":
+        return ints.astype(bool)
+    return ints
+
+
+def infer_dtype(arr: np.ndarray) -> str:
+    kind = arr.dtype.kind
+    if kind == "b":
+        return "bool"
+    if kind in "iu":
+        return "int64"
+    if kind == "f":
+        return "float64"
+    if kind in "OUS":
+        return "str"
+    raise SchemaError(f"cannot store values of dtype {arr.dtype}")
+
+
+# -- update batches ---------------------------------------------------------------------------
+
+class UpdateBatch:
+    """Unarranged updates: a ``k x n`` int64 column matrix, an ``n x d`` time matrix and int64 diffs."""
+
+    __slots__ = ("data", "times", "diffs")
+
+    def __init__(self, data: np.ndarray, times: np.ndarray, diffs: np.ndarray):
+        self.data = data
+        self.times = times
+        self.diffs = diffs
+
+    @classmethod
+    def empty(cls, k: int, d: int) -> "UpdateBatch":
+        return cls(np.zeros((k, 0), np.int64), np.zeros((0, d), np.int64), np.zeros(0, np.int64))
+
+    def __len__(self):
+        return len(self.diffs)
+
+    @property
+    def width(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def depth(self) -> int:
+        return self.times.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.times.nbytes + self.diffs.nbytes
+
+    def take(self, idx) -> "UpdateBatch":
+        return UpdateBatch(self.data[:, idx], self.times[idx], self.diffs[idx])
+
+    @staticmethod
+    def concat(batches, k: int, d: int) -> "UpdateBatch":
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            return UpdateBatch.empty(k, d)
+        if len(batches) == 1:
+            return batches[0]
+        return UpdateBatch(np.concatenate([b.data for b in batches], axis=1),
+                           np.concatenate([b.times for b in batches], axis=0),
+                           np.concatenate([b.diffs for b in batches]))
+
+    def consolidate(self) -> "UpdateBatch":
+        """Sort by (row, time), sum diffs of equal (row, time), drop zeros."""
+        from .batch import form_arrays
+        kh, keys, koff, vals, times, diffs = form_arrays(self.data, np.zeros((0, len(self)), np.int64),
+                                                         self.times, self.diffs)
+        return UpdateBatch(np.repeat(keys, np.diff(koff), axis=1), times, diffs)

@@ -1,0 +1,177 @@
+"""Merging two arranged batches, resumably (amortised spine maintenance), with logical compaction:
+times are advanced to rep_F(t) and updates that become equal consolidate."""
+import numpy as np
+
+from . import kernel
+from .rows import advance_row, cmp_cols, cmp_val_time
+from .sort import sort_index_segment
+
+
+@kernel
+def _copy_row(vals, times, diffs, r, ovals, otimes, odiffs, w, diff):
+    for c in range(vals.shape[0]):
+        ovals[c, w] = vals[c, r]
+    for c in range(times.shape[1]):
+        otimes[w, c] = times[r, c]
+    odiffs[w] = diff
+
+
+@kernel
+def normalize_segment(vals, times, diffs, s, e):
+    """Sort rows [s, e) by (val, time) if they are not, then consolidate in place. Returns the new end."""
+    sorted_ok = True
+    dup = False
+    for r in range(s + 1, e):
+        c = cmp_val_time(vals, times, r - 1, vals, times, r)
+        if c > 0:
+            sorted_ok = False
+            break
+        if c == 0:
+            dup = True
+    if not sorted_ok:
+        m = e - s
+        tmp = np.empty(m, np.int64)
+        nokeys = np.empty((0, vals.shape[1]), np.int64)
+        # sort a local copy through an index, then write the rows back in order
+        loc = np.arange(m).astype(np.int64)
+        lv = vals[:, s:e].copy()
+        lt = times[s:e].copy()
+        ld = diffs[s:e].copy()
+        sort_index_segment(loc, 0, m, nokeys[:, :m], lv, lt, tmp)
+        for a in range(m):
+            q = loc[a]
+            for c in range(vals.shape[0]):
+                vals[c, s + a] = lv[c, q]
+            for c in range(times.shape[1]):
+                times[s + a, c] = lt[q, c]
+            diffs[s + a] = ld[q]
+        dup = True
+    if not dup:
+        return e
+    w = s
+    r = s
+    while r < e:
+        acc = diffs[r]
+        q = r + 1
+        while q < e and cmp_val_time(vals, times, r, vals, times, q) == 0:
+            acc += diffs[q]
+            q += 1
+        if acc != 0:
+            if w != r:
+                _copy_row(vals, times, diffs, r, vals, times, diffs, w, acc)
+            else:
+                diffs[w] = acc
+            w += 1
+        r = q
+    return w
+
+
+@kernel
+def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
+               bkh, bkeys, bkoff, bvals, btimes, bdiffs,
+               okh, okeys, okoff, ovals, otimes, odiffs,
+               state, frontier, fuel):
+    """Merge keys of A (older) and B (newer) into the outputs until ``fuel`` input rows are spent.
+    ``state`` = [next A key, next B key, output keys, output rows] and is updated in place.
+    Returns True when both inputs are exhausted."""
+    ia = state[0]
+    ib = state[1]
+    nk = state[2]
+    nr = state[3]
+    na = akh.shape[0]
+    nb = bkh.shape[0]
+    compact = frontier.shape[0] > 0
+    while fuel > 0 and (ia < na or ib < nb):
+        if ia >= na:
+            c = 1
+        elif ib >= nb:
+            c = -1
+        elif akh[ia] != bkh[ib]:
+            c = -1 if akh[ia] < bkh[ib] else 1
+        else:
+            c = cmp_cols(akeys, ia, bkeys, ib)
+        s = nr
+        if c < 0:
+            for r in range(akoff[ia], akoff[ia + 1]):
+                _copy_row(avals, atimes, adiffs, r, ovals, otimes, odiffs, nr, adiffs[r])
+                if compact:
+                    advance_row(otimes, nr, frontier)
+                nr += 1
+            kh = akh[ia]
+            src = 0
+            kidx = ia
+            ia += 1
+        elif c > 0:
+            for r in range(bkoff[ib], bkoff[ib + 1]):
+                _copy_row(bvals, btimes, bdiffs, r, ovals, otimes, odiffs, nr, bdiffs[r])
+                if compact:
+                    advance_row(otimes, nr, frontier)
+                nr += 1
+            kh = bkh[ib]
+            src = 1
+            kidx = ib
+            ib += 1
+        else:
+            ra = akoff[ia]
+            ea = akoff[ia + 1]
+            rb = bkoff[ib]
+            eb = bkoff[ib + 1]
+            while ra < ea or rb < eb:
+                if ra >= ea:
+                    o = 1
+                elif rb >= eb:
+                    o = -1
+                else:
+                    o = cmp_val_time(avals, atimes, ra, bvals, btimes, rb)
+                if o < 0:
+                    _copy_row(avals, atimes, adiffs, ra, ovals, otimes, odiffs, nr, adiffs[ra])
+                    ra += 1
+                    nr += 1
+                elif o > 0:
+                    _copy_row(bvals, btimes, bdiffs, rb, ovals, otimes, odiffs, nr, bdiffs[rb])
+                    rb += 1
+                    nr += 1
+                else:
+                    acc = adiffs[ra] + bdiffs[rb]
+                    if acc != 0:
+                        _copy_row(avals, atimes, adiffs, ra, ovals, otimes, odiffs, nr, acc)
+                        nr += 1
+                    ra += 1
+                    rb += 1
+            if compact:
+                for r in range(s, nr):
+                    advance_row(otimes, r, frontier)
+            kh = akh[ia]
+            src = 0
+            kidx = ia
+            ia += 1
+            ib += 1
+        fuel -= nr - s + 1
+        if compact and nr - s > 1:
+            nr = normalize_segment(ovals, otimes, odiffs, s, nr)
+        if nr > s:
+            okh[nk] = kh
+            if src == 0:
+                for cc in range(akeys.shape[0]):
+                    okeys[cc, nk] = akeys[cc, kidx]
+            else:
+                for cc in range(bkeys.shape[0]):
+                    okeys[cc, nk] = bkeys[cc, kidx]
+            okoff[nk] = s
+            nk += 1
+    okoff[nk] = nr
+    state[0] = ia
+    state[1] = ib
+    state[2] = nk
+    state[3] = nr
+    return ia >= na and ib >= nb
+
+
+@kernel
+def advance_batch_times(times, frontier):
+    """rep_F on every row of a time matrix, in place; returns whether anything changed."""
+    changed = False
+    for r in range(times.shape[0]):
+        if advance_row(times, r, frontier):
+            changed = True
+    return changed

@@ -1,0 +1,94 @@
+"""Row comparison helpers shared by the sorting, merging and seeking kernels."""
+import numpy as np
+
+from . import kernel
+
+
+@kernel
+def cmp_cols(a, i, b, j):
+    """Lexicographic compare of column-matrix rows a[:, i] and b[:, j]: -1, 0 or 1."""
+    for c in range(a.shape[0]):
+        x = a[c, i]
+        y = b[c, j]
+        if x < y:
+            return -1
+        if x > y:
+            return 1
+    return 0
+
+
+@kernel
+def cmp_times(a, i, b, j):
+    """Lexicographic compare of time rows a[i] and b[j] (a linear extension of the product order)."""
+    for c in range(a.shape[1]):
+        x = a[i, c]
+        y = b[j, c]
+        if x < y:
+            return -1
+        if x > y:
+            return 1
+    return 0
+
+
+@kernel
+def cmp_val_time(vals_a, times_a, i, vals_b, times_b, j):
+    c = cmp_cols(vals_a, i, vals_b, j)
+    if c != 0:
+        return c
+    return cmp_times(times_a, i, times_b, j)
+
+
+@kernel
+def cmp_update(keys, vals, times, i, j):
+    """Compare updates i and j of one unarranged batch by (key, val, time)."""
+    c = cmp_cols(keys, i, keys, j)
+    if c != 0:
+        return c
+    c = cmp_cols(vals, i, vals, j)
+    if c != 0:
+        return c
+    return cmp_times(times, i, times, j)
+
+
+@kernel
+def leq_time(a, i, b, j):
+    """Product order: a[i] <= b[j] coordinate-wise."""
+    for c in range(a.shape[1]):
+        if a[i, c] > b[j, c]:
+            return False
+    return True
+
+
+@kernel
+def in_advance(times, i, frontier):
+    """Whether times[i] is >= some row of the frontier matrix."""
+    d = times.shape[1]
+    for f in range(frontier.shape[0]):
+        ok = True
+        for c in range(d):
+            if times[i, c] < frontier[f, c]:
+                ok = False
+                break
+        if ok:
+            return True
+    return False
+
+
+@kernel
+def advance_row(times, i, frontier):
+    """times[i] <- rep_F(times[i]) = min over f of max(t, f), coordinate-wise. Returns whether it changed."""
+    m = frontier.shape[0]
+    if m == 0:
+        return False
+    changed = False
+    for c in range(times.shape[1]):
+        t = times[i, c]
+        best = max(t, frontier[0, c])
+        for f in range(1, m):
+            v = max(t, frontier[f, c])
+            if v < best:
+                best = v
+        if best != t:
+            times[i, c] = best
+            changed = True
+    return changed

@@ -1,0 +1,122 @@
+"""Seeking a sorted set of keys in an arranged batch, and gathering their rows.
+
+Probes come in arrangement order (hash, key); each seek gallops forward from the previous probe's
+position, so the work is proportional to the number of probes times the log of the gap between them,
+never to the size of the batch."""
+import numpy as np
+
+from . import kernel
+from .rows import cmp_cols
+
+
+@kernel
+def seek_keys(bkh, bkeys, pkh, pkeys):
+    """int64[len(probes)]: the batch key index of each probe, or -1 where the batch lacks it."""
+    nb = bkh.shape[0]
+    m = pkh.shape[0]
+    out = np.full(m, -1, np.int64)
+    pos = 0
+    for p in range(m):
+        h = pkh[p]
+        if pos < nb and bkh[pos] < h:
+            lo = pos
+            step = 1
+            while lo + step < nb and bkh[lo + step] < h:
+                lo += step
+                step *= 2
+            hi = min(lo + step, nb)
+            lo += 1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if bkh[mid] < h:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            pos = lo
+        j = pos
+        while j < nb and bkh[j] == h:
+            c = cmp_cols(bkeys, j, pkeys, p)
+            if c == 0:
+                out[p] = j
+                break
+            if c > 0:
+                break
+            j += 1
+    return out
+
+
+@kernel
+def row_counts(kidx, koff):
+    out = np.zeros(kidx.shape[0], np.int64)
+    for p in range(kidx.shape[0]):
+        k = kidx[p]
+        if k >= 0:
+            out[p] = koff[k + 1] - koff[k]
+    return out
+
+
+@kernel
+def gather_rows(kidx, koff, vals, times, diffs, cursor, ovals, otimes, odiffs, oprobe):
+    """Copy each found probe's rows to ovals/otimes/odiffs at cursor[p] (advanced in place) and
+    record which probe each row belongs to."""
+    for p in range(kidx.shape[0]):
+        k = kidx[p]
+        if k < 0:
+            continue
+        w = cursor[p]
+        for r in range(koff[k], koff[k + 1]):
+            for c in range(vals.shape[0]):
+                ovals[c, w] = vals[c, r]
+            for c in range(times.shape[1]):
+                otimes[w, c] = times[r, c]
+            odiffs[w] = diffs[r]
+            oprobe[w] = p
+            w += 1
+        cursor[p] = w
+
+
+@kernel
+def unique_sorted_keys(kh, keys):
+    """Mask of first occurrences in (hash, key)-sorted key columns."""
+    n = kh.shape[0]
+    keep = np.ones(n, np.bool_)
+    for i in range(1, n):
+        if kh[i] == kh[i - 1] and cmp_cols(keys, i, keys, i - 1) == 0:
+            keep[i] = False
+    return keep
+
+
+@kernel
+def merge_key_lists(akh, akeys, bkh, bkeys):
+    """Union of two (hash, key)-sorted distinct key lists, sorted and distinct."""
+    na = akh.shape[0]
+    nb = bkh.shape[0]
+    kk = akeys.shape[0]
+    okh = np.empty(na + nb, np.int64)
+    okeys = np.empty((kk, na + nb), np.int64)
+    i = 0
+    j = 0
+    n = 0
+    while i < na or j < nb:
+        if i >= na:
+            c = 1
+        elif j >= nb:
+            c = -1
+        elif akh[i] != bkh[j]:
+            c = -1 if akh[i] < bkh[j] else 1
+        else:
+            c = cmp_cols(akeys, i, bkeys, j)
+        if c <= 0:
+            okh[n] = akh[i]
+            for q in range(kk):
+                okeys[q, n] = akeys[q, i]
+            i += 1
+            if c == 0:
+                j += 1
+        else:
+            okh[n] = bkh[j]
+            for q in range(kk):
+                okeys[q, n] = bkeys[q, j]
+            j += 1
+        n += 1
+    return okh[:n].copy(), okeys[:, :n].copy()

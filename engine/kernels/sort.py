@@ -1,0 +1,158 @@
+"""Hashing and sorting of updates into arrangement order.
+
+Arrangement order is (key hash, key, val, time). The key hash is 40 bits of a 64-bit mix of the key
+columns, so that (hash << 24 | position) packs into one uint64 that NumPy's SIMD sort orders directly
+(numba's sorts are ~10x slower). Rows whose 40-bit hashes collide, which are mostly rows of one key, are
+then put in (key, val, time) order by a comparison sort over just that run.
+"""
+import numpy as np
+
+from . import kernel
+from .rows import cmp_update
+
+HASH_BITS = 40
+POS_BITS = 24
+POS_MASK = (1 << POS_BITS) - 1
+MAX_PACKED = 1 << POS_BITS
+
+
+@kernel
+def mix64(x):
+    """murmur3's 64-bit finaliser: a bijection, so distinct single-column keys never collide in 64 bits."""
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xFF51AFD7ED558CCD)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xC4CEB9FE1A85EC53)
+    x ^= x >> np.uint64(33)
+    return x
+
+
+@kernel
+def key_hash_at(keys, i):
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(keys.shape[0]):
+        h = mix64(h ^ np.uint64(keys[c, i]))
+    return np.int64(h >> np.uint64(64 - HASH_BITS))
+
+
+@kernel
+def hash_keys(keys):
+    """int64[n] 40-bit hashes of the key columns (``keys`` is ``kk x n``)."""
+    n = keys.shape[1]
+    out = np.empty(n, np.int64)
+    for i in range(n):
+        out[i] = key_hash_at(keys, i)
+    return out
+
+
+@kernel
+def pack_positions(kh):
+    """uint64[n] of (hash << 24 | position), for n < 2**24."""
+    n = kh.shape[0]
+    out = np.empty(n, np.uint64)
+    for i in range(n):
+        out[i] = (np.uint64(kh[i]) << np.uint64(POS_BITS)) | np.uint64(i)
+    return out
+
+
+@kernel
+def unpack_positions(packed):
+    n = packed.shape[0]
+    perm = np.empty(n, np.int64)
+    skh = np.empty(n, np.int64)
+    for i in range(n):
+        perm[i] = np.int64(packed[i] & np.uint64(POS_MASK))
+        skh[i] = np.int64(packed[i] >> np.uint64(POS_BITS))
+    return perm, skh
+
+
+@kernel
+def sort_index_segment(idx, s, e, keys, vals, times, tmp):
+    """Sort idx[s:e] by (key, val, time) of the rows it points at (insertion sort when short,
+    bottom-up merge sort otherwise; ``tmp`` is scratch at least as long as idx)."""
+    m = e - s
+    if m < 2:
+        return
+    if m <= 24:
+        for a in range(s + 1, e):
+            x = idx[a]
+            b = a - 1
+            while b >= s and cmp_update(keys, vals, times, idx[b], x) > 0:
+                idx[b + 1] = idx[b]
+                b -= 1
+            idx[b + 1] = x
+        return
+    width = 1
+    src_is_idx = True
+    while width < m:
+        src = idx if src_is_idx else tmp
+        dst = tmp if src_is_idx else idx
+        lo = s
+        while lo < e:
+            mid = min(lo + width, e)
+            hi = min(lo + 2 * width, e)
+            i = lo
+            j = mid
+            k = lo
+            while i < mid and j < hi:
+                if cmp_update(keys, vals, times, src[j], src[i]) < 0:
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+            lo = hi
+        src_is_idx = not src_is_idx
+        width *= 2
+    if not src_is_idx:
+        for a in range(s, e):
+            idx[a] = tmp[a]
+
+
+@kernel
+def fix_hash_runs(perm, skh, keys, vals, times):
+    """Within each run of equal hashes, order perm by (key, val, time)."""
+    n = perm.shape[0]
+    longest = 1
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and skh[j] == skh[i]:
+            j += 1
+        longest = max(longest, j - i)
+        i = j
+    if longest == 1:
+        return
+    tmp = np.empty(n if longest > 24 else 0, np.int64)
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and skh[j] == skh[i]:
+            j += 1
+        if j - i > 1:
+            sort_index_segment(perm, i, j, keys, vals, times, tmp)
+        i = j
+
+
+def arrangement_order(keys: np.ndarray, vals: np.ndarray, times: np.ndarray):
+    """(perm, sorted hashes): the permutation putting updates in arrangement order."""
+    kh = hash_keys(keys)
+    n = kh.shape[0]
+    if n < MAX_PACKED:
+        packed = pack_positions(kh)
+        packed.sort()
+        perm, skh = unpack_positions(packed)
+    else:
+        perm = np.argsort(kh, kind="quicksort")
+        skh = kh[perm]
+    fix_hash_runs(perm, skh, keys, vals, times)
+    return perm, skh

@@ -1,0 +1,189 @@
+"""Times, antichains and frontier algebra (DESIGN.md section 2, K-Pg appendix A).
+
+A time is a tuple of ints of some depth d, ordered by the product order: the epoch first, then one
+round per enclosing ``iterate``. ``lub`` is the element-wise max and ``glb`` the element-wise min.
+A frontier is an antichain: the set of minimal times that may still appear. The empty antichain
+means "nothing more will come" (a closed input).
+
+Scalar forms are for the scheduler; the matrix forms (times as an ``n x d`` int64 array) are what the
+kernels use.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+Time = tuple
+
+
+def lub(a: Time, b: Time) -> Time:
+    """Least upper bound: element-wise max."""
+    return tuple(map(max, a, b))
+
+
+def glb(a: Time, b: Time) -> Time:
+    """Greatest lower bound: element-wise min."""
+    return tuple(map(min, a, b))
+
+
+def leq(a: Time, b: Time) -> bool:
+    """Product order: every coordinate of ``a`` is <= the same coordinate of ``b``."""
+    for x, y in zip(a, b):
+        if x > y:
+            return False
+    return True
+
+
+class Antichain:
+    """A set of mutually incomparable times, kept sorted so that equal antichains compare equal.
+
+    Mutated only through :meth:`insert` while being built; once published as a frontier it is treated
+    as immutable (operations return new antichains).
+    """
+
+    __slots__ = ("elements",)
+
+    def __init__(self, times: Iterable[Time] = ()):
+        self.elements: tuple = ()
+        for t in times:
+            self.insert(tuple(t))
+
+    @classmethod
+    def of(cls, *times: Time) -> "Antichain":
+        return cls(times)
+
+    def insert(self, t: Time) -> bool:
+        """Add ``t`` unless some element is <= it; drop elements >= it. Returns whether it changed."""
+        t = tuple(int(x) for x in t)
+        els = self.elements
+        for e in els:
+            if leq(e, t):
+                return False
+        kept = [e for e in els if not leq(t, e)]
+        kept.append(t)
+        kept.sort()
+        self.elements = tuple(kept)
+        return True
+
+    # -- queries -------------------------------------------------------------------------------
+    def dominates(self, t: Time) -> bool:
+        """Whether ``t`` is in advance of this frontier (>= some element)."""
+        for e in self.elements:
+            if leq(e, t):
+                return True
+        return False
+
+    in_advance = dominates
+
+    def less_equal(self, other: "Antichain") -> bool:
+        """Frontier order: every time in advance of ``other`` is in advance of ``self``."""
+        return all(self.dominates(o) for o in other.elements)
+
+    def is_empty(self) -> bool:
+        return not self.elements
+
+    @property
+    def depth(self) -> int | None:
+        return len(self.elements[0]) if self.elements else None
+
+    # -- algebra -------------------------------------------------------------------------------
+    def meet(self, other: "Antichain") -> "Antichain":
+        """The frontier of times in advance of either (minimal elements of the union)."""
+        if not other.elements:
+            return self.copy()
+        if not self.elements:
+            return other.copy()
+        out = self.copy()
+        for t in other.elements:
+            out.insert(t)
+        return out
+
+    def join(self, other: "Antichain") -> "Antichain":
+        """The frontier of times in advance of both (minimal pairwise lubs)."""
+        out = Antichain()
+        for a in self.elements:
+            for b in other.elements:
+                out.insert(lub(a, b))
+        return out
+
+    def copy(self) -> "Antichain":
+        out = Antichain()
+        out.elements = self.elements
+        return out
+
+    def map(self, fn) -> "Antichain":
+        return Antichain(fn(t) for t in self.elements)
+
+    def matrix(self, depth: int | None = None) -> np.ndarray:
+        """The elements as an ``m x d`` int64 array (``depth`` is needed when empty)."""
+        d = self.depth if self.elements else (depth or 0)
+        if not self.elements:
+            return np.zeros((0, d), dtype=np.int64)
+        return np.array(self.elements, dtype=np.int64).reshape(len(self.elements), d)
+
+    # -- python protocol ----------------------------------------------------------------------
+    def __iter__(self):
+        return iter(self.elements)
+
+    def __len__(self):
+        return len(self.elements)
+
+    def __eq__(self, other):
+        return isinstance(other, Antichain) and self.elements == other.elements
+
+    def __hash__(self):
+        return hash(self.elements)
+
+    def __repr__(self):
+        inner = ", ".join("(" + ", ".join(map(str, t)) + ")" for t in self.elements)
+        return "{" + inner + "}"
+
+
+def rep(t: Time, frontier: Antichain) -> Time:
+    """rep_F(t) = glb over f in F of lub(t, f): the coarsest time indistinguishable from ``t`` by every
+    time in advance of F (K-Pg appendix A). With an empty F nothing can observe ``t`` and it is returned
+    unchanged, as differential dataflow does."""
+    els = frontier.elements
+    if not els:
+        return tuple(t)
+    out = lub(t, els[0])
+    for f in els[1:]:
+        out = glb(out, lub(t, f))
+    return out
+
+
+# -- matrix forms -------------------------------------------------------------------------------
+
+def in_advance_mask(times: np.ndarray, frontier: Antichain) -> np.ndarray:
+    """bool[n]: which rows of the ``n x d`` time matrix are in advance of the frontier."""
+    n = times.shape[0]
+    if not frontier.elements:
+        return np.zeros(n, dtype=bool)
+    f = frontier.matrix()
+    if times.shape[1] == 1:
+        return times[:, 0] >= f[0, 0]
+    return np.any(np.all(times[:, None, :] >= f[None, :, :], axis=2), axis=1)
+
+
+def rep_matrix(times: np.ndarray, frontier: Antichain) -> np.ndarray:
+    """rep_F applied to every row of a time matrix (element-wise min over f of max(t, f))."""
+    if not frontier.elements:
+        return times.copy()
+    f = frontier.matrix()
+    return np.min(np.maximum(times[:, None, :], f[None, :, :]), axis=1)
+
+
+def antichain_of(times: np.ndarray) -> Antichain:
+    """The minimal times of a time matrix (the lower frontier of a batch of updates)."""
+    n, d = times.shape
+    if n == 0:
+        return Antichain()
+    if d == 1:
+        return Antichain(((int(times[:, 0].min()),),))
+    uniq = np.unique(times, axis=0)
+    if uniq.shape[0] > 64:
+        # keep only rows not dominated coordinate-wise by the row-wise minimum candidates: cheap prefilter
+        from .kernels.times import minimal_rows
+        uniq = minimal_rows(np.ascontiguousarray(uniq))
+    return Antichain(map(tuple, uniq.tolist()))

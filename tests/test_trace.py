@@ -1,0 +1,289 @@
+"""Arranged batches, spines, trace handles and cursors against a plain-Python model of the trace."""
+import gc
+import weakref
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kpgnb.engine.batch import Batch, form_arrays, merge_arrays
+from kpgnb.engine.kernels import sort as sortk
+from kpgnb.engine.lattice import Antichain, leq, rep
+from kpgnb.engine.trace import CompactedError, Trace, TimeLens, probe_keys
+
+
+def updates_strategy(kk, kv, depth, max_size=40, key_range=6):
+    row = st.tuples(st.tuples(*[st.integers(-2, key_range)] * kk), st.tuples(*[st.integers(0, 3)] * kv),
+                    st.tuples(*[st.integers(0, 4)] * depth), st.integers(-2, 2))
+    return st.lists(row, max_size=max_size)
+
+
+def to_arrays(rows, kk, kv, depth):
+    n = len(rows)
+    keys = np.array([r[0] for r in rows], np.int64).reshape(n, kk).T.copy()
+    vals = np.array([r[1] for r in rows], np.int64).reshape(n, kv).T.copy()
+    times = np.array([r[2] for r in rows], np.int64).reshape(n, depth)
+    diffs = np.array([r[3] for r in rows], np.int64)
+    return keys, vals, times, diffs
+
+
+def consolidated(rows):
+    acc = Counter()
+    for k, v, t, d in rows:
+        acc[(k, v, t)] += d
+    return {x: d for x, d in acc.items() if d}
+
+
+def batch_rows(arrs):
+    kh, keys, koff, vals, times, diffs = arrs
+    out = {}
+    for i in range(len(kh)):
+        for r in range(koff[i], koff[i + 1]):
+            out[(tuple(keys[:, i].tolist()), tuple(vals[:, r].tolist()), tuple(times[r].tolist()))] = int(diffs[r])
+    return out
+
+
+def check_invariants(arrs):
+    """Sorted by (hash, key, val, time), consolidated, no empty keys, hashes match keys."""
+    kh, keys, koff, vals, times, diffs = arrs
+    assert (diffs != 0).all()
+    assert (np.diff(koff) > 0).all()
+    assert (kh == sortk.hash_keys(np.ascontiguousarray(keys))).all()
+    seen = []
+    for i in range(len(kh)):
+        k = (int(kh[i]),) + tuple(keys[:, i].tolist())
+        rows = [tuple(vals[:, r].tolist()) + tuple(times[r].tolist()) for r in range(koff[i], koff[i + 1])]
+        assert rows == sorted(rows) and len(set(rows)) == len(rows)
+        seen.append(k)
+    assert seen == sorted(seen) and len(set(seen)) == len(seen)
+
+
+@pytest.fixture(params=["real", "colliding"])
+def hashes(request, monkeypatch):
+    """Run with the real 40-bit hash and with one that collides constantly (hash = first key mod 3),
+    so the (key, val, time) ordering inside equal-hash runs is exercised."""
+    if request.param == "colliding":
+        def coarse(keys):
+            return (np.abs(keys[0]) % 3).astype(np.int64) if keys.shape[0] else np.zeros(keys.shape[1], np.int64)
+        monkeypatch.setattr(sortk, "hash_keys", coarse)
+        import kpgnb.engine.trace as tr
+        monkeypatch.setattr(tr, "hash_keys", coarse)
+    return request.param
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2), st.integers(0, 2), st.integers(1, 3), st.data())
+def test_formation_consolidates(kk, kv, depth, data):
+    rows = data.draw(updates_strategy(kk, kv, depth))
+    arrs = form_arrays(*to_arrays(rows, kk, kv, depth))
+    assert batch_rows(arrs) == consolidated(rows)
+    check_invariants(arrs)
+
+
+@pytest.mark.parametrize("kk,kv,depth", [(1, 0, 1), (1, 1, 2), (2, 1, 1), (1, 2, 3)])
+def test_formation_and_merge_with_collisions(hashes, kk, kv, depth):
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        ra = [(tuple(rng.integers(-3, 9, kk).tolist()), tuple(rng.integers(0, 3, kv).tolist()),
+               tuple(rng.integers(0, 4, depth).tolist()), int(rng.integers(-2, 3))) for _ in range(rng.integers(0, 60))]
+        rb = [(tuple(rng.integers(-3, 9, kk).tolist()), tuple(rng.integers(0, 3, kv).tolist()),
+               tuple(rng.integers(0, 4, depth).tolist()), int(rng.integers(-2, 3))) for _ in range(rng.integers(0, 60))]
+        a = form_arrays(*to_arrays(ra, kk, kv, depth))
+        b = form_arrays(*to_arrays(rb, kk, kv, depth))
+        if hashes == "colliding":
+            assert (a[0] < 3).all()
+        check_invariants_coarse = check_invariants if hashes == "real" else (lambda x: None)
+        check_invariants_coarse(a)
+        m = merge_arrays(a, b)
+        assert batch_rows(m) == consolidated(ra + rb)
+        check_invariants_coarse(m)
+        # merging with compaction advances times by rep_F and consolidates
+        F = Antichain([tuple(rng.integers(0, 4, depth).tolist()) for _ in range(rng.integers(1, 3))])
+        mc = merge_arrays(a, b, F.matrix())
+        expect = consolidated([(k, v, rep(t, F), d) for k, v, t, d in ra + rb])
+        assert batch_rows(mc) == expect
+        check_invariants_coarse(mc)
+
+
+def test_large_formation_is_chunked(monkeypatch):
+    """Batches beyond the packed-sort limit are formed in chunks and merged."""
+    monkeypatch.setattr(sortk, "MAX_PACKED", 64)
+    import kpgnb.engine.batch as bm
+    monkeypatch.setattr(bm, "MAX_PACKED", 64)
+    rng = np.random.default_rng(3)
+    rows = [((int(k),), (), (int(t),), 1) for k, t in zip(rng.integers(0, 50, 500), rng.integers(0, 3, 500))]
+    arrs = bm.form_arrays(*to_arrays(rows, 1, 0, 1))
+    assert batch_rows(arrs) == consolidated(rows)
+    check_invariants(arrs)
+
+
+# -- spine and handles against a model ---------------------------------------------------------
+
+class TraceModel:
+    def __init__(self):
+        self.rows = []
+
+    def insert(self, rows):
+        self.rows.extend(rows)
+
+    def accumulate(self, t):
+        acc = Counter()
+        for k, v, tt, d in self.rows:
+            if leq(tt, t):
+                acc[(k, v)] += d
+        return {x: d for x, d in acc.items() if d}
+
+
+def trace_accumulate(handle, t):
+    keys, vals, diffs = handle.accumulate(t)
+    return {(tuple(keys[:, i].tolist()), tuple(vals[:, i].tolist())): int(diffs[i]) for i in range(len(diffs))}
+
+
+def check_spine(trace):
+    for spine in trace.spines:
+        batches, upper = spine.snapshot()
+        prev = spine.lower
+        for b in batches:
+            assert b.lower == prev, (b.lower, prev)
+            prev = b.upper
+            check_invariants(b.arrays)
+            for t in b.times.tolist():
+                assert not b.upper.dominates(tuple(t)) or not b.since == b.lower
+
+
+@pytest.mark.parametrize("effort", ["eager", "default", "lazy"])
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("workers", [1, 3])
+def test_spine_matches_model(effort, depth, workers):
+    """Random batch insertions and reader frontier advances; accumulating the trace at any time in
+    advance of the handle's frontier must give the model's multiset."""
+    rng = np.random.default_rng(depth * 10 + workers)
+    for trial in range(6):
+        trace = Trace(1, 1, depth=depth, workers=workers, effort=effort)
+        handle = trace.handle()
+        model = TraceModel()
+        epoch = 0
+        for step in range(40):
+            n = int(rng.integers(0, 30)) if rng.random() > 0.2 else 0
+            rows = [((int(rng.integers(0, 12)),), (int(rng.integers(0, 3)),),
+                     (epoch,) + tuple(rng.integers(0, 4, depth - 1).tolist()), int(rng.choice([-1, 1, 2])))
+                    for _ in range(n)]
+            keys, vals, times, diffs = to_arrays(rows, 1, 1, depth)
+            lower, upper = Antichain([(epoch,) + (0,) * (depth - 1)]), Antichain([(epoch + 1,) + (0,) * (depth - 1)])
+            shards = sortk.hash_keys(keys) * workers >> sortk.HASH_BITS
+            trace.insert([Batch.form(keys[:, shards == s], vals[:, shards == s], times[shards == s],
+                                     diffs[shards == s], lower, upper) for s in range(workers)])
+            model.insert(rows)
+            epoch += 1
+            if rng.random() < 0.5:
+                # advance the reader to an antichain between its frontier and the trace upper
+                lag = int(rng.integers(0, 3))
+                e = max(handle.logical.elements[0][0], epoch - lag)
+                F = Antichain([(e,) + tuple(rng.integers(0, 3, depth - 1).tolist())])
+                if depth == 2 and rng.random() < 0.5:
+                    F.insert((e + 1, 0))
+                if handle.logical.less_equal(F):
+                    handle.set_logical_compaction(F)
+            # query at a few times in advance of the handle's frontier
+            for _ in range(3):
+                base = handle.logical.elements[int(rng.integers(0, len(handle.logical)))]
+                t = tuple(int(x + rng.integers(0, 3)) for x in base)
+                assert trace_accumulate(handle, t) == model.accumulate(t)
+        check_spine(trace)
+        stats = trace.stats()
+        assert stats["batches"] <= workers * (2 * max(1, int(np.log2(stats["records"] + 2))) + 4)
+
+
+def test_compacted_time_is_refused():
+    trace = Trace(1, 0)
+    h = trace.handle()
+    trace.insert([Batch.form(np.array([[1, 2]]), np.zeros((0, 2), np.int64), np.array([[0], [0]]),
+                             np.array([1, 1]), Antichain([(0,)]), Antichain([(1,)]))])
+    h.set_logical_compaction(Antichain([(1,)]))
+    with pytest.raises(CompactedError):
+        h.accumulate((0,))
+    assert trace_accumulate(h, (1,)) == {((1,), ()): 1, ((2,), ()): 1}
+    with pytest.raises(ValueError):
+        h.set_logical_compaction(Antichain([(0,)]))
+
+
+def test_trace_does_not_grow_under_churn():
+    """Insert and retract the same records over many epochs with a reader that follows the frontier:
+    memory stays proportional to distinct (data, time) pairs after compaction."""
+    trace = Trace(1, 1)
+    h = trace.handle()
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 1000, (1, 500))
+    vals = rng.integers(0, 5, (1, 500))
+    sizes = []
+    for epoch in range(400):
+        sign = 1 if epoch % 2 == 0 else -1
+        b = Batch.form(keys, vals, np.full((500, 1), epoch), np.full(500, sign),
+                       Antichain([(epoch,)]), Antichain([(epoch + 1,)]))
+        trace.insert([b])
+        h.set_logical_compaction(Antichain([(epoch + 1,)]))
+        sizes.append(trace.stats()["records"])
+    assert max(sizes[200:]) <= 4 * 500, max(sizes[200:])
+    assert max(sizes[200:]) <= max(sizes[:200])
+
+
+def test_cursor_gathers_histories():
+    rng = np.random.default_rng(5)
+    trace = Trace(2, 1, depth=2)
+    h = trace.handle()
+    all_rows = []
+    for epoch in range(12):
+        rows = [((int(rng.integers(0, 20)), int(rng.integers(0, 2))), (int(rng.integers(0, 4)),),
+                 (epoch, int(rng.integers(0, 3))), 1) for _ in range(int(rng.integers(1, 25)))]
+        all_rows += rows
+        trace.insert([Batch.form(*to_arrays(rows, 2, 1, 2), Antichain([(epoch, 0)]), Antichain([(epoch + 1, 0)]))])
+    probes = np.array([[3, 5, 7, 100, 3], [0, 1, 0, 0, 1]], np.int64)
+    hist = h.cursor().seek_keys(probes)
+    assert len(hist.kh) == 5
+    for p in range(len(hist.kh)):
+        key = tuple(hist.keys[:, p].tolist())
+        got = Counter()
+        for r in range(hist.off[p], hist.off[p + 1]):
+            got[(tuple(hist.vals[:, r].tolist()), tuple(hist.times[r].tolist()))] += int(hist.diffs[r])
+        want = Counter()
+        for k, v, t, d in all_rows:
+            if k == key:
+                want[(v, t)] += d
+        assert {x: d for x, d in got.items() if d} == {x: d for x, d in want.items() if d}
+    # a lens advances times to a frontier and appends rounds without copying the trace
+    lensed = h.cursor(lens=TimeLens(Antichain([(5, 0)]), extend=1)).seek_keys(probes)
+    assert lensed.times.shape[1] == 3 and (lensed.times[:, 0] >= 5).all() and (lensed.times[:, 2] == 0).all()
+
+
+def test_probe_keys_sorted_distinct():
+    keys = np.array([[5, 1, 5, 3, 1]], np.int64)
+    kh, k = probe_keys(keys)
+    assert sorted(k[0].tolist()) == [1, 3, 5] and (np.diff(kh) >= 0).all()
+
+
+def test_dropping_last_handle_releases_trace():
+    trace = Trace(1, 0)
+    ref = weakref.ref(trace)
+    h1, h2 = trace.handle(), trace.handle()
+    assert trace.readers == 2
+    del trace
+    h1.close()
+    assert ref() is not None and ref().readers == 1
+    del h2
+    gc.collect()
+    assert ref() is None
+
+
+def test_readers_hold_back_physical_merging():
+    """A reader's physical frontier keeps a batch boundary there (batches_through stays exact)."""
+    trace = Trace(1, 0, effort="eager")
+    h = trace.handle(physical=Antichain([(1,)]))
+    for e in range(6):
+        trace.insert([Batch.form(np.array([[e]]), np.zeros((0, 1), np.int64), np.array([[e]]), np.array([1]),
+                                 Antichain([(e,)]), Antichain([(e + 1,)]))])
+    through = h.batches(0, through=Antichain([(1,)]))
+    assert len(through) == 1 and through[0].upper == Antichain([(1,)])
+    h.set_physical_compaction(Antichain())
+    trace.spines[0].exert(trace.logical, trace.physical)
