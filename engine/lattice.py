@@ -181,9 +181,5 @@ def antichain_of(times: np.ndarray) -> Antichain:
         return Antichain()
     if d == 1:
         return Antichain(((int(times[:, 0].min()),),))
-    uniq = np.unique(times, axis=0)
-    if uniq.shape[0] > 64:
-        # keep only rows not dominated coordinate-wise by the row-wise minimum candidates: cheap prefilter
-        from .kernels.times import minimal_rows
-        uniq = minimal_rows(np.ascontiguousarray(uniq))
-    return Antichain(map(tuple, uniq.tolist()))
+    from .kernels.times import minimal_times
+    return Antichain(map(tuple, minimal_times(np.ascontiguousarray(times, dtype=np.int64)).tolist()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
+from collections import deque
 
 import numpy as np
 
@@ -79,7 +80,7 @@ class Trace:
         self._lock = threading.Lock()
         self.logical = lower        # meet of the readers' logical frontiers
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
-        self.closed = False          # set when the producer is gone and no more batches will come
+        self._subscribers = weakref.WeakSet()  # handles that receive every inserted batch
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None) -> "TraceHandle":
@@ -114,11 +115,16 @@ class Trace:
         """Append one batch per shard (all with the same lower and upper). ``run(fn, items)`` may run
         the per-shard maintenance in parallel."""
         logical, physical = self.logical, self.physical
+        lower = self.upper
         if run is None or self.workers == 1:
             for spine, b in zip(self.spines, batches):
                 spine.insert(b, logical, physical)
         else:
-            run(lambda s: self.spines[s].insert(batches[s], logical, physical), range(self.workers))
+            run(lambda s: self.spines[s].insert(batches[s], logical, physical), range(self.workers),
+                parallel=sum(len(b) for b in batches) > 50_000)
+        upper = self.upper
+        for h in list(self._subscribers):
+            h.inbox.append((batches, lower, upper))
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -168,6 +174,11 @@ class TraceHandle:
             return
         self._physical = frontier
         self.trace._set_reader(self._key, self._logical, frontier)
+
+    def subscribe(self):
+        """Receive (batches, lower, upper) of every later insertion in ``inbox``."""
+        self.inbox = deque()
+        self.trace._subscribers.add(self)
 
     @property
     def trace(self) -> Trace:

@@ -2,17 +2,44 @@
 import numpy as np
 
 from . import kernel
-from .rows import leq_time
 
 
 @kernel
-def minimal_rows(times):
-    """The rows of a (distinct-row) time matrix that no other row is <= to."""
-    n = times.shape[0]
-    keep = np.ones(n, np.bool_)
+def minimal_times(times):
+    """The antichain of minimal rows of a time matrix (one pass, keeping the current minimal set)."""
+    n, d = times.shape
+    out = np.empty((4, d), np.int64)
+    m = 0
     for i in range(n):
-        for j in range(n):
-            if i != j and keep[j] and leq_time(times, j, times, i):
-                keep[i] = False
+        dominated = False
+        for j in range(m):
+            le = True
+            for c in range(d):
+                if out[j, c] > times[i, c]:
+                    le = False
+                    break
+            if le:
+                dominated = True
                 break
-    return times[keep]
+        if dominated:
+            continue
+        # drop elements the new time is <= to, then append it
+        w = 0
+        for j in range(m):
+            ge = True
+            for c in range(d):
+                if times[i, c] > out[j, c]:
+                    ge = False
+                    break
+            if not ge:
+                if w != j:
+                    out[w] = out[j]
+                w += 1
+        m = w
+        if m == out.shape[0]:
+            bigger = np.empty((2 * m, d), np.int64)
+            bigger[:m] = out[:m]
+            out = bigger
+        out[m] = times[i]
+        m += 1
+    return out[:m].copy()

@@ -1,0 +1,662 @@
+"""The builder API (DESIGN.md section 4): Collection, Arranged, Variable and DataflowBuilder.
+
+A Collection names an operator's output inside a dataflow being built, with its schema and scope.
+Methods validate their arguments against the schema right away, so a wrong column name fails at the
+line that used it, before anything is installed. Collections from enclosing scopes used inside a loop
+body are entered automatically (arrangements by wrapping, without a copy).
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .columns import Schema, SchemaError, infer_dtype
+from .dataflow import Scope, Site
+from .kernels import reduce as rk
+from .operators.arrange import ArrangeOp, ExportOp, ImportOp, ViewOp
+from .operators.basic import (ConcatOp, EnterArrangedOp, EnterOp, FeedbackOp, FilterOp, FlatMapOp, FlattenOp,
+                              InspectOp, LeaveOp, MapOp, NegateOp, ProjectOp, VariableOp)
+from .operators.join import JoinOp
+from .operators.reduce import USER, ReduceOp, ReduceSpec
+
+
+def _names(cols, what="columns") -> list:
+    if cols is None:
+        return []
+    if isinstance(cols, str):
+        return [cols]
+    out = list(cols)
+    for c in out:
+        if not isinstance(c, str):
+            raise SchemaError(f"{what} must be column names (str), got {c!r}")
+    return out
+
+
+class Collection:
+    """A collection being defined in a dataflow: an operator's output, its schema and its scope."""
+
+    def __init__(self, builder: "DataflowBuilder", op, schema: Schema, scope: Scope):
+        self.builder = builder
+        self.op = op
+        self.schema = schema
+        self.scope = scope
+        self._entered: dict = {}
+
+    # -- basics -------------------------------------------------------------------------------
+    @property
+    def columns(self) -> list:
+        return list(self.schema.names)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.schema}, depth={self.scope.depth})"
+
+    def _stream(self):
+        """The operator whose output carries this collection as update messages."""
+        return self.op
+
+    def _derive(self, op, schema: Schema) -> "Collection":
+        return Collection(self.builder, op, schema, op.scope)
+
+    def _check(self, names, what="column"):
+        for n in names:
+            if n not in self.schema.names:
+                raise SchemaError(f"no {what} {n!r} in this collection; columns are {list(self.schema.names)}")
+
+    def _live(self):
+        self.builder._check_building()
+
+    # -- scopes -------------------------------------------------------------------------------
+    def enter(self, scope: Scope) -> "Collection":
+        """This collection inside ``scope`` (a loop nested, possibly deeply, in its own scope)."""
+        self._live()
+        if scope is self.scope:
+            return self
+        if not self.scope.is_ancestor_of(scope):
+            raise SchemaError("a collection can only enter a loop nested inside its own scope")
+        if scope in self._entered:
+            return self._entered[scope]
+        out = self._enter_one(scope.parent).enter(scope) if scope.parent is not self.scope \
+            else self._enter_child(scope)
+        self._entered[scope] = out
+        return out
+
+    def _enter_one(self, scope):
+        return self.enter(scope)
+
+    def _enter_child(self, scope):
+        return Collection(self.builder, EnterOp(scope, [self._stream()], Site.capture()), self.schema, scope)
+
+    def leave(self) -> "Collection":
+        """This collection in the enclosing scope: it accumulates every round, i.e. the loop's fixed point."""
+        self._live()
+        if self.scope.parent is None:
+            raise SchemaError("leave() outside of a loop: this collection is at the top level")
+        return Collection(self.builder, LeaveOp(self.scope.parent, [self._stream()], Site.capture()),
+                          self.schema, self.scope.parent)
+
+    def _align(self, other: "Collection"):
+        if not isinstance(other, Collection):
+            raise TypeError(f"expected a Collection, got {type(other).__name__}")
+        if other.builder is not self.builder:
+            raise SchemaError("collections from different dataflows cannot be combined; export an arrangement "
+                              "and df.use() it instead")
+        if other.scope is self.scope:
+            return self, other
+        if other.scope.is_ancestor_of(self.scope):
+            return self, other.enter(self.scope)
+        if self.scope.is_ancestor_of(other.scope):
+            return self.enter(other.scope), other
+        raise SchemaError("collections from different loops cannot be combined; leave() one of them first")
+
+    # -- user functions -------------------------------------------------------------------------
+    def _params(self, fn, who):
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            raise SchemaError(f"cannot read the parameters of the {who} function {fn!r}") from None
+        names = []
+        for p in sig.parameters.values():
+            if p.kind == p.VAR_KEYWORD:
+                return None
+            if p.kind == p.VAR_POSITIONAL:
+                raise SchemaError(f"the {who} function takes *args; name the columns it needs as parameters")
+            if p.name in self.schema.names:
+                names.append(p.name)
+            elif p.default is p.empty:
+                raise SchemaError(f"the {who} function's parameter {p.name!r} is not a column; columns are "
+                                  f"{list(self.schema.names)}")
+        return names
+
+
+    def _out_schema(self, fn, params, out, who, site):
+        if out is not None:
+            if not isinstance(out, dict) or not out:
+                raise SchemaError(f"out= must map output column names to dtypes, got {out!r}")
+            return Schema.of(list(out), list(out.values()))
+        from .columns import user_column
+        names = params if params is not None else list(self.schema.names)
+        trial = {}
+        for n in names:
+            d = self.schema.dtype(n)
+            trial[n] = np.empty(0, object) if d == "str" else user_column(np.zeros(0, np.int64), d)
+        try:
+            with np.errstate(all="ignore"):
+                res = fn(**trial)
+        except Exception as err:  # noqa: BLE001 - we explain how to avoid the trial call
+            raise SchemaError(f"could not learn the output columns of the {who} function at {site} by calling it "
+                              f"on an empty batch ({type(err).__name__}: {err}); pass out={{name: dtype, ...}}") from err
+        return _out_schema_of(res, who, site)
+
+    # -- stateless operators ------------------------------------------------------------------
+    def map(self, fn, out: dict | None = None) -> "Collection":
+        """fn(**columns) -> dict of output columns, called once per batch with NumPy arrays."""
+        self._live()
+        site = Site.capture()
+        params = self._params(fn, "map")
+        schema = self._out_schema(fn, params, out, "map", site)
+        op = MapOp(self.scope, self._stream(), fn, params, self.schema, schema, self.builder.engine.symbols, site)
+        return self._derive(op, schema)
+
+    def filter(self, fn) -> "Collection":
+        """fn(**columns) -> boolean array: keep the rows where it is True."""
+        self._live()
+        site = Site.capture()
+        params = self._params(fn, "filter")
+        op = FilterOp(self.scope, self._stream(), fn, params, self.schema, self.builder.engine.symbols, site)
+        return self._derive(op, self.schema)
+
+    def flat_map(self, fn, out: dict | None = None, repeat: bool = False) -> "Collection":
+        """fn(**columns) -> (dict of output columns, index) with index[i] the input row of output row i;
+        with repeat=True, -> (columns, counts) with counts[j] output rows for input row j."""
+        self._live()
+        site = Site.capture()
+        params = self._params(fn, "flat_map")
+
+        def cols_only(**kw):
+            res = fn(**kw)
+            return res[0] if isinstance(res, tuple) else res
+        schema = self._out_schema(cols_only, params, out, "flat_map", site)
+        op = FlatMapOp(self.scope, self._stream(), fn, params, self.schema, schema, self.builder.engine.symbols,
+                       site, repeat)
+        return self._derive(op, schema)
+
+    def inspect(self, fn) -> "Collection":
+        """fn(columns: dict, times: n x d array, diffs) for every batch; the updates pass unchanged."""
+        self._live()
+        op = InspectOp(self.scope, self._stream(), fn, None, self.schema, self.builder.engine.symbols,
+                       Site.capture())
+        return self._derive(op, self.schema)
+
+    def select(self, *cols) -> "Collection":
+        """Keep (and reorder) the named columns."""
+        self._live()
+        names = _names(cols[0] if len(cols) == 1 and not isinstance(cols[0], str) else cols)
+        self._check(names)
+        if names == list(self.schema.names):
+            return self
+        op = ProjectOp(self.scope, self._stream(), self.schema.indices(names), Site.capture())
+        return self._derive(op, self.schema.select(names))
+
+    def rename(self, **mapping) -> "Collection":
+        """Rename columns: rename(old=new, ...)."""
+        self._live()
+        self._check(mapping)
+        names = [mapping.get(n, n) for n in self.schema.names]
+        op = ProjectOp(self.scope, self._stream(), list(range(len(names))), Site.capture())
+        return self._derive(op, self.schema.rename(names))
+
+    def concat(self, *others) -> "Collection":
+        """The multiset union (diffs add up). Columns are matched by name."""
+        self._live()
+        site = Site.capture()
+        cols = [self]
+        for o in others:
+            a, b = cols[0]._align(o)
+            if a is not cols[0]:
+                cols = [c.enter(a.scope) for c in cols]
+            cols.append(b)
+        base = cols[0].schema
+        perms = [None]
+        for o in cols[1:]:
+            if set(o.schema.names) != set(base.names):
+                raise SchemaError(f"concat needs the same columns: {list(base.names)} vs {list(o.schema.names)}")
+            for n in base.names:
+                if o.schema.dtype(n) != base.dtype(n):
+                    raise SchemaError(f"concat: column {n!r} is {base.dtype(n)} on one side and "
+                                      f"{o.schema.dtype(n)} on the other")
+            perms.append(None if o.schema.names == base.names else np.asarray(o.schema.indices(base.names)))
+        op = ConcatOp(cols[0].scope, [c._stream() for c in cols], perms, site)
+        return Collection(self.builder, op, base, cols[0].scope)
+
+    def negate(self) -> "Collection":
+        """Every diff negated."""
+        self._live()
+        return self._derive(NegateOp(self.scope, [self._stream()], Site.capture()), self.schema)
+
+    def consolidate(self) -> "Collection":
+        """The same collection with updates to equal (row, time) summed and zeros dropped."""
+        return self.arrange_by(*self.schema.names).as_collection()
+
+    # -- arrangements -------------------------------------------------------------------------
+    def arrange_by(self, *keys, vals=None) -> "Arranged":
+        """Index by the key columns (the rest, or ``vals``, become values): a shareable arrangement."""
+        self._live()
+        key_names = _names(keys[0] if len(keys) == 1 and not isinstance(keys[0], str) else keys, "keys")
+        self._check(key_names)
+        val_names = [n for n in self.schema.names if n not in key_names] if vals is None else _names(vals, "vals")
+        self._check(val_names)
+        if set(key_names) & set(val_names):
+            raise SchemaError(f"columns {sorted(set(key_names) & set(val_names))} cannot be both key and value")
+        if isinstance(self, Arranged) and self.key_names == key_names and self.val_names == val_names:
+            return self
+        eng = self.builder.engine
+        op = ArrangeOp(self.scope, self._stream(), self.schema.indices(key_names), self.schema.indices(val_names),
+                       eng.workers, eng.effort, Site.capture())
+        schema = self.schema.select(key_names + val_names)
+        return Arranged(self.builder, op, schema, self.scope, key_names, val_names)
+
+    def join(self, other: "Collection", on=None, left_on=None, right_on=None) -> "Collection":
+        """Pairs of rows with equal keys. Output: the key columns (named as on the left), the left's other
+        columns, the right's other columns (clashing names get the suffix ``_right``)."""
+        self._live()
+        left, right, lk, rk_ = self._join_args(other, on, left_on, right_on)
+        site = Site.capture()
+        la = left.arrange_by(*lk) if not (isinstance(left, Arranged) and left.key_names == lk) else left
+        ra = right.arrange_by(*rk_) if not (isinstance(right, Arranged) and right.key_names == rk_) else right
+        op = JoinOp(la.scope, la.op, ra.op, self.builder.engine.workers, site)
+        names = list(lk) + list(la.val_names)
+        dtypes = [la.schema.dtype(n) for n in names]
+        for n in ra.val_names:
+            out = n
+            while out in names:
+                out = out + "_right"
+            names.append(out)
+            dtypes.append(ra.schema.dtype(n))
+        return Collection(self.builder, op, Schema(tuple(names), tuple(dtypes)), la.scope)
+
+    def _join_args(self, other, on, left_on, right_on):
+        if on is not None:
+            if left_on is not None or right_on is not None:
+                raise SchemaError("pass either on= or left_on=/right_on=, not both")
+            left_on = right_on = on
+        if left_on is None or right_on is None:
+            raise SchemaError("join needs on= (the same column names on both sides) or left_on= and right_on=")
+        lk, rk_ = _names(left_on, "left_on"), _names(right_on, "right_on")
+        if len(lk) != len(rk_):
+            raise SchemaError(f"left_on {lk} and right_on {rk_} must name the same number of columns")
+        left, right = self._align(other)
+        left._check(lk, "left_on column")
+        right._check(rk_, "right_on column")
+        for a, b in zip(lk, rk_):
+            if left.schema.dtype(a) != right.schema.dtype(b):
+                raise SchemaError(f"join key {a!r} is {left.schema.dtype(a)} but {b!r} is {right.schema.dtype(b)}")
+        return left, right, lk, rk_
+
+    def semijoin(self, other: "Collection", on=None, left_on=None, right_on=None) -> "Collection":
+        """The rows whose key appears in ``other`` (once, whatever other's multiplicity); keeps the
+        left's columns."""
+        self._live()
+        left, right, lk, rk_ = self._join_args(other, on, left_on, right_on)
+        keys = right.select(rk_).distinct()
+        la = left.arrange_by(*lk) if not (isinstance(left, Arranged) and left.key_names == lk) else left
+        op = JoinOp(la.scope, la.op, keys.op, self.builder.engine.workers, Site.capture())
+        joined = Collection(self.builder, op, la.schema, la.scope)
+        return joined.select(list(left.schema.names))
+
+    def antijoin(self, other: "Collection", on=None, left_on=None, right_on=None) -> "Collection":
+        """The rows whose key does not appear in ``other``; keeps the left's columns."""
+        self._live()
+        left, right = self._align(other)
+        semi = left.semijoin(right, on=on, left_on=left_on, right_on=right_on)
+        return left.concat(semi.negate())
+
+    # -- reductions ---------------------------------------------------------------------------
+    def _reduce(self, by, vals, spec: ReduceSpec, out_vals: list, out_dtypes: list, name: str) -> "Arranged":
+        self._live()
+        by = _names(by, "by")
+        self._check(by, "by column")
+        arr = self.arrange_by(*by, vals=vals)
+        eng = self.builder.engine
+        op = ReduceOp(arr.scope, arr.op, spec, len(by), eng.workers, eng.effort, Site.capture(), name)
+        schema = Schema(tuple(by) + tuple(out_vals), tuple(arr.schema.dtype(n) for n in by) + tuple(out_dtypes))
+        return Arranged(self.builder, op, schema, arr.scope, by, list(out_vals))
+
+    def _mode(self, col, what):
+        d = self.schema.dtype(col)
+        return {"int64": rk.MODE_INT, "bool": rk.MODE_INT, "float64": rk.MODE_FLOAT, "str": rk.MODE_RANK}[d]
+
+    def count(self, by=()) -> "Arranged":
+        """Number of rows per group, in a column ``count``."""
+        return self._reduce(by, [], ReduceSpec(rk.COUNT, 1), ["count"], ["int64"], "count")
+
+    def distinct(self) -> "Arranged":
+        """Each row once (rows with positive multiplicity)."""
+        return self._reduce(list(self.schema.names), [], ReduceSpec(rk.DISTINCT, 0), [], [], "distinct")
+
+    def threshold(self, fn, by=None) -> "Arranged":
+        """Rows of the ``by`` columns (default: all) with multiplicity fn(count); fn is vectorized over an
+        int64 array of counts."""
+        by = list(self.schema.names) if by is None else _names(by, "by")
+        return self._reduce(by, [], ReduceSpec(rk.THRESHOLD, 0, fn=fn), [], [], "threshold")
+
+    def _col(self, col, by):
+        self._live()
+        if not isinstance(col, str):
+            raise SchemaError(f"col must be a column name, got {col!r}")
+        self._check([col])
+        if col in _names(by):
+            raise SchemaError(f"column {col!r} is also a by column")
+
+    def sum(self, col: str, by=()) -> "Arranged":
+        """Sum of ``col`` (weighted by multiplicity) per group."""
+        self._col(col, by)
+        d = self.schema.dtype(col)
+        if d == "str":
+            raise SchemaError(f"cannot sum column {col!r}: it holds strings")
+        fl = d == "float64"
+        spec = ReduceSpec(rk.SUM, 1, 0, rk.MODE_FLOAT if fl else rk.MODE_INT, float_out=fl)
+        return self._reduce(by, [col], spec, [col], ["float64" if fl else "int64"], "sum")
+
+    def _extreme(self, op, col, by, name):
+        self._col(col, by)
+        spec = ReduceSpec(op, 1, 0, self._mode(col, name), symbols=self.builder.engine.symbols)
+        return self._reduce(by, [col], spec, [col], [self.schema.dtype(col)], name)
+
+    def min(self, col: str, by=()) -> "Arranged":
+        """Smallest ``col`` per group (strings compare lexicographically)."""
+        return self._extreme(rk.MIN, col, by, "min")
+
+    def max(self, col: str, by=()) -> "Arranged":
+        """Largest ``col`` per group."""
+        return self._extreme(rk.MAX, col, by, "max")
+
+    def _rows(self, op, col, by, name, k=0, desc=False):
+        self._col(col, by)
+        rest = [n for n in self.schema.names if n not in _names(by)]
+        spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col, name), k=k, desc=desc,
+                          symbols=self.builder.engine.symbols)
+        return self._reduce(by, rest, spec, rest, [self.schema.dtype(n) for n in rest], name)
+
+    def argmin(self, col: str, by=()) -> "Arranged":
+        """The whole row with the smallest ``col`` per group (ties: the smallest row)."""
+        return self._rows(rk.ARGMIN, col, by, "argmin")
+
+    def argmax(self, col: str, by=()) -> "Arranged":
+        """The whole row with the largest ``col`` per group."""
+        return self._rows(rk.ARGMAX, col, by, "argmax")
+
+    def top_k(self, by=(), order_by: str = None, k: int = 1, descending: bool = True) -> "Arranged":
+        """The k rows with the largest (or, descending=False, smallest) ``order_by`` per group, counting
+        multiplicity."""
+        if order_by is None:
+            raise SchemaError("top_k needs order_by=")
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise SchemaError(f"top_k needs k >= 1, got {k!r}")
+        return self._rows(rk.TOPK, order_by, by, "top_k", k=int(k), desc=bool(descending))
+
+    def reduce(self, by, fn, columns, out: dict) -> "Arranged":
+        """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),
+        counts (p,)), a numba ``@njit`` function called once per group and time with the group's distinct
+        values and their multiplicities. ``out`` maps output column names to dtypes."""
+        from numba.core.dispatcher import Dispatcher
+        self._live()
+        site = Site.capture()
+        columns = _names(columns, "columns")
+        self._check(columns)
+        if not isinstance(out, dict) or not out:
+            raise SchemaError("reduce needs out={name: dtype, ...} naming its output columns")
+        out_schema = Schema.of(list(out), list(out.values()))
+        in_kinds = {"float" if self.schema.dtype(c) == "float64" else "int" for c in columns}
+        out_kinds = {"float" if d == "float64" else "int" for d in out_schema.dtypes}
+        if len(in_kinds) > 1 or len(out_kinds) > 1:
+            raise SchemaError("reduce columns must all be float64 or all integer-like (int64, bool, str ids), "
+                              "and so must its outputs")
+        if not isinstance(fn, Dispatcher):
+            from numba import njit
+            fn = njit(fn)
+        by = _names(by, "by")
+        spec = ReduceSpec(USER, len(out_schema), fn=fn, user_cols=list(range(len(columns))),
+                          user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"})
+        _compile_user_reduce(spec, len(columns), site)
+        return self._reduce(by, columns, spec, list(out_schema.names), list(out_schema.dtypes), "reduce")
+
+    # -- loops --------------------------------------------------------------------------------
+    def iterate(self, body, max_rounds: int | None = None) -> "Collection":
+        """The fixed point of ``body`` applied repeatedly, starting from this collection. Inside the body,
+        collections and arrangements from outside may be used directly."""
+        self._live()
+        scope = self.scope.loop()
+        var = Variable(scope, self)
+        result = body(var)
+        if not isinstance(result, Collection):
+            raise SchemaError(f"the iterate body must return a Collection, got {type(result).__name__}")
+        return var.set(result, max_rounds=max_rounds).leave()
+
+    # -- outputs ------------------------------------------------------------------------------
+    def view(self, name: str, history: int = 1) -> "View":
+        """Maintain this collection for reading from the notebook (``to_pandas``); ``history`` epochs
+        before the frontier stay readable with ``at=``."""
+        self._live()
+        if self.scope.parent is not None:
+            raise SchemaError("views must be defined at the top level of a dataflow (leave() the loop first)")
+        if name in self.builder.views:
+            raise SchemaError(f"this dataflow has a view named {name!r} already")
+        arr = self if isinstance(self, Arranged) else self.arrange_by(*self.schema.names)
+        op = ViewOp(arr.scope, arr.op, history, Site.capture())
+        from .runtime import View
+        view = View(self.builder.engine, self.builder.name, name, op, arr.schema)
+        self.builder.views[name] = view
+        return view
+
+
+class Arranged(Collection):
+    """A collection indexed by key columns (an arrangement): shareable by joins and reductions in this
+    dataflow and, once exported, by later dataflows."""
+
+    def __init__(self, builder, op, schema, scope, key_names, val_names):
+        super().__init__(builder, op, schema, scope)
+        self.key_names = list(key_names)
+        self.val_names = list(val_names)
+        self._flat = None
+
+    def __repr__(self):
+        return f"Arranged(by={self.key_names}, values={self.val_names}, depth={self.scope.depth})"
+
+    def _stream(self):
+        if self._flat is None:
+            self._flat = FlattenOp(self.scope, self.op, Site.capture())
+        return self._flat
+
+    def as_collection(self) -> Collection:
+        """The arranged updates as a plain collection."""
+        self._live()
+        return Collection(self.builder, self._stream(), self.schema, self.scope)
+
+    def _enter_child(self, scope):
+        op = EnterArrangedOp(scope, self.op, Site.capture())
+        return Arranged(self.builder, op, self.schema, scope, self.key_names, self.val_names)
+
+    def leave(self) -> Collection:
+        return self.as_collection().leave()
+
+    def export(self, name: str) -> "Arranged":
+        """Publish this arrangement in the engine catalog under ``name``: later dataflows import it with
+        ``df.use(name)`` in milliseconds, without re-indexing. It lives while any dataflow reads it."""
+        self._live()
+        if self.scope.parent is not None:
+            raise SchemaError("only top-level arrangements can be exported (leave() the loop first)")
+        if not isinstance(name, str) or not name:
+            raise SchemaError("export needs a non-empty name")
+        if name in self.builder.engine._catalog or name in self.builder.exports:
+            raise SchemaError(f"an arrangement named {name!r} is exported already")
+        op = ExportOp(self.scope, self.op, 1, Site.capture())
+        self.builder.exports[name] = (op, self.schema, self.key_names, self.val_names)
+        return self
+
+
+class Variable(Collection):
+    """A loop variable for mutually recursive definitions. Its value in round r+1 is what ``set`` gave
+    it in round r; in round 0 it is ``initial`` (or empty)."""
+
+    def __init__(self, scope: Scope, initial: Collection | None = None, columns=None, dtypes=None):
+        if scope.parent is None:
+            raise SchemaError("a Variable lives in a loop scope: use df.loop() (or the scope of an iterate body)")
+        builder = scope.graph.builder
+        builder._check_building()
+        site = Site.capture()
+        if initial is None:
+            if columns is None:
+                raise SchemaError("a Variable without an initial collection needs columns= (and dtypes=)")
+            schema = Schema.of(_names(columns), dtypes)
+            from .operators.basic import EmptyOp
+            init = Collection(builder, EmptyOp(scope, site), schema, scope)
+        else:
+            init = initial.enter(scope) if initial.scope is not scope else initial
+            schema = init.schema
+        op = VariableOp(scope, init._stream(), site)
+        super().__init__(builder, op, schema, scope)
+        self.initial = init
+        self.site = site
+        self.result = None
+        builder.variables.append(self)
+
+    def _coerce(self, result: Collection) -> Collection:
+        if result.builder is not self.builder:
+            raise SchemaError("a Variable can only be set from the same dataflow")
+        if result.scope is not self.scope:
+            if result.scope.is_ancestor_of(self.scope):
+                result = result.enter(self.scope)
+            else:
+                raise SchemaError("a Variable must be set from a collection in its own loop scope")
+        if set(result.schema.names) != set(self.schema.names):
+            raise SchemaError(f"the loop result has columns {list(result.schema.names)}; the variable has "
+                              f"{list(self.schema.names)}")
+        for n in self.schema.names:
+            if result.schema.dtype(n) != self.schema.dtype(n):
+                raise SchemaError(f"loop column {n!r} changes dtype from {self.schema.dtype(n)} to "
+                                  f"{result.schema.dtype(n)}")
+        return result.select(list(self.schema.names)) if result.schema.names != self.schema.names else result
+
+    def set(self, result: Collection, max_rounds: int | None = None) -> Collection:
+        """Define the variable's next-round value (once). ``max_rounds`` stops the loop after that many
+        rounds even if it has not converged."""
+        self._live()
+        if self.result is not None:
+            raise SchemaError("this Variable has been set already")
+        result = self._coerce(result)
+        delta = result.concat(self.initial.negate())
+        fb = FeedbackOp(self.scope, delta._stream(), Site.capture(), max_rounds)
+        self.op.connect(fb)
+        self.result = result
+        return result
+
+
+class DataflowBuilder:
+    """Builds one dataflow (``with eng.dataflow(name) as df``); installed atomically when the block ends
+    without an exception, and not at all otherwise."""
+
+    def __init__(self, engine, name: str):
+        from .dataflow import Graph
+        self.engine = engine
+        self.name = name
+        self.graph = Graph()
+        self.graph.builder = self
+        self.scope = self.graph.root
+        self.views: dict = {}
+        self.exports: dict = {}
+        self.uses: set = set()
+        self.sources: set = set()
+        self.variables: list = []
+        self._inputs: dict = {}
+        self._used: dict = {}
+        self.state = "building"
+        self.dataflow = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.state = "discarded"
+            return False
+        self.install()
+        return False
+
+    def _check_building(self):
+        if self.state != "building":
+            raise SchemaError(f"dataflow {self.name!r} is {self.state}; build new collections in a new "
+                              f"eng.dataflow(...) block")
+
+    def install(self):
+        self._check_building()
+        for v in self.variables:
+            if v.result is None:
+                raise SchemaError(f"the Variable defined at {v.site} was never set")
+        self.state = "installing"
+        try:
+            self.dataflow = self.engine._install(self)
+        except BaseException:
+            self.state = "discarded"
+            raise
+        self.state = "installed"
+        return self.dataflow
+
+    def loop(self) -> Scope:
+        """A new iterative scope for mutually recursive Variables."""
+        self._check_building()
+        return self.scope.loop()
+
+    def input(self, name: str) -> Collection:
+        """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes."""
+        self._check_building()
+        if name in self._inputs:
+            return self._inputs[name]
+        session = self.engine._inputs.get(name)
+        if session is None:
+            raise SchemaError(f"no input named {name!r}; inputs are {sorted(self.engine._inputs)}")
+        op = ImportOp(self.scope, session.trace, Site.capture(), name)
+        arr = Arranged(self, op, session.schema, self.scope, list(session.schema.names), [])
+        coll = arr.as_collection()
+        self.sources.add(session)
+        self._inputs[name] = coll
+        return coll
+
+    def use(self, name: str) -> Arranged:
+        """An exported arrangement, imported without re-indexing (milliseconds, whatever its size)."""
+        self._check_building()
+        if name in self._used:
+            return self._used[name]
+        entry = self.engine._catalog.get(name)
+        if entry is None:
+            raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has {sorted(self.engine._catalog)}")
+        op = ImportOp(self.scope, entry.trace, Site.capture(), name)
+        arr = Arranged(self, op, entry.schema, self.scope, entry.key_names, entry.val_names)
+        self.uses.add(name)
+        self._used[name] = arr
+        return arr
+
+
+def _out_schema_of(result, who, site) -> Schema:
+    if not isinstance(result, dict):
+        raise SchemaError(f"the {who} function at {site} must return a dict of columns, "
+                          f"got {type(result).__name__}")
+    names, dtypes = [], []
+    for n, v in result.items():
+        arr = np.asarray(v)
+        names.append(n)
+        dtypes.append(infer_dtype(arr) if arr.dtype.kind != "U" else "str")
+    return Schema(tuple(names), tuple(dtypes))
+
+
+def _compile_user_reduce(spec: ReduceSpec, kv: int, site):
+    """Compile the user's reduce function now, so type errors point at the dataflow definition."""
+    g_off = np.zeros(1, np.int64)
+    e = np.zeros(0, np.int64)
+    uv = np.zeros((kv, 0), np.float64 if spec.user_float else np.int64)
+    proto = np.empty((0, spec.out_kv), np.float64 if spec.out_float else np.int64)
+    try:
+        rk.reduce_apply_user(spec.fn, g_off, e, e, uv, proto)
+    except Exception as err:  # noqa: BLE001 - reported with the definition site
+        raise SchemaError(f"the reduce function at {site} does not compile for "
+                          f"values {uv.dtype} (m x {kv}) and int64 counts: {err}") from err

@@ -1,0 +1,242 @@
+"""The dataflow graph: scopes, messages, operators and progress tracking (DESIGN.md section 3, layer 5).
+
+Operators are created in build order, which is a topological order of the graph once loop feedback
+edges are set aside. Progress tracking is a fixed point over that order: the frontier of an operator's
+input is the meet of the lower bounds of the messages queued there and of its upstream operator's output
+frontier; an operator's output frontier is the meet of its capabilities (work it holds back) and its
+input frontier mapped through its path summary (enter adds a round, leave drops it, feedback adds 1).
+Operators run when they have messages or their frontier moved; many logical times travel in one
+physical message (K-Pg principle 1).
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import time
+
+from .lattice import Antichain
+
+_PKG_DIRS = tuple({os.path.dirname(os.path.abspath(__file__)),
+                   os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kpgnb")})
+
+
+class Site:
+    """Where in the user's code an operator was defined (for error messages)."""
+
+    __slots__ = ("filename", "lineno", "line")
+
+    def __init__(self, filename, lineno, line):
+        self.filename, self.lineno, self.line = filename, lineno, line
+
+    @classmethod
+    def capture(cls) -> "Site | None":
+        f = sys._getframe(1)
+        while f is not None:
+            fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") \
+                else f.f_code.co_filename
+            if not fn.startswith(_PKG_DIRS) and "importlib" not in fn:
+                line = linecache.getline(f.f_code.co_filename, f.f_lineno, f.f_globals).strip()
+                return cls(f.f_code.co_filename, f.f_lineno, line)
+            f = f.f_back
+        return None
+
+    def __str__(self):
+        fn = self.filename
+        if "ipykernel" in fn or fn.startswith("<ipython-input"):
+            where = f"cell line {self.lineno}"
+        else:
+            where = f"{os.path.basename(fn)}:{self.lineno}"
+        return f"{where}: {self.line}" if self.line else where
+
+
+class DataflowError(RuntimeError):
+    """An operator failed while running; the message says which operator and where it was defined."""
+
+
+# -- scopes and messages --------------------------------------------------------------------------
+
+class Scope:
+    """A timestamp domain: the dataflow's root (depth 1, the epoch) or an iterative scope nested in it
+    (each level adds one round coordinate)."""
+
+    def __init__(self, graph: "Graph", parent: "Scope | None" = None):
+        self.graph = graph
+        self.parent = parent
+        self.depth = 1 if parent is None else parent.depth + 1
+
+    def loop(self) -> "Scope":
+        """A new iterative scope nested in this one."""
+        return Scope(self.graph, self)
+
+    def is_ancestor_of(self, other: "Scope") -> bool:
+        s = other.parent
+        while s is not None:
+            if s is self:
+                return True
+            s = s.parent
+        return False
+
+    def __repr__(self):
+        return f"Scope(depth={self.depth})"
+
+
+class Updates:
+    """A message of unarranged updates: one UpdateBatch (or None) per worker shard."""
+
+    __slots__ = ("shards", "lower")
+
+    def __init__(self, shards, lower: Antichain):
+        self.shards = shards
+        self.lower = lower
+
+
+class Batches:
+    """A message of arranged batches: a tuple of batches per shard, covering [lower, upper) in the
+    receiving scope's times; ``native_upper`` is the upper in the trace's own times."""
+
+    __slots__ = ("shards", "lower", "upper", "native_upper")
+
+    def __init__(self, shards, lower: Antichain, upper: Antichain, native_upper: Antichain):
+        self.shards = shards
+        self.lower = lower
+        self.upper = upper
+        self.native_upper = native_upper
+
+
+# -- operators ----------------------------------------------------------------------------------
+
+class Operator:
+    """Base of all operators. Subclasses implement ``step``; they may override ``summary`` (how times
+    change from input to output), ``capabilities`` (times they may still emit at without new input),
+    ``install`` and ``release``."""
+
+    kind = "operator"
+    arranged = False  # whether the output stream carries Batches messages
+
+    def __init__(self, scope: Scope, inputs, site: Site | None = None):
+        self.scope = scope
+        self.graph = scope.graph
+        self.inputs = list(inputs)
+        self.consumers: list = []
+        for i, up in enumerate(self.inputs):
+            up.consumers.append((self, i))
+        self.queues = [[] for _ in self.inputs]
+        self.port_frontiers = [Antichain() for _ in self.inputs]
+        self.frontier = Antichain()
+        self.last_frontier = None
+        self.out_frontier = Antichain()
+        self.site = site
+        self.busy = 0.0
+        self.steps = 0
+        self.index = self.graph.add(self)
+
+    # -- progress -------------------------------------------------------------------------------
+    def summary(self, frontier: Antichain) -> Antichain:
+        return frontier
+
+    def capabilities(self) -> Antichain:
+        return Antichain()
+
+    def has_work(self) -> bool:
+        if self.frontier != self.last_frontier:
+            return True
+        for q in self.queues:
+            if q:
+                return True
+        return False
+
+    # -- data -------------------------------------------------------------------------------------
+    def take(self, port: int = 0) -> list:
+        q = self.queues[port]
+        if not q:
+            return q
+        self.queues[port] = []
+        return q
+
+    def send(self, msg):
+        for op, port in self.consumers:
+            op.queues[port].append(msg)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def install(self, rt):
+        """Called on the scheduler thread when the dataflow is installed."""
+
+    def release(self):
+        """Called when the dataflow is dropped: close handles, stop subscriptions."""
+
+    def step(self, rt):
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        where = f" (defined at {self.site})" if self.site else ""
+        return f"{self.kind}{where}"
+
+
+class Graph:
+    """The operators of one dataflow in build order, with progress tracking and the run loop."""
+
+    def __init__(self):
+        self.ops: list = []
+        self.root = Scope(self)
+        self.cyclic = False
+
+    def add(self, op: Operator) -> int:
+        self.ops.append(op)
+        return len(self.ops) - 1
+
+    def compute_frontiers(self):
+        ops = self.ops
+        for op in ops:
+            op.out_frontier = Antichain()
+        changed = True
+        while changed:
+            changed = False
+            for op in ops:
+                pf = []
+                inp = None
+                for i, up in enumerate(op.inputs):
+                    f = up.out_frontier
+                    for msg in op.queues[i]:
+                        f = f.meet(msg.lower)
+                    pf.append(f)
+                    inp = f if inp is None else inp.meet(f)
+                if inp is None:
+                    inp = Antichain()
+                op.port_frontiers = pf
+                op.frontier = inp
+                out = op.summary(inp)
+                caps = op.capabilities()
+                if caps.elements:
+                    out = out.meet(caps)
+                if out != op.out_frontier:
+                    op.out_frontier = out
+                    changed = True
+            if not self.cyclic:
+                break
+
+    def run(self, rt) -> bool:
+        """Run operators until none has work. Returns whether anything ran."""
+        did = False
+        while True:
+            self.compute_frontiers()
+            ran = False
+            for op in self.ops:
+                if op.has_work():
+                    op.last_frontier = op.frontier
+                    t0 = time.perf_counter()
+                    try:
+                        op.step(rt)
+                    except DataflowError:
+                        raise
+                    except BaseException as e:  # noqa: BLE001 - re-raised with the operator named
+                        raise DataflowError(f"{op.describe()} failed: {type(e).__name__}: {e}") from e
+                    op.busy += time.perf_counter() - t0
+                    op.steps += 1
+                    ran = True
+            if not ran:
+                return did
+            did = True
+
+    def pending(self) -> bool:
+        return any(op.has_work() for op in self.ops)

@@ -1,0 +1,488 @@
+"""Reduce kernels, correct for partially ordered times (K-Pg section 5.3.2).
+
+Per key, the output may change at any lub of input times, including lubs that never appear in the input.
+The work is split in three phases so that the user's function never sits inside the cached kernels:
+
+1. ``reduce_times``: from the seed times (new input times and pending work), the closure of lubs with the
+   key's input history; the closure times not in advance of the input frontier are ready (the rest is
+   future pending work); for each ready time, the key's input accumulated as of that time.
+2. ``reduce_apply`` (built-in reductions) or ``reduce_apply_user`` (a user's ``@njit`` function): the
+   desired output for each (key, ready time).
+3. ``reduce_diff``: in time order per key, the desired output minus the output accumulated so far
+   (history plus corrections already made at earlier times) gives the corrections to emit.
+"""
+import numpy as np
+from numba import njit
+
+from . import kernel
+from .rows import cmp_cols, in_advance, leq_time
+from .sort import sort_index_segment
+
+COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
+MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
+
+
+@kernel
+def _grow1(a, need):
+    if need <= a.shape[0]:
+        return a
+    b = np.empty(max(need, 2 * a.shape[0]), a.dtype)
+    b[:a.shape[0]] = a
+    return b
+
+
+@kernel
+def _grow_rows(a, need):
+    if need <= a.shape[0]:
+        return a
+    b = np.empty((max(need, 2 * a.shape[0]), a.shape[1]), a.dtype)
+    b[:a.shape[0]] = a
+    return b
+
+
+@kernel
+def _grow_cols(a, need):
+    if need <= a.shape[1]:
+        return a
+    b = np.empty((a.shape[0], max(need, 2 * a.shape[1])), a.dtype)
+    b[:, :a.shape[1]] = a
+    return b
+
+
+@kernel
+def _find_row(buf, n, times, r):
+    """Index of time row times[r] among buf[:n], or -1."""
+    d = times.shape[1]
+    for i in range(n):
+        same = True
+        for c in range(d):
+            if buf[i, c] != times[r, c]:
+                same = False
+                break
+        if same:
+            return i
+    return -1
+
+
+@kernel
+def _sort_time_rows(buf, idx, n):
+    """Insertion sort of idx[:n] by the lexicographic order of buf rows."""
+    d = buf.shape[1]
+    for a in range(1, n):
+        x = idx[a]
+        b = a - 1
+        while b >= 0:
+            y = idx[b]
+            c = 0
+            for q in range(d):
+                if buf[y, q] != buf[x, q]:
+                    c = 1 if buf[y, q] > buf[x, q] else -1
+                    break
+            if c <= 0:
+                break
+            idx[b + 1] = y
+            b -= 1
+        idx[b + 1] = x
+
+
+@kernel
+def reduce_times(ioff, ivals, itimes, idiffs, soff, stimes, upper, counts_only):
+    """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
+    at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
+    multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1]; (f_key, f_time) is future work."""
+    m = ioff.shape[0] - 1
+    d = itimes.shape[1]
+    N = ivals.shape[1]
+    g_key = np.empty(16, np.int64)
+    g_time = np.empty((16, d), np.int64)
+    g_off = np.empty(17, np.int64)
+    acc_row = np.empty(16, np.int64)
+    acc_cnt = np.empty(16, np.int64)
+    f_key = np.empty(4, np.int64)
+    f_time = np.empty((4, d), np.int64)
+    ng = 0
+    na = 0
+    nf = 0
+    H = np.empty((16, d), np.int64)
+    C = np.empty((16, d), np.int64)
+    ready = np.empty(16, np.int64)
+    lubrow = np.empty((1, d), np.int64)
+    nokeys = np.empty((0, N), np.int64)
+    notimes = np.empty((N, 0), np.int64)
+    idx = np.empty(0, np.int64)
+    tmp = np.empty(0, np.int64)
+    for p in range(m):
+        s0 = soff[p]
+        s1 = soff[p + 1]
+        if s1 == s0:
+            continue
+        r0 = ioff[p]
+        r1 = ioff[p + 1]
+        nh = 0
+        for r in range(r0, r1):
+            if _find_row(H, nh, itimes, r) < 0:
+                H = _grow_rows(H, nh + 1)
+                for c in range(d):
+                    H[nh, c] = itimes[r, c]
+                nh += 1
+        nc = 0
+        for s in range(s0, s1):
+            if _find_row(C, nc, stimes, s) < 0:
+                C = _grow_rows(C, nc + 1)
+                for c in range(d):
+                    C[nc, c] = stimes[s, c]
+                nc += 1
+        i = 0
+        while i < nc:
+            for h in range(nh):
+                for c in range(d):
+                    lubrow[0, c] = max(C[i, c], H[h, c])
+                if _find_row(C, nc, lubrow, 0) < 0:
+                    C = _grow_rows(C, nc + 1)
+                    for c in range(d):
+                        C[nc, c] = lubrow[0, c]
+                    nc += 1
+            i += 1
+        nready = 0
+        ready = _grow1(ready, nc)
+        for i in range(nc):
+            if in_advance(C, i, upper):
+                f_key = _grow1(f_key, nf + 1)
+                f_time = _grow_rows(f_time, nf + 1)
+                f_key[nf] = p
+                for c in range(d):
+                    f_time[nf, c] = C[i, c]
+                nf += 1
+            else:
+                ready[nready] = i
+                nready += 1
+        if nready == 0:
+            continue
+        _sort_time_rows(C, ready, nready)
+        nrows = r1 - r0
+        if not counts_only:
+            if idx.shape[0] < nrows:
+                idx = np.empty(nrows, np.int64)
+                tmp = np.empty(nrows, np.int64)
+            for r in range(nrows):
+                idx[r] = r0 + r
+            # tmp is indexed by absolute positions in sort_index_segment's merge sort: sort a local frame
+            sort_index_segment(idx, 0, nrows, nokeys, ivals, notimes, tmp)
+        for q in range(nready):
+            ci = ready[q]
+            g_key = _grow1(g_key, ng + 1)
+            g_time = _grow_rows(g_time, ng + 1)
+            g_off = _grow1(g_off, ng + 2)
+            g_key[ng] = p
+            for c in range(d):
+                g_time[ng, c] = C[ci, c]
+            g_off[ng] = na
+            if counts_only:
+                total = 0
+                for r in range(r0, r1):
+                    if leq_time(itimes, r, C, ci):
+                        total += idiffs[r]
+                if total != 0:
+                    acc_row = _grow1(acc_row, na + 1)
+                    acc_cnt = _grow1(acc_cnt, na + 1)
+                    acc_row[na] = r0
+                    acc_cnt[na] = total
+                    na += 1
+            else:
+                a = 0
+                while a < nrows:
+                    ra = idx[a]
+                    total = 0
+                    b = a
+                    while b < nrows and cmp_cols(ivals, idx[b], ivals, ra) == 0:
+                        rb = idx[b]
+                        if leq_time(itimes, rb, C, ci):
+                            total += idiffs[rb]
+                        b += 1
+                    if total != 0:
+                        acc_row = _grow1(acc_row, na + 1)
+                        acc_cnt = _grow1(acc_cnt, na + 1)
+                        acc_row[na] = ra
+                        acc_cnt[na] = total
+                        na += 1
+                    a = b
+            ng += 1
+    g_off = _grow1(g_off, ng + 1)
+    g_off[ng] = na
+    return (g_key[:ng].copy(), g_time[:ng].copy(), g_off[:ng + 1].copy(), acc_row[:na].copy(),
+            acc_cnt[:na].copy(), f_key[:nf].copy(), f_time[:nf].copy())
+
+
+@kernel
+def _before(mode, ivals, fvals, rank, col, r1, r2):
+    """Whether row r1's `col` value orders strictly before row r2's."""
+    if mode == MODE_FLOAT:
+        return fvals[col, r1] < fvals[col, r2]
+    if mode == MODE_RANK:
+        return rank[ivals[col, r1]] < rank[ivals[col, r2]]
+    return ivals[col, r1] < ivals[col, r2]
+
+
+@kernel
+def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, rank, mode, col, k, desc, out, outf):
+    """Phase 2 for built-in reductions. ``out`` (ko x len(acc_row)) receives output values (``outf`` is
+    its float64 view); returns (des_off, des_cnt, rows used)."""
+    G = g_off.shape[0] - 1
+    A = acc_row.shape[0]
+    kv = ivals.shape[0]
+    des_off = np.empty(G + 1, np.int64)
+    des_cnt = np.empty(max(A, 1), np.int64)
+    n = 0
+    cand = np.empty(max(A, 1), np.int64)
+    for g in range(G):
+        des_off[g] = n
+        a0 = g_off[g]
+        a1 = g_off[g + 1]
+        if a1 == a0:
+            continue
+        if op == COUNT:
+            total = 0
+            for a in range(a0, a1):
+                total += acc_cnt[a]
+            if total != 0:
+                out[0, n] = total
+                des_cnt[n] = 1
+                n += 1
+        elif op == SUM:
+            if mode == MODE_FLOAT:
+                fs = 0.0
+                for a in range(a0, a1):
+                    fs += fvals[col, acc_row[a]] * acc_cnt[a]
+                outf[0, n] = fs
+            else:
+                s = 0
+                for a in range(a0, a1):
+                    s += ivals[col, acc_row[a]] * acc_cnt[a]
+                out[0, n] = s
+            des_cnt[n] = 1
+            n += 1
+        elif op == MIN or op == MAX or op == ARGMIN or op == ARGMAX:
+            best = -1
+            for a in range(a0, a1):
+                if acc_cnt[a] <= 0:
+                    continue
+                r = acc_row[a]
+                if best < 0:
+                    best = r
+                elif op == MIN or op == ARGMIN:
+                    if _before(mode, ivals, fvals, rank, col, r, best):
+                        best = r
+                elif _before(mode, ivals, fvals, rank, col, best, r):
+                    best = r
+            if best >= 0:
+                if op == MIN or op == MAX:
+                    out[0, n] = ivals[col, best]
+                else:
+                    for c in range(kv):
+                        out[c, n] = ivals[c, best]
+                des_cnt[n] = 1
+                n += 1
+        elif op == DISTINCT or op == THRESHOLD:
+            for a in range(a0, a1):
+                if op == DISTINCT and acc_cnt[a] <= 0:
+                    continue
+                for c in range(kv):
+                    out[c, n] = ivals[c, acc_row[a]]
+                des_cnt[n] = 1 if op == DISTINCT else acc_cnt[a]
+                n += 1
+        elif op == TOPK:
+            nc = 0
+            for a in range(a0, a1):
+                if acc_cnt[a] > 0:
+                    cand[nc] = a
+                    nc += 1
+            # stable insertion-merge by the order column (ties keep value order)
+            for x in range(1, nc):
+                v = cand[x]
+                y = x - 1
+                while y >= 0:
+                    if desc:
+                        later = _before(mode, ivals, fvals, rank, col, acc_row[cand[y]], acc_row[v])
+                    else:
+                        later = _before(mode, ivals, fvals, rank, col, acc_row[v], acc_row[cand[y]])
+                    if not later:
+                        break
+                    cand[y + 1] = cand[y]
+                    y -= 1
+                cand[y + 1] = v
+            left = k
+            for x in range(nc):
+                if left <= 0:
+                    break
+                a = cand[x]
+                take = min(acc_cnt[a], left)
+                for c in range(kv):
+                    out[c, n] = ivals[c, acc_row[a]]
+                des_cnt[n] = take
+                left -= take
+                n += 1
+    des_off[G] = n
+    return des_off, des_cnt[:n].copy(), n
+
+
+@njit(nogil=True)
+def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
+    """Phase 2 with a user function fn(values (m x kv), counts (m,)) -> (out (p x ko), counts (p,)).
+    ``proto`` is an empty (0 x ko) array of the output dtype. Compiled per user function (not cached:
+    the function is an argument)."""
+    G = g_off.shape[0] - 1
+    kv = uvals.shape[0]
+    ko = proto.shape[1]
+    des_off = np.empty(G + 1, np.int64)
+    out = np.empty((max(16, G), ko), proto.dtype)
+    des_cnt = np.empty(max(16, G), np.int64)
+    n = 0
+    for g in range(G):
+        des_off[g] = n
+        a0 = g_off[g]
+        a1 = g_off[g + 1]
+        m = a1 - a0
+        vals = np.empty((m, kv), uvals.dtype)
+        cnts = np.empty(m, np.int64)
+        for a in range(m):
+            for c in range(kv):
+                vals[a, c] = uvals[c, acc_row[a0 + a]]
+            cnts[a] = acc_cnt[a0 + a]
+        o, oc = fn(vals, cnts)
+        p = o.shape[0]
+        if o.shape[1] != ko or oc.shape[0] != p:
+            raise ValueError("the reduce function returned arrays of the wrong shape")
+        if n + p > out.shape[0]:
+            cap = max(n + p, 2 * out.shape[0])
+            bigger = np.empty((cap, ko), proto.dtype)
+            bigger[:n] = out[:n]
+            out = bigger
+            bc = np.empty(cap, np.int64)
+            bc[:n] = des_cnt[:n]
+            des_cnt = bc
+        for q in range(p):
+            for c in range(ko):
+                out[n + q, c] = o[q, c]
+            des_cnt[n + q] = oc[q]
+        n += p
+    des_off[G] = n
+    return des_off, des_cnt[:n].copy(), out[:n].copy()
+
+
+@kernel
+def _sort_by_vals(idx, n, vals, tmp, notimes, nokeys):
+    sort_index_segment(idx, 0, n, nokeys, vals, notimes, tmp)
+
+
+@kernel
+def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs):
+    """Phase 3: corrections (c_key, c_vals, c_time, c_diff) making the output accumulate, at every ready
+    time, to the desired output."""
+    G = g_key.shape[0]
+    ko = des_vals.shape[0]
+    d = g_time.shape[1]
+    c_key = np.empty(16, np.int64)
+    c_vals = np.empty((ko, 16), np.int64)
+    c_time = np.empty((16, d), np.int64)
+    c_diff = np.empty(16, np.int64)
+    nc = 0
+    w_vals = np.empty((ko, 16), np.int64)
+    w_time = np.empty((16, d), np.int64)
+    w_diff = np.empty(16, np.int64)
+    cur = np.empty(16, np.int64)
+    des = np.empty(16, np.int64)
+    tmp = np.empty(16, np.int64)
+    g = 0
+    while g < G:
+        p = g_key[g]
+        ge = g
+        while ge < G and g_key[ge] == p:
+            ge += 1
+        nw = 0
+        h0 = ooff[p]
+        h1 = ooff[p + 1]
+        w_vals = _grow_cols(w_vals, h1 - h0)
+        w_time = _grow_rows(w_time, h1 - h0)
+        w_diff = _grow1(w_diff, h1 - h0)
+        for r in range(h0, h1):
+            for c in range(ko):
+                w_vals[c, nw] = ovals[c, r]
+            for c in range(d):
+                w_time[nw, c] = otimes[r, c]
+            w_diff[nw] = odiffs[r]
+            nw += 1
+        for q in range(g, ge):
+            # output accumulated at this time, sorted by value
+            ncur = 0
+            cur = _grow1(cur, nw)
+            tmp = _grow1(tmp, max(nw, des_off[q + 1] - des_off[q]))
+            for r in range(nw):
+                if leq_time(w_time, r, g_time, q):
+                    cur[ncur] = r
+                    ncur += 1
+            _sort_by_vals(cur, ncur, w_vals, tmp, np.empty((w_vals.shape[1], 0), np.int64),
+                          np.empty((0, w_vals.shape[1]), np.int64))
+            nd = 0
+            des = _grow1(des, des_off[q + 1] - des_off[q])
+            for r in range(des_off[q], des_off[q + 1]):
+                if des_cnt[r] != 0:
+                    des[nd] = r
+                    nd += 1
+            _sort_by_vals(des, nd, des_vals, tmp, np.empty((des_vals.shape[1], 0), np.int64),
+                          np.empty((0, des_vals.shape[1]), np.int64))
+            i = 0
+            j = 0
+            while i < ncur or j < nd:
+                # next value: the smaller of the current and desired heads
+                if i >= ncur:
+                    o = 1
+                elif j >= nd:
+                    o = -1
+                else:
+                    o = cmp_cols(w_vals, cur[i], des_vals, des[j])
+                have = 0
+                want = 0
+                if o <= 0:
+                    vi = cur[i]
+                    while i < ncur and cmp_cols(w_vals, cur[i], w_vals, vi) == 0:
+                        have += w_diff[cur[i]]
+                        i += 1
+                    if o == 0:
+                        vj = des[j]
+                        while j < nd and cmp_cols(des_vals, des[j], des_vals, vj) == 0:
+                            want += des_cnt[des[j]]
+                            j += 1
+                    src_is_w = True
+                    src = vi
+                else:
+                    vj = des[j]
+                    while j < nd and cmp_cols(des_vals, des[j], des_vals, vj) == 0:
+                        want += des_cnt[des[j]]
+                        j += 1
+                    src_is_w = False
+                    src = vj
+                delta = want - have
+                if delta != 0:
+                    c_key = _grow1(c_key, nc + 1)
+                    c_vals = _grow_cols(c_vals, nc + 1)
+                    c_time = _grow_rows(c_time, nc + 1)
+                    c_diff = _grow1(c_diff, nc + 1)
+                    w_vals = _grow_cols(w_vals, nw + 1)
+                    w_time = _grow_rows(w_time, nw + 1)
+                    w_diff = _grow1(w_diff, nw + 1)
+                    for c in range(ko):
+                        v = w_vals[c, src] if src_is_w else des_vals[c, src]
+                        c_vals[c, nc] = v
+                        w_vals[c, nw] = v
+                    for c in range(d):
+                        c_time[nc, c] = g_time[q, c]
+                        w_time[nw, c] = g_time[q, c]
+                    c_key[nc] = p
+                    c_diff[nc] = delta
+                    w_diff[nw] = delta
+                    nc += 1
+                    nw += 1
+                    cur = _grow1(cur, nw)
+                    tmp = _grow1(tmp, nw)
+        g = ge
+    return c_key[:nc].copy(), c_vals[:, :nc].copy(), c_time[:nc].copy(), c_diff[:nc].copy()

@@ -1,0 +1,353 @@
+"""Stateless operators over update messages: map, filter, flat_map, concat, negate, inspect, and the
+scope operators enter, leave and the loop's variable/feedback pair."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..columns import SchemaError, UpdateBatch, decode_column, encode_column, infer_dtype
+from ..dataflow import Batches, Operator, Updates
+from ..lattice import Antichain
+
+
+def _per_shard(rt, fn, shards):
+    """Apply fn to every non-empty shard batch (in parallel on the pool when there is enough work)."""
+    work = [i for i, b in enumerate(shards) if b is not None and len(b)]
+    out = [None] * len(shards)
+    if not work:
+        return out
+    big = sum(len(shards[i]) for i in work) > 50_000
+    res = rt.run(lambda i: fn(shards[i]), work, parallel=big)
+    for i, r in zip(work, res):
+        out[i] = r
+    return out
+
+
+class UserFunctionOp(Operator):
+    """Base for operators calling a vectorized user function with the columns its parameters name."""
+
+    def __init__(self, scope, input, fn, params, schema, symbols, site):
+        super().__init__(scope, [input], site)
+        self.fn = fn
+        self.params = params  # names of the input columns the function takes (None: all, as **kwargs)
+        self.in_schema = schema
+        self.symbols = symbols
+
+    def user_columns(self, batch: UpdateBatch) -> dict:
+        names = self.params if self.params is not None else self.in_schema.names
+        return {n: decode_column(batch.data[self.in_schema.index(n)], self.in_schema.dtype(n), self.symbols)
+                for n in names}
+
+    def call(self, batch: UpdateBatch):
+        return self.fn(**self.user_columns(batch))
+
+
+def encode_outputs(result, schema, n: int, symbols, who: str) -> np.ndarray:
+    """Turn a user function's dict of output columns into the engine's int64 column matrix."""
+    if not isinstance(result, dict):
+        raise SchemaError(f"{who} must return a dict of columns, got {type(result).__name__}")
+    missing = [c for c in schema.names if c not in result]
+    extra = [c for c in result if c not in schema.names]
+    if missing or extra:
+        raise SchemaError(f"{who} returned columns {list(result)}; the dataflow was built with "
+                          f"{list(schema.names)}")
+    data = np.empty((len(schema), n), np.int64)
+    for i, (name, dtype) in enumerate(zip(schema.names, schema.dtypes)):
+        col = result[name]
+        arr = np.asarray(col)
+        if arr.ndim == 0:
+            arr = np.broadcast_to(arr, (n,))
+        if arr.shape != (n,):
+            raise SchemaError(f"{who} returned column {name!r} of shape {arr.shape}; expected ({n},)")
+        got = infer_dtype(arr) if arr.size else dtype
+        if got != dtype and not (dtype == "float64" and got in ("int64", "bool")) \
+                and not (dtype == "int64" and got == "bool"):
+            raise SchemaError(f"{who} returned {got} values for column {name!r}, which the dataflow declared "
+                              f"{dtype}; pass out={{'{name}': '{got}'}} to declare it")
+        data[i] = encode_column(arr, dtype, symbols, name)
+    return data
+
+
+class MapOp(UserFunctionOp):
+    kind = "map"
+
+    def __init__(self, scope, input, fn, params, in_schema, out_schema, symbols, site):
+        super().__init__(scope, input, fn, params, in_schema, symbols, site)
+        self.out_schema = out_schema
+
+    def step(self, rt):
+        for msg in self.take():
+            def one(b):
+                data = encode_outputs(self.call(b), self.out_schema, len(b), self.symbols, "the map function")
+                return UpdateBatch(data, b.times, b.diffs)
+            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+
+
+class FilterOp(UserFunctionOp):
+    kind = "filter"
+
+    def step(self, rt):
+        for msg in self.take():
+            def one(b):
+                keep = np.asarray(self.call(b))
+                if keep.ndim == 0:
+                    keep = np.broadcast_to(keep, (len(b),))
+                if keep.shape != (len(b),) or keep.dtype.kind != "b":
+                    raise SchemaError(f"the filter function must return a boolean array of length {len(b)}, "
+                                      f"got dtype {keep.dtype} and shape {keep.shape}")
+                return b if keep.all() else b.take(np.flatnonzero(keep))
+            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+
+
+class FlatMapOp(UserFunctionOp):
+    """The function returns (columns, index) where index[i] is the input row of output row i, or
+    with repeat=True (columns, counts) where counts[j] is how many output rows input row j makes."""
+
+    kind = "flat_map"
+
+    def __init__(self, scope, input, fn, params, in_schema, out_schema, symbols, site, repeat=False):
+        super().__init__(scope, input, fn, params, in_schema, symbols, site)
+        self.out_schema = out_schema
+        self.repeat = repeat
+
+    def step(self, rt):
+        for msg in self.take():
+            def one(b):
+                res = self.call(b)
+                if not (isinstance(res, tuple) and len(res) == 2):
+                    raise SchemaError("the flat_map function must return (columns, "
+                                      + ("counts)" if self.repeat else "index)"))
+                cols, how = res
+                how = np.asarray(how, dtype=np.int64).reshape(-1)
+                if self.repeat:
+                    if how.shape != (len(b),) or (how < 0).any():
+                        raise SchemaError(f"flat_map counts must be {len(b)} non-negative integers")
+                    idx = np.repeat(np.arange(len(b)), how)
+                else:
+                    if len(how) and (how.min() < 0 or how.max() >= len(b)):
+                        raise SchemaError(f"flat_map index values must lie in [0, {len(b)})")
+                    idx = how
+                data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function")
+                return UpdateBatch(data, b.times[idx], b.diffs[idx])
+            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+
+
+class InspectOp(UserFunctionOp):
+    """Calls fn(columns, times, diffs) for every batch and passes the updates through unchanged."""
+
+    kind = "inspect"
+
+    def step(self, rt):
+        for msg in self.take():
+            for b in msg.shards:
+                if b is not None and len(b):
+                    cols = {n: decode_column(b.data[i], d, self.symbols)
+                            for i, (n, d) in enumerate(zip(self.in_schema.names, self.in_schema.dtypes))}
+                    self.fn(cols, b.times, b.diffs)
+            self.send(msg)
+
+
+class ConcatOp(Operator):
+    kind = "concat"
+
+    def __init__(self, scope, inputs, perms, site):
+        super().__init__(scope, inputs, site)
+        self.perms = perms  # per input: column order to match the first input's schema (None: same)
+
+    def step(self, rt):
+        for port in range(len(self.inputs)):
+            perm = self.perms[port]
+            for msg in self.take(port):
+                if perm is not None:
+                    msg = Updates([None if b is None else UpdateBatch(b.data[perm], b.times, b.diffs)
+                                   for b in msg.shards], msg.lower)
+                self.send(msg)
+
+
+class NegateOp(Operator):
+    kind = "negate"
+
+    def step(self, rt):
+        for msg in self.take():
+            self.send(Updates([None if b is None else UpdateBatch(b.data, b.times, -b.diffs) for b in msg.shards],
+                              msg.lower))
+
+
+class ProjectOp(Operator):
+    """Select (and reorder) columns: a cheap map that runs no user code."""
+
+    kind = "project"
+
+    def __init__(self, scope, input, cols, site):
+        super().__init__(scope, [input], site)
+        self.cols = np.asarray(cols, np.int64)
+
+    def step(self, rt):
+        for msg in self.take():
+            self.send(Updates([None if b is None else UpdateBatch(b.data[self.cols], b.times, b.diffs)
+                               for b in msg.shards], msg.lower))
+
+
+# -- scopes -------------------------------------------------------------------------------------
+
+def _extend(frontier: Antichain) -> Antichain:
+    return frontier.map(lambda t: t + (0,))
+
+
+def _truncate(frontier: Antichain) -> Antichain:
+    return frontier.map(lambda t: t[:-1])
+
+
+class EnterOp(Operator):
+    """Bring a collection into a nested scope: time t becomes (t, 0)."""
+
+    kind = "enter"
+
+    def summary(self, frontier):
+        return _extend(frontier)
+
+    def step(self, rt):
+        for msg in self.take():
+            self.send(Updates([None if b is None else
+                               UpdateBatch(b.data, np.concatenate([b.times, np.zeros((len(b), 1), np.int64)], 1),
+                                           b.diffs) for b in msg.shards], _extend(msg.lower)))
+
+
+class LeaveOp(Operator):
+    """Return a collection to the enclosing scope: (t, round) becomes t, so the outer collection
+    accumulates every round's changes, i.e. the fixed point."""
+
+    kind = "leave"
+
+    def summary(self, frontier):
+        return _truncate(frontier)
+
+    def step(self, rt):
+        for msg in self.take():
+            self.send(Updates([None if b is None else UpdateBatch(b.data, np.ascontiguousarray(b.times[:, :-1]),
+                                                                  b.diffs) for b in msg.shards],
+                              _truncate(msg.lower)))
+
+
+class VariableOp(Operator):
+    """A loop variable: the collection is its (entered) initial value plus what the feedback edge
+    returns one round later."""
+
+    kind = "variable"
+
+    def __init__(self, scope, initial, site):
+        super().__init__(scope, [initial], site)
+        self.feedback = None
+
+    def connect(self, feedback: "FeedbackOp"):
+        self.inputs.append(feedback)
+        feedback.consumers.append((self, 1))
+        self.queues.append([])
+        self.port_frontiers.append(Antichain())
+        self.graph.cyclic = True
+
+    def step(self, rt):
+        for port in range(len(self.inputs)):
+            for msg in self.take(port):
+                self.send(msg)
+
+
+class FeedbackOp(Operator):
+    """The back edge of a loop: round r becomes r + 1. With ``max_rounds`` it drops updates that would
+    reach that round."""
+
+    kind = "feedback"
+
+    def __init__(self, scope, input, site, max_rounds=None):
+        super().__init__(scope, [input], site)
+        self.max_rounds = max_rounds
+
+    def summary(self, frontier):
+        out = Antichain()
+        for t in frontier.elements:
+            if self.max_rounds is None or t[-1] + 1 < self.max_rounds:
+                out.insert(t[:-1] + (t[-1] + 1,))
+        return out
+
+    def step(self, rt):
+        for msg in self.take():
+            shards = []
+            for b in msg.shards:
+                if b is None or not len(b):
+                    shards.append(None)
+                    continue
+                t = b.times.copy()
+                t[:, -1] += 1
+                if self.max_rounds is not None:
+                    keep = t[:, -1] < self.max_rounds
+                    if not keep.all():
+                        b = b.take(np.flatnonzero(keep))
+                        t = t[keep]
+                shards.append(UpdateBatch(b.data, t, b.diffs))
+            lower = self.summary(msg.lower)
+            if lower.elements:
+                self.send(Updates(shards, lower))
+
+
+class FlattenOp(Operator):
+    """An arranged stream as a stream of updates (key columns, then value columns)."""
+
+    kind = "as_collection"
+
+    def __init__(self, scope, input, site):
+        super().__init__(scope, [input], site)
+
+    def step(self, rt):
+        lens = self.inputs[0].lens
+        for msg in self.take():
+            shards = []
+            for batches in msg.shards:
+                parts = [b for b in batches if len(b)]
+                if not parts:
+                    shards.append(None)
+                    continue
+                data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
+                times = np.concatenate([b.times for b in parts], axis=0)
+                diffs = np.concatenate([b.diffs for b in parts])
+                shards.append(UpdateBatch(data, times if lens.identity else lens.apply(times), diffs))
+            self.send(Updates(shards, msg.lower))
+
+
+class EnterArrangedOp(Operator):
+    """An arrangement entering a nested scope by wrapping: the same trace and batches, read through a
+    lens that appends a zero round. Nothing is copied."""
+
+    kind = "enter_arranged"
+    arranged = True
+
+    def __init__(self, scope, input, site):
+        super().__init__(scope, [input], site)
+
+    @property
+    def lens(self):
+        return self.inputs[0].lens.entered()
+
+    @property
+    def trace(self):
+        return self.inputs[0].trace
+
+    def summary(self, frontier):
+        return _extend(frontier)
+
+    def step(self, rt):
+        for msg in self.take():
+            self.send(Batches(msg.shards, _extend(msg.lower), _extend(msg.upper), msg.native_upper))
+
+
+class EmptyOp(Operator):
+    """A source that never sends anything (the initial value of a Variable defined without one)."""
+
+    kind = "empty"
+
+    def __init__(self, scope, site=None):
+        super().__init__(scope, [], site)
+
+    def has_work(self):
+        return False
+
+    def step(self, rt):
+        pass

@@ -1,0 +1,163 @@
+"""The join operator (K-Pg section 5.3.1): bilinear over two arrangements.
+
+New batches of one input are joined with the other input's trace as of the batches already
+acknowledged from it (each handle's physical frontier keeps a batch boundary there), so that
+dA x B_old + A_new x dB counts every pair exactly once. The side with fewer keys drives the seeks,
+so the work follows the smaller side even when the other is a freshly imported 10M-record trace.
+Output is produced in bounded chunks ("futures"): the operator holds a capability for the rest and
+resumes on the next scheduling pass, after downstream operators consumed the previous chunk.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..columns import UpdateBatch
+from ..dataflow import Operator, Updates
+from ..kernels.join import join_product, product_size
+from ..lattice import Antichain
+from ..trace import Cursor
+
+CHUNK = 1 << 20  # output rows per shard per step
+
+
+class _Product:
+    """The remaining output of one shard's dA x B (or A x dB) join."""
+
+    __slots__ = ("pkeys", "ha", "hb", "pos")
+
+    def __init__(self, pkeys, ha, hb):
+        self.pkeys, self.ha, self.hb, self.pos = pkeys, ha, hb, 0
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= len(self.ha.off) - 1
+
+    def next_chunk(self, limit: int):
+        ha, hb = self.ha, self.hb
+        end, total = product_size(ha.off, hb.off, self.pos, limit)
+        start, self.pos = self.pos, end
+        if total == 0:
+            return None
+        probe, arow, brow, times, diffs = join_product(ha.off, ha.times, ha.diffs, hb.off, hb.times, hb.diffs,
+                                                       start, end, total)
+        data = np.concatenate([self.pkeys[:, probe], ha.vals[:, arow], hb.vals[:, brow]], axis=0)
+        return UpdateBatch(data, times, diffs)
+
+
+def project(frontier: Antichain, lens) -> Antichain:
+    """A frontier in a reader's scope, mapped back to the trace's own times (dropping entered rounds)."""
+    if lens.extend:
+        return Antichain(t[:-lens.extend] for t in frontier.elements)
+    return frontier
+
+
+class JoinOp(Operator):
+    kind = "join"
+
+    def __init__(self, scope, left, right, workers, site=None):
+        super().__init__(scope, [left, right], site)
+        self.workers = workers
+        self.handles = [None, None]
+        self.acks = [None, None]
+        self.lenses = [None, None]
+        self.shape = [None, None]  # (kv, native depth) per side
+        self.futures = deque()     # (lower, [product per shard])
+
+    def install(self, rt):
+        for side, up in enumerate(self.inputs):
+            trace = up.trace
+            zero = Antichain([(0,) * trace.depth])
+            self.handles[side] = trace.handle(logical=trace.logical, physical=zero)
+            self.acks[side] = zero
+            self.lenses[side] = up.lens
+            self.shape[side] = (trace.kv, trace.depth)
+
+    def release(self):
+        for h in self.handles:
+            if h is not None:
+                h.close()
+        self.handles = [None, None]
+
+    def capabilities(self):
+        out = Antichain()
+        for lower, _ in self.futures:
+            out = out.meet(lower)
+        return out
+
+    def has_work(self):
+        return bool(self.futures) or super().has_work()
+
+    def step(self, rt):
+        for side in (0, 1):
+            msgs = self.take(side)
+            if not msgs:
+                continue
+            other = 1 - side
+            W = self.workers
+            delta = [tuple(b for m in msgs for b in m.shards[s] if len(b)) for s in range(W)]
+            lower = msgs[0].lower
+            for m in msgs[1:]:
+                lower = lower.meet(m.lower)
+            h = self.handles[other]
+            if h is not None:
+                through = self.acks[other]
+                olds = [h.batches(s, through) for s in range(W)]
+                def prep(s):
+                    sides = (delta[s], olds[s]) if side == 0 else (olds[s], delta[s])
+                    return self._prepare(*sides)
+                big = sum(len(b) for bs in delta for b in bs) > 50_000
+                products = rt.run(prep, range(W), parallel=big)
+                if any(p is not None for p in products):
+                    self.futures.append((lower, products))
+            self.acks[side] = msgs[-1].native_upper
+        self._produce(rt)
+        self._compact()
+
+    def _prepare(self, a_batches, b_batches):
+        a = [b for b in a_batches if len(b)]
+        b = [x for x in b_batches if len(x)]
+        if not a or not b:
+            return None
+        (kva, da), (kvb, db) = self.shape
+        ca = Cursor(a, kva, da, self.lenses[0])
+        cb = Cursor(b, kvb, db, self.lenses[1])
+        na = sum(x.nkeys for x in a)
+        nb = sum(x.nkeys for x in b)
+        pkh, pkeys = (ca if na <= nb else cb).keys()
+        ha = ca.seek(pkh, pkeys)
+        hb = cb.seek(pkh, pkeys)
+        if not len(ha) or not len(hb):
+            return None
+        return _Product(pkeys, ha, hb)
+
+    def _produce(self, rt):
+        if not self.futures:
+            return
+        lower, products = self.futures[0]
+        live = [i for i, p in enumerate(products) if p is not None and not p.done]
+        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK), live, parallel=len(live) > 1)
+        shards = [None] * self.workers
+        for i, c in zip(live, chunks):
+            shards[i] = c
+        if any(c is not None for c in shards):
+            self.send(Updates(shards, lower))
+        if all(p is None or p.done for p in products):
+            self.futures.popleft()
+
+    def _compact(self):
+        for side in (0, 1):
+            h = self.handles[side]
+            if h is None:
+                continue
+            other_frontier = self.port_frontiers[1 - side]
+            if not other_frontier.elements:
+                # the other input is closed: this trace will never be read again
+                h.close()
+                self.handles[side] = None
+                continue
+            target = project(other_frontier, self.lenses[side])
+            if h.logical.less_equal(target) and target != h.logical:
+                h.set_logical_compaction(target)
+            h.set_physical_compaction(self.acks[side])

@@ -1,0 +1,230 @@
+"""The reduce family (K-Pg section 5.3.2): count, sum, min, max, distinct, threshold, argmin/argmax,
+top-k and a general reduce with a user ``@njit`` function.
+
+For every key with new input, and every (key, time) of pending work whose time the input frontier has
+passed, the operator recomputes the output at each lub of the key's input times not yet final, and
+emits the difference from what its output trace accumulates to there. Lubs beyond the frontier
+become pending work. The output is kept in an arrangement of its own, which others can share.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..batch import Batch, form_arrays
+from ..dataflow import Batches, Operator
+from ..kernels import reduce as rk
+from ..kernels.seek import merge_key_lists, seek_keys
+from ..lattice import Antichain, antichain_of, in_advance_mask
+from ..trace import IDENTITY, Cursor, Trace
+from .join import project
+
+
+@dataclass
+class ReduceSpec:
+    """What to compute per key. ``op`` is a kernels.reduce op code; ``col`` indexes the input value
+    columns; ``mode`` says how to order that column (int, float, or string rank); ``out_kv`` is the
+    number of output value columns."""
+
+    op: int
+    out_kv: int
+    col: int = 0
+    mode: int = rk.MODE_INT
+    k: int = 0
+    desc: bool = False
+    float_out: bool = False        # SUM over a float column
+    fn: object = None              # THRESHOLD: vectorized counts -> counts; USER: njit (vals, counts)
+    user_cols: list = field(default_factory=list)
+    user_float: bool = False
+    out_float: bool = False        # USER: output buffer dtype
+    symbols: object = None
+
+
+USER = 100
+
+
+class ReduceOp(Operator):
+    kind = "reduce"
+    arranged = True
+    lens = IDENTITY
+
+    def __init__(self, scope, input, spec: ReduceSpec, kk: int, workers: int, effort="default", site=None,
+                 name="reduce"):
+        super().__init__(scope, [input], site)
+        self.kind = name
+        self.spec = spec
+        self.workers = workers
+        d = scope.depth
+        self.upper = Antichain([(0,) * d])
+        self.out_trace = Trace(kk, spec.out_kv, d, workers, self.upper, effort, name)
+        self.h_out = self.out_trace.handle()
+        self.pending = [None] * workers  # per shard: (kh, keys, times) of future (key, time) work
+        self.h_in = None
+        self.ack = None
+        self.held = Antichain()  # minimal times of pending work: where output may still change
+
+    def capabilities(self):
+        return self.held
+
+    @property
+    def trace(self):
+        return self.out_trace
+
+    def install(self, rt):
+        up = self.inputs[0]
+        t = up.trace
+        zero = Antichain([(0,) * t.depth])
+        self.h_in = t.handle(logical=t.logical, physical=zero)
+        self.ack = zero
+        self.lens_in = up.lens
+        self.in_shape = (t.kk, t.kv, t.depth)
+
+    def release(self):
+        if self.h_in is not None:
+            self.h_in.close()
+            self.h_in = None
+
+    def step(self, rt):
+        msgs = self.take()
+        F = self.frontier
+        if not msgs and F == self.upper:
+            return
+        bound = self.held
+        for m in msgs:
+            bound = bound.meet(m.lower)
+        W = self.workers
+        delta = [tuple(b for m in msgs for b in m.shards[s] if len(b)) for s in range(W)]
+        if msgs:
+            self.ack = msgs[-1].native_upper
+        lower = self.upper
+        work = sum(len(b) for bs in delta for b in bs) + sum(0 if p is None else len(p[0]) for p in self.pending)
+        batches = rt.run(lambda s: self._shard(s, delta[s], lower, F), range(W), parallel=work > 20_000)
+        self.upper = F
+        self.out_trace.insert(batches, rt.run)
+        if any(len(b) for b in batches):
+            self.send(Batches([(b,) for b in batches], bound, F, F))
+        pend = [p[2] for p in self.pending if p is not None and len(p[2])]
+        self.held = antichain_of(np.concatenate(pend, axis=0)) if pend else Antichain()
+        if F.elements:
+            self.h_out.set_logical_compaction(F)
+        target = project(F, self.lens_in)
+        if target.elements and self.h_in.logical.less_equal(target):
+            self.h_in.set_logical_compaction(target)
+        self.h_in.set_physical_compaction(self.ack)
+
+    # -- one shard ----------------------------------------------------------------------------
+    def _shard(self, s, delta, lower, upper) -> Batch:
+        kk, kv, dn = self.in_shape
+        d = self.scope.depth
+        spec = self.spec
+        empty = Batch.empty(kk, spec.out_kv, d, lower, upper)
+        # pending work whose time the frontier has passed
+        pend = self.pending[s]
+        ready_kh = ready_keys = ready_times = None
+        if pend is not None:
+            pkh_all, pkeys_all, ptimes_all = pend
+            later = in_advance_mask(ptimes_all, upper) if upper.elements else np.zeros(len(pkh_all), bool)
+            ready = ~later
+            if ready.any():
+                ready_kh, ready_keys, ready_times = pkh_all[ready], pkeys_all[:, ready], ptimes_all[ready]
+                self.pending[s] = (pkh_all[later], pkeys_all[:, later], ptimes_all[later]) if later.any() else None
+        if not delta and ready_kh is None:
+            return empty
+        lens = self.lens_in
+        dcur = Cursor(delta, kv, dn, lens)
+        pkh, pkeys = dcur.keys() if delta else (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64))
+        if ready_kh is not None:
+            # pending work is kept in arrangement order, so the ready part is sorted by key already
+            rk_sorted, rkeys_sorted, rtimes = ready_kh, np.ascontiguousarray(ready_keys), ready_times
+            keep = np.ones(len(rk_sorted), bool)
+            if len(rk_sorted) > 1:
+                same = rk_sorted[1:] == rk_sorted[:-1]
+                if kk:
+                    same &= (rkeys_sorted[:, 1:] == rkeys_sorted[:, :-1]).all(axis=0)
+                keep[1:] = ~same
+            pkh, pkeys = merge_key_lists(pkh, pkeys, rk_sorted[keep], np.ascontiguousarray(rkeys_sorted[:, keep]))
+        m = len(pkh)
+        # seeds: times of new input for each probe key, and ready pending times
+        dh = dcur.seek(pkh, pkeys) if delta else None
+        seed_probe = [np.repeat(np.arange(m), np.diff(dh.off))] if dh is not None else []
+        seed_times = [dh.times] if dh is not None else []
+        if ready_kh is not None:
+            seed_probe.append(seek_keys(pkh, pkeys, rk_sorted, rkeys_sorted))
+            seed_times.append(rtimes)
+        sp = np.concatenate(seed_probe)
+        st = np.concatenate(seed_times, axis=0)
+        order = np.argsort(sp, kind="stable")
+        stimes = np.ascontiguousarray(st[order])
+        soff = np.zeros(m + 1, np.int64)
+        np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
+        # histories of input (through the acknowledged frontier) and of our own output
+        hin = Cursor(self.h_in.batches(s, self.ack), kv, dn, lens).seek(pkh, pkeys)
+        hout = Cursor(self.out_trace.spines[s].batches(), spec.out_kv, d).seek(pkh, pkeys)
+        up = upper.matrix(d)
+        counts_only = spec.op == rk.COUNT
+        g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time = rk.reduce_times(
+            hin.off, hin.vals, hin.times, hin.diffs, soff, stimes, up, counts_only)
+        if len(f_key):
+            self._add_pending(s, pkh[f_key], pkeys[:, f_key], f_time)
+        if not len(g_key):
+            return empty
+        des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals)
+        c_key, c_vals, c_time, c_diff = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
+                                                       hout.off, hout.vals, hout.times, hout.diffs)
+        if not len(c_key):
+            return empty
+        return Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
+
+    def _apply(self, g_off, acc_row, acc_cnt, ivals):
+        spec = self.spec
+        if spec.op == USER:
+            uv = ivals[spec.user_cols]
+            uv = np.ascontiguousarray(uv.view(np.float64) if spec.user_float else uv)
+            proto = np.empty((0, spec.out_kv), np.float64 if spec.out_float else np.int64)
+            des_off, des_cnt, out = rk.reduce_apply_user(spec.fn, g_off, acc_row, acc_cnt, uv, proto)
+            out = np.ascontiguousarray(out.T)
+            des_vals = out.view(np.int64) if spec.out_float else out.astype(np.int64, copy=False)
+            if spec.out_float:
+                des_vals = _canonical_floats(des_vals)
+            return des_off, des_cnt, np.ascontiguousarray(des_vals)
+        A = len(acc_row)
+        out = np.zeros((spec.out_kv, max(A, 1)), np.int64)
+        fvals = ivals.view(np.float64)
+        rank = spec.symbols.ranks() if spec.mode == rk.MODE_RANK else np.zeros(0, np.int64)
+        des_off, des_cnt, n = rk.reduce_apply(spec.op, g_off, acc_row, acc_cnt, ivals, fvals, rank, spec.mode,
+                                              spec.col, spec.k, spec.desc, out, out.view(np.float64))
+        des_vals = out[:, :n]
+        if spec.float_out:
+            des_vals = _canonical_floats(des_vals)
+        if spec.op == rk.THRESHOLD:
+            des_cnt = _threshold_counts(spec.fn, des_cnt)
+        return des_off, des_cnt, np.ascontiguousarray(des_vals)
+
+    def _add_pending(self, s, kh, keys, times):
+        cur = self.pending[s]
+        if cur is not None:
+            kh = np.concatenate([cur[0], kh])
+            keys = np.concatenate([cur[1], keys], axis=1)
+            times = np.concatenate([cur[2], times], axis=0)
+        # distinct (key, time) pairs
+        n = len(kh)
+        okh, okeys, koff, _, otimes, _ = form_arrays(np.ascontiguousarray(keys), np.zeros((0, n), np.int64),
+                                                     np.ascontiguousarray(times), np.ones(n, np.int64))
+        rep = np.diff(koff)
+        self.pending[s] = (np.repeat(okh, rep), np.repeat(okeys, rep, axis=1), otimes)
+
+
+def _canonical_floats(bits: np.ndarray) -> np.ndarray:
+    f = bits.view(np.float64) + 0.0
+    out = f.view(np.int64).copy()
+    out[np.isnan(f)] = np.array([np.nan]).view(np.int64)[0]
+    return out
+
+
+def _threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
+    out = np.asarray(fn(counts.copy()))
+    if out.shape != counts.shape or out.dtype.kind not in "iub":
+        raise ValueError(f"the threshold function must map an int64 array of counts to integers of the same "
+                         f"shape; got dtype {out.dtype} and shape {out.shape}")
+    return out.astype(np.int64)
