@@ -4,7 +4,7 @@ Per key, the output may change at any lub of input times, including lubs that ne
 The work is split in three phases so that the user's function never sits inside the cached kernels:
 
 1. ``reduce_times``: from the seed times (new input times and pending work), the closure of lubs with the
-   key's input history; the closure times not in advance of the input frontier are ready (the rest is
+   key's input and output histories; the closure times not in advance of the input frontier are ready (the rest is
    future pending work); for each ready time, the key's input accumulated as of that time.
 2. ``reduce_apply`` (built-in reductions) or ``reduce_apply_user`` (a user's ``@njit`` function): the
    desired output for each (key, ready time).
@@ -86,7 +86,7 @@ def _sort_time_rows(buf, idx, n):
 
 
 @kernel
-def reduce_times(ioff, ivals, itimes, idiffs, soff, stimes, upper, counts_only):
+def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only):
     """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
     at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
     multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1]; (f_key, f_time) is future work."""
@@ -118,12 +118,20 @@ def reduce_times(ioff, ivals, itimes, idiffs, soff, stimes, upper, counts_only):
             continue
         r0 = ioff[p]
         r1 = ioff[p + 1]
+        # H: the distinct times of the key's input and output histories. Output times take part so that,
+        # whatever compaction did to either trace, every time's accumulations equal those at a closure time.
         nh = 0
         for r in range(r0, r1):
             if _find_row(H, nh, itimes, r) < 0:
                 H = _grow_rows(H, nh + 1)
                 for c in range(d):
                     H[nh, c] = itimes[r, c]
+                nh += 1
+        for r in range(ooff[p], ooff[p + 1]):
+            if _find_row(H, nh, otimes, r) < 0:
+                H = _grow_rows(H, nh + 1)
+                for c in range(d):
+                    H[nh, c] = otimes[r, c]
                 nh += 1
         nc = 0
         for s in range(s0, s1):
@@ -342,6 +350,8 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
         a0 = g_off[g]
         a1 = g_off[g + 1]
         m = a1 - a0
+        if m == 0:
+            continue  # a group whose input accumulates to nothing has no output
         vals = np.empty((m, kv), uvals.dtype)
         cnts = np.empty(m, np.int64)
         for a in range(m):

@@ -164,7 +164,7 @@ class ReduceOp(Operator):
         up = upper.matrix(d)
         counts_only = spec.op == rk.COUNT
         g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time = rk.reduce_times(
-            hin.off, hin.vals, hin.times, hin.diffs, soff, stimes, up, counts_only)
+            hin.off, hin.vals, hin.times, hin.diffs, hout.off, hout.times, soff, stimes, up, counts_only)
         if len(f_key):
             self._add_pending(s, pkh[f_key], pkeys[:, f_key], f_time)
         if not len(g_key):

@@ -1,0 +1,341 @@
+"""A small, obviously-correct reference evaluator, and random programs it shares with the engine.
+
+A program is a nested tuple over collections with two int64 columns (a, b), so that every operator
+composes with every other. ``evaluate`` recomputes a program from scratch on plain Counters (row ->
+multiplicity) for the inputs as of one epoch; ``build`` constructs the same program as an engine
+dataflow. The randomized suite checks that the engine's maintained view equals the reference at every
+epoch of a random update stream.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from numba import njit
+
+from kpgnb.engine.collection import Variable
+
+COLS = ("a", "b")
+DOM = 6  # values live in a small domain so that joins and reductions collide
+
+
+def clean(c: Counter) -> Counter:
+    return Counter({k: v for k, v in c.items() if v != 0})
+
+
+# -- the user functions both sides apply ----------------------------------------------------------
+
+def f_swap(a, b):
+    return {"a": b, "b": a}
+
+
+def f_mix(a, b):
+    return {"a": a, "b": (a * 3 + b) % DOM}
+
+
+def f_keep(a, b):
+    return (a + b) % 3 != 0
+
+
+def f_flat(a, b):
+    idx = np.repeat(np.arange(len(a)), 2)
+    return {"a": a[idx], "b": np.where(np.arange(len(idx)) % 2 == 0, b[idx], (b[idx] + 1) % DOM)}, idx
+
+
+def f_pair(b, b_right):
+    return {"a": b, "b": b_right}
+
+
+def f_mod(a, count):
+    return {"a": a, "b": count % DOM}
+
+
+def f_thresh(c):
+    return (c > 1).astype(np.int64) + (c > 2).astype(np.int64)
+
+
+@njit
+def f_reduce(vals, counts):
+    """Per group: (number of distinct values with positive count, sum of value * count) -> one row
+    (x, 1), where x mixes both, plus a second row when the group has several values."""
+    npos = 0
+    s = 0
+    for i in range(vals.shape[0]):
+        if counts[i] > 0:
+            npos += 1
+        s += vals[i, 0] * counts[i]
+    n = 2 if vals.shape[0] > 1 else 1
+    out = np.empty((n, 1), np.int64)
+    cnt = np.ones(n, np.int64)
+    out[0, 0] = (npos * 7 + s) % DOM
+    if n == 2:
+        out[1, 0] = vals[vals.shape[0] - 1, 0] % DOM
+    return out, cnt
+
+
+def ref_reduce(rows: Counter) -> Counter:
+    vals = sorted(rows)
+    out = Counter()
+    npos = sum(1 for v in vals if rows[v] > 0)
+    s = sum(v * rows[v] for v in vals)
+    out[(npos * 7 + s) % DOM] += 1
+    if len(vals) > 1:
+        out[vals[-1] % DOM] += 1
+    return out
+
+
+# -- reference semantics --------------------------------------------------------------------------
+
+def groups(c: Counter):
+    g: dict = {}
+    for (a, b), m in c.items():
+        if m:
+            g.setdefault(a, Counter())[b] += m
+    return g
+
+
+def evaluate(expr, inputs: dict, env: list | None = None) -> Counter:
+    env = env or []
+    op = expr[0]
+    ev = lambda e: evaluate(e, inputs, env)  # noqa: E731
+    if op == "input":
+        return clean(inputs[expr[1]])
+    if op == "var":
+        return env[-1 - expr[1]]
+    if op in ("swap", "mix"):
+        f = f_swap if op == "swap" else f_mix
+        out = Counter()
+        for (a, b), m in ev(expr[1]).items():
+            r = f(np.array([a]), np.array([b]))
+            out[(int(r["a"][0]), int(r["b"][0]))] += m
+        return clean(out)
+    if op == "filter":
+        return Counter({r: m for r, m in ev(expr[1]).items() if (r[0] + r[1]) % 3 != 0})
+    if op == "flat":
+        out = Counter()
+        for (a, b), m in ev(expr[1]).items():
+            out[(a, b)] += m
+            out[(a, (b + 1) % DOM)] += m
+        return clean(out)
+    if op == "concat":
+        out = Counter(ev(expr[1]))
+        for r, m in ev(expr[2]).items():
+            out[r] += m
+        return clean(out)
+    if op == "negate":
+        return Counter({r: -m for r, m in ev(expr[1]).items()})
+    if op == "consolidate":
+        return ev(expr[1])
+    if op in ("join", "semijoin", "antijoin"):
+        left, right = ev(expr[1]), ev(expr[2])
+        rg = groups(right)
+        out = Counter()
+        if op == "join":
+            for (a, b), m in left.items():
+                for b2, m2 in rg.get(a, {}).items():
+                    out[(b, b2)] += m * m2
+        else:
+            keys = {a for a, g in rg.items() if sum(g.values()) > 0}
+            for (a, b), m in left.items():
+                if (a in keys) == (op == "semijoin"):
+                    out[(a, b)] += m
+        return clean(out)
+    if op == "count":
+        out = Counter()
+        for a, g in groups(ev(expr[1])).items():
+            total = sum(g.values())
+            if total:
+                out[(a, total % DOM)] += 1
+        return out
+    if op == "distinct":
+        return Counter({r: 1 for r, m in ev(expr[1]).items() if m > 0})
+    if op == "threshold":
+        out = Counter()
+        for r, m in ev(expr[1]).items():
+            v = int(f_thresh(np.array([m]))[0])
+            if v:
+                out[r] = v
+        return out
+    if op == "sum":
+        out = Counter()
+        for a, g in groups(ev(expr[1])).items():
+            out[(a, sum(b * m for b, m in g.items()))] += 1
+        return out
+    if op in ("min", "max", "argmin", "argmax"):
+        out = Counter()
+        pick = min if op in ("min", "argmin") else max
+        for a, g in groups(ev(expr[1])).items():
+            pos = [b for b, m in g.items() if m > 0]
+            if pos:
+                out[(a, pick(pos))] += 1
+        return out
+    if op == "topk":
+        k = expr[2]
+        out = Counter()
+        for a, g in groups(ev(expr[1])).items():
+            left = k
+            for b in sorted((b for b, m in g.items() if m > 0), reverse=True):
+                if left <= 0:
+                    break
+                take = min(g[b], left)
+                out[(a, b)] += take
+                left -= take
+        return out
+    if op == "reduce":
+        out = Counter()
+        for a, g in groups(ev(expr[1])).items():
+            for x, m in ref_reduce(Counter({b: m for b, m in g.items() if m})).items():
+                out[(a, x)] += m
+        return clean(out)
+    if op == "iterate":
+        _, init, body, rounds = expr
+        x = ev(init)
+        for _ in range(rounds if rounds is not None else 10_000):
+            nxt = clean(evaluate(body, inputs, env + [x]))
+            if nxt == x:
+                break
+            x = nxt
+        return x
+    if op == "mutual":
+        # two variables: x' = body_x(x, y), y' = body_y(x, y); the result is x
+        _, init_x, init_y, body_x, body_y, rounds = expr
+        x, y = ev(init_x), ev(init_y)
+        for _ in range(rounds):
+            nx = clean(evaluate(body_x, inputs, env + [y, x]))
+            ny = clean(evaluate(body_y, inputs, env + [y, x]))
+            if nx == x and ny == y:
+                break
+            x, y = nx, ny
+        return x
+    raise ValueError(op)
+
+
+# -- the same program on the engine ----------------------------------------------------------------
+
+def build(expr, df, env: list | None = None):
+    env = env or []
+    op = expr[0]
+    bd = lambda e: build(e, df, env)  # noqa: E731
+    if op == "input":
+        return df.input(expr[1])
+    if op == "var":
+        return env[-1 - expr[1]]
+    if op == "swap":
+        return bd(expr[1]).map(f_swap)
+    if op == "mix":
+        return bd(expr[1]).map(f_mix)
+    if op == "filter":
+        return bd(expr[1]).filter(f_keep)
+    if op == "flat":
+        return bd(expr[1]).flat_map(f_flat)
+    if op == "concat":
+        return bd(expr[1]).concat(bd(expr[2]))
+    if op == "negate":
+        return bd(expr[1]).negate()
+    if op == "consolidate":
+        return bd(expr[1]).consolidate()
+    if op == "join":
+        return bd(expr[1]).join(bd(expr[2]), on="a").map(f_pair)
+    if op == "semijoin":
+        return bd(expr[1]).semijoin(bd(expr[2]), on="a")
+    if op == "antijoin":
+        return bd(expr[1]).antijoin(bd(expr[2]), on="a")
+    if op == "count":
+        return bd(expr[1]).count(by="a").map(f_mod)
+    if op == "distinct":
+        return bd(expr[1]).distinct()
+    if op == "threshold":
+        return bd(expr[1]).threshold(f_thresh)
+    if op == "sum":
+        return bd(expr[1]).sum("b", by="a")
+    if op == "min":
+        return bd(expr[1]).min("b", by="a")
+    if op == "max":
+        return bd(expr[1]).max("b", by="a")
+    if op == "argmin":
+        return bd(expr[1]).argmin("b", by="a")
+    if op == "argmax":
+        return bd(expr[1]).argmax("b", by="a")
+    if op == "topk":
+        return bd(expr[1]).top_k(by="a", order_by="b", k=expr[2])
+    if op == "reduce":
+        return bd(expr[1]).reduce(by="a", fn=f_reduce, columns=["b"], out={"b": "int64"})
+    if op == "iterate":
+        _, init, body, rounds = expr
+        return bd(init).iterate(lambda v: build(body, df, env + [v]), max_rounds=rounds)
+    if op == "mutual":
+        _, init_x, init_y, body_x, body_y, rounds = expr
+        x0, y0 = bd(init_x), bd(init_y)
+        scope = x0.scope.loop()
+        x = Variable(scope, x0)
+        y = Variable(scope, y0)
+        nx = build(body_x, df, env + [y, x])
+        ny = build(body_y, df, env + [y, x])
+        result = x.set(nx, max_rounds=rounds)
+        y.set(ny, max_rounds=rounds)
+        return result.leave()
+    raise ValueError(op)
+
+
+# -- random programs ---------------------------------------------------------------------------
+
+UNARY = ["swap", "mix", "filter", "flat", "negate", "consolidate", "count", "distinct", "threshold", "sum",
+         "min", "max", "argmin", "argmax", "topk", "reduce"]
+BINARY = ["concat", "join", "semijoin", "antijoin"]
+
+
+def random_program(rng, depth: int = 3, loops: int = 0, inputs=("A", "B"), top: bool = True):
+    """A random program; ``loops`` is how many enclosing loop variables may be referenced."""
+    leaf_choices = [("input", n) for n in inputs] + [("var", i) for i in range(loops)]
+    if depth <= 0 or (not top and rng.random() < 0.15):
+        return leaf_choices[rng.integers(len(leaf_choices))]
+    sub = lambda d, l=loops: random_program(rng, d, l, inputs, top=False)  # noqa: E731
+    r = rng.random()
+    if r < 0.45:
+        op = UNARY[rng.integers(len(UNARY))]
+        inner = sub(depth - 1)
+        return (op, inner, int(rng.integers(1, 3))) if op == "topk" else (op, inner)
+    if r < 0.75 or depth < 2:
+        op = BINARY[rng.integers(len(BINARY))]
+        return (op, sub(depth - 1), sub(depth - 1))
+    if r < 0.93 or loops >= 2:
+        init = sub(depth - 1)
+        body = sub(depth - 1, loops + 1)
+        if ("var", 0) not in _leaves(body):
+            body = ("concat", ("var", 0), body)
+        rounds = None if rng.random() < 0.3 else int(rng.integers(1, 5))
+        if rounds is None:  # unbounded loops must converge: keep the body monotone over a finite domain
+            body = ("distinct", ("concat", ("var", 0), _monotone(body)))
+        return ("iterate", init, ("distinct", body) if rng.random() < 0.5 else body, rounds)
+    body_x = ("distinct", ("concat", ("var", 0), sub(depth - 2, loops + 2)))
+    body_y = ("distinct", ("concat", ("var", 1), sub(depth - 2, loops + 2)))
+    return ("mutual", sub(depth - 2), sub(depth - 2), body_x, body_y, int(rng.integers(1, 5)))
+
+
+MONOTONE = {"input", "var", "swap", "mix", "filter", "flat", "concat", "join", "semijoin", "distinct", "consolidate"}
+
+
+def _monotone(expr):
+    """Replace non-monotone parts of a loop body by their input, so the loop reaches a fixed point."""
+    if expr[0] in ("input", "var"):
+        return expr
+    if expr[0] not in MONOTONE:
+        return _monotone(expr[1])
+    return (expr[0],) + tuple(_monotone(x) if isinstance(x, tuple) else x for x in expr[1:])
+
+
+def _leaves(expr):
+    if expr[0] in ("input", "var"):
+        return [expr]
+    out = []
+    for x in expr[1:]:
+        if isinstance(x, tuple):
+            out += _leaves(x)
+    return out
+
+
+def random_updates(rng, n: int):
+    """n random (row, diff) changes over the small domain, mostly insertions."""
+    rows = [(int(rng.integers(DOM)), int(rng.integers(DOM))) for _ in range(n)]
+    diffs = [int(rng.choice([1, 1, 1, -1, 2])) for _ in range(n)]
+    return rows, diffs
