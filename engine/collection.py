@@ -607,8 +607,10 @@ class DataflowBuilder:
         self._check_building()
         return self.scope.loop()
 
-    def input(self, name: str) -> Collection:
-        """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes."""
+    def input(self, name: str) -> "Arranged":
+        """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes.
+        It arrives arranged by all its columns (the input's own trace), so a distinct() or a count by
+        every column reuses that index instead of building another."""
         self._check_building()
         if name in self._inputs:
             return self._inputs[name]
@@ -617,10 +619,9 @@ class DataflowBuilder:
             raise SchemaError(f"no input named {name!r}; inputs are {sorted(self.engine._inputs)}")
         op = ImportOp(self.scope, session.trace, Site.capture(), name)
         arr = Arranged(self, op, session.schema, self.scope, list(session.schema.names), [])
-        coll = arr.as_collection()
         self.sources.add(session)
-        self._inputs[name] = coll
-        return coll
+        self._inputs[name] = arr
+        return arr
 
     def use(self, name: str) -> Arranged:
         """An exported arrangement, imported without re-indexing (milliseconds, whatever its size)."""

@@ -6,7 +6,7 @@ import pytest
 
 import kpgnb as kp
 
-from graphs import bfs, reachable, scc, wcc
+from kpgnb.graphs import bfs, reachable, scc, wcc
 
 EPOCHS = 22
 

@@ -80,38 +80,55 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
     nr = state[3]
     na = akh.shape[0]
     nb = bkh.shape[0]
+    kk = akeys.shape[0]
+    kv = avals.shape[0]
+    d = atimes.shape[1]
     compact = frontier.shape[0] > 0
-    while fuel > 0 and (ia < na or ib < nb):
+    single = frontier.shape[0] == 1
+    spent = 0
+    while spent < fuel and (ia < na or ib < nb):
         if ia >= na:
             c = 1
         elif ib >= nb:
             c = -1
-        elif akh[ia] != bkh[ib]:
-            c = -1 if akh[ia] < bkh[ib] else 1
         else:
-            c = cmp_cols(akeys, ia, bkeys, ib)
+            x = akh[ia]
+            y = bkh[ib]
+            if x < y:
+                c = -1
+            elif x > y:
+                c = 1
+            else:
+                c = cmp_cols(akeys, ia, bkeys, ib)
         s = nr
         if c < 0:
-            for r in range(akoff[ia], akoff[ia + 1]):
-                _copy_row(avals, atimes, adiffs, r, ovals, otimes, odiffs, nr, adiffs[r])
-                if compact:
-                    advance_row(otimes, nr, frontier)
+            okh[nk] = akh[ia]
+            for q in range(kk):
+                okeys[q, nk] = akeys[q, ia]
+            for r in range(akoff[ia], akoff[ia + 1]):  # (copy loops written out: calls cost 2x here)
+                for q in range(kv):
+                    ovals[q, nr] = avals[q, r]
+                for q in range(d):
+                    otimes[nr, q] = atimes[r, q]
+                odiffs[nr] = adiffs[r]
                 nr += 1
-            kh = akh[ia]
-            src = 0
-            kidx = ia
             ia += 1
         elif c > 0:
+            okh[nk] = bkh[ib]
+            for q in range(kk):
+                okeys[q, nk] = bkeys[q, ib]
             for r in range(bkoff[ib], bkoff[ib + 1]):
-                _copy_row(bvals, btimes, bdiffs, r, ovals, otimes, odiffs, nr, bdiffs[r])
-                if compact:
-                    advance_row(otimes, nr, frontier)
+                for q in range(kv):
+                    ovals[q, nr] = bvals[q, r]
+                for q in range(d):
+                    otimes[nr, q] = btimes[r, q]
+                odiffs[nr] = bdiffs[r]
                 nr += 1
-            kh = bkh[ib]
-            src = 1
-            kidx = ib
             ib += 1
         else:
+            okh[nk] = akh[ia]
+            for q in range(kk):
+                okeys[q, nk] = akeys[q, ia]
             ra = akoff[ia]
             ea = akoff[ia + 1]
             rb = bkoff[ib]
@@ -138,25 +155,21 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
                         nr += 1
                     ra += 1
                     rb += 1
-            if compact:
-                for r in range(s, nr):
-                    advance_row(otimes, r, frontier)
-            kh = akh[ia]
-            src = 0
-            kidx = ia
             ia += 1
             ib += 1
-        fuel -= nr - s + 1
-        if compact and nr - s > 1:
-            nr = normalize_segment(ovals, otimes, odiffs, s, nr)
-        if nr > s:
-            okh[nk] = kh
-            if src == 0:
-                for cc in range(akeys.shape[0]):
-                    okeys[cc, nk] = akeys[cc, kidx]
+        spent += nr - s + 1
+        if compact:
+            if single:
+                for r in range(s, nr):
+                    for q in range(d):
+                        if otimes[r, q] < frontier[0, q]:
+                            otimes[r, q] = frontier[0, q]
             else:
-                for cc in range(bkeys.shape[0]):
-                    okeys[cc, nk] = bkeys[cc, kidx]
+                for r in range(s, nr):
+                    advance_row(otimes, r, frontier)
+            if nr - s > 1:
+                nr = normalize_segment(ovals, otimes, odiffs, s, nr)
+        if nr > s:
             okoff[nk] = s
             nk += 1
     okoff[nk] = nr
@@ -175,3 +188,4 @@ def advance_batch_times(times, frontier):
         if advance_row(times, r, frontier):
             changed = True
     return changed
+

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from . import kernel
-from .rows import cmp_cols, in_advance, leq_time
+from .rows import cmp_cols, in_advance
 from .sort import sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
@@ -50,23 +50,8 @@ def _grow_cols(a, need):
 
 
 @kernel
-def _find_row(buf, n, times, r):
-    """Index of time row times[r] among buf[:n], or -1."""
-    d = times.shape[1]
-    for i in range(n):
-        same = True
-        for c in range(d):
-            if buf[i, c] != times[r, c]:
-                same = False
-                break
-        if same:
-            return i
-    return -1
-
-
-@kernel
 def _sort_time_rows(buf, idx, n):
-    """Insertion sort of idx[:n] by the lexicographic order of buf rows."""
+    """Insertion sort of idx[:n] by the lexicographic order of buf rows (a few times per key)."""
     d = buf.shape[1]
     for a in range(1, n):
         x = idx[a]
@@ -86,77 +71,129 @@ def _sort_time_rows(buf, idx, n):
 
 
 @kernel
-def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only):
-    """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
-    at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
-    multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1]; (f_key, f_time) is future work."""
+def _sort_rows_by_vals(idx, n, vals, tmp, none2d):
+    """Sort idx[:n] by the value columns of the rows it points at (insertion sort when short)."""
+    if n <= 16:
+        kv = vals.shape[0]
+        for a in range(1, n):
+            x = idx[a]
+            b = a - 1
+            while b >= 0:
+                y = idx[b]
+                c = 0
+                for q in range(kv):
+                    if vals[q, y] != vals[q, x]:
+                        c = 1 if vals[q, y] > vals[q, x] else -1
+                        break
+                if c <= 0:
+                    break
+                idx[b + 1] = y
+                b -= 1
+            idx[b + 1] = x
+    else:
+        sort_index_segment(idx, 0, n, none2d, vals, none2d, tmp)
+
+
+# Phases 1 and 3 never reallocate inside their loops (numba then cannot keep arrays in registers, which
+# measured 10x slower): an inner "run" works through keys until a buffer would overflow, rolls back the
+# key in progress and returns; the outer kernel grows that buffer and resumes.
+NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS = range(6)
+
+
+@kernel
+def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only,
+               g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, C, H, ready, idx, tmp, counts):
     m = ioff.shape[0] - 1
     d = itimes.shape[1]
-    N = ivals.shape[1]
-    g_key = np.empty(16, np.int64)
-    g_time = np.empty((16, d), np.int64)
-    g_off = np.empty(17, np.int64)
-    acc_row = np.empty(16, np.int64)
-    acc_cnt = np.empty(16, np.int64)
-    f_key = np.empty(4, np.int64)
-    f_time = np.empty((4, d), np.int64)
-    ng = 0
-    na = 0
-    nf = 0
-    H = np.empty((16, d), np.int64)
-    C = np.empty((16, d), np.int64)
-    ready = np.empty(16, np.int64)
-    lubrow = np.empty((1, d), np.int64)
-    nokeys = np.empty((0, N), np.int64)
-    notimes = np.empty((N, 0), np.int64)
-    idx = np.empty(0, np.int64)
-    tmp = np.empty(0, np.int64)
-    for p in range(m):
+    kv = ivals.shape[0]
+    none2d = np.empty((0, 0), np.int64)
+    ng = counts[0]
+    na = counts[1]
+    nf = counts[2]
+    for p in range(p0, m):
         s0 = soff[p]
         s1 = soff[p + 1]
         if s1 == s0:
             continue
+        counts[0] = ng
+        counts[1] = na
+        counts[2] = nf
         r0 = ioff[p]
         r1 = ioff[p + 1]
-        # H: the distinct times of the key's input and output histories. Output times take part so that,
-        # whatever compaction did to either trace, every time's accumulations equal those at a closure time.
-        nh = 0
-        for r in range(r0, r1):
-            if _find_row(H, nh, itimes, r) < 0:
-                H = _grow_rows(H, nh + 1)
-                for c in range(d):
-                    H[nh, c] = itimes[r, c]
-                nh += 1
-        for r in range(ooff[p], ooff[p + 1]):
-            if _find_row(H, nh, otimes, r) < 0:
-                H = _grow_rows(H, nh + 1)
-                for c in range(d):
-                    H[nh, c] = otimes[r, c]
-                nh += 1
+        o0 = ooff[p]
+        o1 = ooff[p + 1]
+        # C: the distinct seed times
         nc = 0
         for s in range(s0, s1):
-            if _find_row(C, nc, stimes, s) < 0:
-                C = _grow_rows(C, nc + 1)
+            found = False
+            for i in range(nc):
+                same = True
+                for c in range(d):
+                    if C[i, c] != stimes[s, c]:
+                        same = False
+                        break
+                if same:
+                    found = True
+                    break
+            if not found:
+                if nc == C.shape[0]:
+                    return p, NEED_SCRATCH
                 for c in range(d):
                     C[nc, c] = stimes[s, c]
                 nc += 1
+        # closure under lub with the distinct times of the key's input and output histories (output times
+        # take part so that, whatever compaction did to either trace, accumulations at every time equal
+        # those at a closure time)
+        nh = 0
+        for src in range(2):
+            t = itimes if src == 0 else otimes
+            h0 = r0 if src == 0 else o0
+            h1 = r1 if src == 0 else o1
+            for r in range(h0, h1):
+                found = False
+                for i in range(nh):
+                    same = True
+                    for c in range(d):
+                        if H[i, c] != t[r, c]:
+                            same = False
+                            break
+                    if same:
+                        found = True
+                        break
+                if not found:
+                    if nh == H.shape[0]:
+                        return p, NEED_SCRATCH
+                    for c in range(d):
+                        H[nh, c] = t[r, c]
+                    nh += 1
         i = 0
         while i < nc:
             for h in range(nh):
-                for c in range(d):
-                    lubrow[0, c] = max(C[i, c], H[h, c])
-                if _find_row(C, nc, lubrow, 0) < 0:
-                    C = _grow_rows(C, nc + 1)
+                found = False
+                for j in range(nc):
+                    same = True
                     for c in range(d):
-                        C[nc, c] = lubrow[0, c]
+                        if C[j, c] != max(C[i, c], H[h, c]):
+                            same = False
+                            break
+                    if same:
+                        found = True
+                        break
+                if not found:
+                    if nc == C.shape[0]:
+                        return p, NEED_SCRATCH
+                    for c in range(d):
+                        C[nc, c] = max(C[i, c], H[h, c])
                     nc += 1
             i += 1
+        # ready times (not in advance of the frontier), in lexicographic order; the rest is future work
+        if ready.shape[0] < nc:
+            return p, NEED_SCRATCH
+        if nf + nc > f_key.shape[0]:
+            return p, NEED_FUTURE
         nready = 0
-        ready = _grow1(ready, nc)
         for i in range(nc):
             if in_advance(C, i, upper):
-                f_key = _grow1(f_key, nf + 1)
-                f_time = _grow_rows(f_time, nf + 1)
                 f_key[nf] = p
                 for c in range(d):
                     f_time[nf, c] = C[i, c]
@@ -166,21 +203,22 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
                 nready += 1
         if nready == 0:
             continue
-        _sort_time_rows(C, ready, nready)
+        if nready > 1:
+            _sort_time_rows(C, ready, nready)
         nrows = r1 - r0
+        if ng + nready + 1 > g_key.shape[0]:
+            return p, NEED_GROUPS
+        if na + nready * max(nrows, 1) > acc_row.shape[0]:
+            return p, NEED_ACC
         if not counts_only:
             if idx.shape[0] < nrows:
-                idx = np.empty(nrows, np.int64)
-                tmp = np.empty(nrows, np.int64)
+                return p, NEED_ROWS
             for r in range(nrows):
                 idx[r] = r0 + r
-            # tmp is indexed by absolute positions in sort_index_segment's merge sort: sort a local frame
-            sort_index_segment(idx, 0, nrows, nokeys, ivals, notimes, tmp)
+            if nrows > 1:
+                _sort_rows_by_vals(idx, nrows, ivals, tmp, none2d)
         for q in range(nready):
             ci = ready[q]
-            g_key = _grow1(g_key, ng + 1)
-            g_time = _grow_rows(g_time, ng + 1)
-            g_off = _grow1(g_off, ng + 2)
             g_key[ng] = p
             for c in range(d):
                 g_time[ng, c] = C[ci, c]
@@ -188,11 +226,14 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
             if counts_only:
                 total = 0
                 for r in range(r0, r1):
-                    if leq_time(itimes, r, C, ci):
+                    le = True
+                    for c in range(d):
+                        if itimes[r, c] > C[ci, c]:
+                            le = False
+                            break
+                    if le:
                         total += idiffs[r]
                 if total != 0:
-                    acc_row = _grow1(acc_row, na + 1)
-                    acc_cnt = _grow1(acc_cnt, na + 1)
                     acc_row[na] = r0
                     acc_cnt[na] = total
                     na += 1
@@ -202,20 +243,81 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
                     ra = idx[a]
                     total = 0
                     b = a
-                    while b < nrows and cmp_cols(ivals, idx[b], ivals, ra) == 0:
+                    while b < nrows:
                         rb = idx[b]
-                        if leq_time(itimes, rb, C, ci):
+                        if b > a:
+                            same = True
+                            for c in range(kv):
+                                if ivals[c, rb] != ivals[c, ra]:
+                                    same = False
+                                    break
+                            if not same:
+                                break
+                        le = True
+                        for c in range(d):
+                            if itimes[rb, c] > C[ci, c]:
+                                le = False
+                                break
+                        if le:
                             total += idiffs[rb]
                         b += 1
                     if total != 0:
-                        acc_row = _grow1(acc_row, na + 1)
-                        acc_cnt = _grow1(acc_cnt, na + 1)
                         acc_row[na] = ra
                         acc_cnt[na] = total
                         na += 1
                     a = b
             ng += 1
-    g_off = _grow1(g_off, ng + 1)
+    counts[0] = ng
+    counts[1] = na
+    counts[2] = nf
+    return m, NEED_NONE
+
+
+@kernel
+def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only):
+    """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
+    at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
+    multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1]; (f_key, f_time) is future work."""
+    m = ioff.shape[0] - 1
+    d = itimes.shape[1]
+    cap = max(16, soff[m] + soff[m] // 4)
+    g_key = np.empty(cap, np.int64)
+    g_time = np.empty((cap, d), np.int64)
+    g_off = np.empty(cap + 1, np.int64)
+    acc_row = np.empty(max(16, ioff[m] + cap), np.int64)
+    acc_cnt = np.empty(acc_row.shape[0], np.int64)
+    f_key = np.empty(64, np.int64)
+    f_time = np.empty((64, d), np.int64)
+    C = np.empty((64, d), np.int64)
+    H = np.empty((64, d), np.int64)
+    ready = np.empty(64, np.int64)
+    idx = np.empty(64, np.int64)
+    tmp = np.empty(64, np.int64)
+    counts = np.zeros(3, np.int64)
+    p = 0
+    while True:
+        p, need = _times_run(p, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only,
+                             g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, C, H, ready, idx, tmp, counts)
+        if need == NEED_NONE:
+            break
+        if need == NEED_SCRATCH:
+            C = _grow_rows(C, 2 * C.shape[0])
+            H = _grow_rows(H, 2 * H.shape[0])
+            ready = _grow1(ready, 2 * C.shape[0])
+        elif need == NEED_GROUPS:
+            g_key = _grow1(g_key, 2 * g_key.shape[0])
+            g_time = _grow_rows(g_time, g_key.shape[0])
+            g_off = _grow1(g_off, g_key.shape[0] + 1)
+        elif need == NEED_ACC:
+            acc_row = _grow1(acc_row, 2 * acc_row.shape[0] + ioff[p + 1] - ioff[p])
+            acc_cnt = _grow1(acc_cnt, acc_row.shape[0])
+        elif need == NEED_FUTURE:
+            f_key = _grow1(f_key, 2 * f_key.shape[0] + C.shape[0])
+            f_time = _grow_rows(f_time, f_key.shape[0])
+        else:
+            idx = _grow1(idx, 2 * (ioff[p + 1] - ioff[p]))
+            tmp = _grow1(tmp, idx.shape[0])
+    ng, na, nf = counts[0], counts[1], counts[2]
     g_off[ng] = na
     return (g_key[:ng].copy(), g_time[:ng].copy(), g_off[:ng + 1].copy(), acc_row[:na].copy(),
             acc_cnt[:na].copy(), f_key[:nf].copy(), f_time[:nf].copy())
@@ -380,40 +482,26 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
 
 
 @kernel
-def _sort_by_vals(idx, n, vals, tmp, notimes, nokeys):
-    sort_index_segment(idx, 0, n, nokeys, vals, notimes, tmp)
-
-
-@kernel
-def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs):
-    """Phase 3: corrections (c_key, c_vals, c_time, c_diff) making the output accumulate, at every ready
-    time, to the desired output."""
+def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs,
+              c_key, c_vals, c_time, c_diff, w_vals, w_time, w_diff, cur, des, tmp, counts):
     G = g_key.shape[0]
     ko = des_vals.shape[0]
     d = g_time.shape[1]
-    c_key = np.empty(16, np.int64)
-    c_vals = np.empty((ko, 16), np.int64)
-    c_time = np.empty((16, d), np.int64)
-    c_diff = np.empty(16, np.int64)
-    nc = 0
-    w_vals = np.empty((ko, 16), np.int64)
-    w_time = np.empty((16, d), np.int64)
-    w_diff = np.empty(16, np.int64)
-    cur = np.empty(16, np.int64)
-    des = np.empty(16, np.int64)
-    tmp = np.empty(16, np.int64)
-    g = 0
+    none2d = np.empty((0, 0), np.int64)
+    nc = counts[0]
+    g = g0
     while g < G:
+        counts[0] = nc
         p = g_key[g]
         ge = g
         while ge < G and g_key[ge] == p:
             ge += 1
-        nw = 0
+        # the key's output history, then the corrections as they are made
         h0 = ooff[p]
         h1 = ooff[p + 1]
-        w_vals = _grow_cols(w_vals, h1 - h0)
-        w_time = _grow_rows(w_time, h1 - h0)
-        w_diff = _grow1(w_diff, h1 - h0)
+        if h1 - h0 > w_diff.shape[0]:
+            return g, NEED_ROWS
+        nw = 0
         for r in range(h0, h1):
             for c in range(ko):
                 w_vals[c, nw] = ovals[c, r]
@@ -422,28 +510,37 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
             w_diff[nw] = odiffs[r]
             nw += 1
         for q in range(g, ge):
-            # output accumulated at this time, sorted by value
+            nd_all = des_off[q + 1] - des_off[q]
+            if max(nw, nd_all) > cur.shape[0]:
+                return g, NEED_SCRATCH
+            # at most one correction per distinct value of the current and desired outputs
+            if nc + nw + nd_all > c_key.shape[0]:
+                return g, NEED_GROUPS
+            if nw + nw + nd_all > w_diff.shape[0]:
+                return g, NEED_ROWS
+            # output accumulated at this time and the desired output, each sorted by value
             ncur = 0
-            cur = _grow1(cur, nw)
-            tmp = _grow1(tmp, max(nw, des_off[q + 1] - des_off[q]))
             for r in range(nw):
-                if leq_time(w_time, r, g_time, q):
+                le = True
+                for c in range(d):
+                    if w_time[r, c] > g_time[q, c]:
+                        le = False
+                        break
+                if le:
                     cur[ncur] = r
                     ncur += 1
-            _sort_by_vals(cur, ncur, w_vals, tmp, np.empty((w_vals.shape[1], 0), np.int64),
-                          np.empty((0, w_vals.shape[1]), np.int64))
+            if ncur > 1:
+                _sort_rows_by_vals(cur, ncur, w_vals, tmp, none2d)
             nd = 0
-            des = _grow1(des, des_off[q + 1] - des_off[q])
             for r in range(des_off[q], des_off[q + 1]):
                 if des_cnt[r] != 0:
                     des[nd] = r
                     nd += 1
-            _sort_by_vals(des, nd, des_vals, tmp, np.empty((des_vals.shape[1], 0), np.int64),
-                          np.empty((0, des_vals.shape[1]), np.int64))
+            if nd > 1:
+                _sort_rows_by_vals(des, nd, des_vals, tmp, none2d)
             i = 0
             j = 0
             while i < ncur or j < nd:
-                # next value: the smaller of the current and desired heads
                 if i >= ncur:
                     o = 1
                 elif j >= nd:
@@ -462,26 +559,19 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
                         while j < nd and cmp_cols(des_vals, des[j], des_vals, vj) == 0:
                             want += des_cnt[des[j]]
                             j += 1
-                    src_is_w = True
+                    from_w = True
                     src = vi
                 else:
                     vj = des[j]
                     while j < nd and cmp_cols(des_vals, des[j], des_vals, vj) == 0:
                         want += des_cnt[des[j]]
                         j += 1
-                    src_is_w = False
+                    from_w = False
                     src = vj
                 delta = want - have
                 if delta != 0:
-                    c_key = _grow1(c_key, nc + 1)
-                    c_vals = _grow_cols(c_vals, nc + 1)
-                    c_time = _grow_rows(c_time, nc + 1)
-                    c_diff = _grow1(c_diff, nc + 1)
-                    w_vals = _grow_cols(w_vals, nw + 1)
-                    w_time = _grow_rows(w_time, nw + 1)
-                    w_diff = _grow1(w_diff, nw + 1)
                     for c in range(ko):
-                        v = w_vals[c, src] if src_is_w else des_vals[c, src]
+                        v = w_vals[c, src] if from_w else des_vals[c, src]
                         c_vals[c, nc] = v
                         w_vals[c, nw] = v
                     for c in range(d):
@@ -492,7 +582,48 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
                     w_diff[nw] = delta
                     nc += 1
                     nw += 1
-                    cur = _grow1(cur, nw)
-                    tmp = _grow1(tmp, nw)
         g = ge
+    counts[0] = nc
+    return G, NEED_NONE
+
+
+@kernel
+def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs):
+    """Phase 3: corrections (c_key, c_vals, c_time, c_diff) making the output accumulate, at every ready
+    time, to the desired output."""
+    G = g_key.shape[0]
+    ko = des_vals.shape[0]
+    d = g_time.shape[1]
+    cap = max(64, 2 * G + des_cnt.shape[0])
+    c_key = np.empty(cap, np.int64)
+    c_vals = np.empty((ko, cap), np.int64)
+    c_time = np.empty((cap, d), np.int64)
+    c_diff = np.empty(cap, np.int64)
+    w_vals = np.empty((ko, 64), np.int64)
+    w_time = np.empty((64, d), np.int64)
+    w_diff = np.empty(64, np.int64)
+    cur = np.empty(64, np.int64)
+    des = np.empty(64, np.int64)
+    tmp = np.empty(64, np.int64)
+    counts = np.zeros(1, np.int64)
+    g = 0
+    while True:
+        g, need = _diff_run(g, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs,
+                            c_key, c_vals, c_time, c_diff, w_vals, w_time, w_diff, cur, des, tmp, counts)
+        if need == NEED_NONE:
+            break
+        if need == NEED_SCRATCH:
+            cur = _grow1(cur, 2 * cur.shape[0] + w_diff.shape[0])
+            des = _grow1(des, cur.shape[0])
+            tmp = _grow1(tmp, cur.shape[0])
+        elif need == NEED_GROUPS:
+            c_key = _grow1(c_key, 2 * c_key.shape[0] + w_diff.shape[0])
+            c_vals = _grow_cols(c_vals, c_key.shape[0])
+            c_time = _grow_rows(c_time, c_key.shape[0])
+            c_diff = _grow1(c_diff, c_key.shape[0])
+        else:
+            w_diff = _grow1(w_diff, 2 * w_diff.shape[0] + ooff[g_key[g] + 1] - ooff[g_key[g]])
+            w_vals = _grow_cols(w_vals, w_diff.shape[0])
+            w_time = _grow_rows(w_time, w_diff.shape[0])
+    nc = counts[0]
     return c_key[:nc].copy(), c_vals[:, :nc].copy(), c_time[:nc].copy(), c_diff[:nc].copy()

@@ -7,7 +7,7 @@ then put in (key, val, time) order by a comparison sort over just that run.
 """
 import numpy as np
 
-from . import kernel
+from . import helper, kernel
 from .rows import cmp_update
 
 HASH_BITS = 40
@@ -16,7 +16,7 @@ POS_MASK = (1 << POS_BITS) - 1
 MAX_PACKED = 1 << POS_BITS
 
 
-@kernel
+@helper
 def mix64(x):
     """murmur3's 64-bit finaliser: a bijection, so distinct single-column keys never collide in 64 bits."""
     x ^= x >> np.uint64(33)
@@ -27,7 +27,7 @@ def mix64(x):
     return x
 
 
-@kernel
+@helper
 def key_hash_at(keys, i):
     h = np.uint64(0x9E3779B97F4A7C15)
     for c in range(keys.shape[0]):
@@ -67,9 +67,37 @@ def unpack_positions(packed):
 
 
 @kernel
+def _merge_pass(src, dst, s, e, width, keys, vals, times):
+    lo = s
+    while lo < e:
+        mid = min(lo + width, e)
+        hi = min(lo + 2 * width, e)
+        i = lo
+        j = mid
+        k = lo
+        while i < mid and j < hi:
+            if cmp_update(keys, vals, times, src[j], src[i]) < 0:
+                dst[k] = src[j]
+                j += 1
+            else:
+                dst[k] = src[i]
+                i += 1
+            k += 1
+        while i < mid:
+            dst[k] = src[i]
+            i += 1
+            k += 1
+        while j < hi:
+            dst[k] = src[j]
+            j += 1
+            k += 1
+        lo = hi
+
+
+@kernel
 def sort_index_segment(idx, s, e, keys, vals, times, tmp):
-    """Sort idx[s:e] by (key, val, time) of the rows it points at (insertion sort when short,
-    bottom-up merge sort otherwise; ``tmp`` is scratch at least as long as idx)."""
+    """Sort idx[s:e] by (key, val, time) of the rows it points at: insertion sort when short, a stable
+    bottom-up merge sort otherwise (``tmp`` is scratch at least as long as idx)."""
     m = e - s
     if m < 2:
         return
@@ -83,37 +111,15 @@ def sort_index_segment(idx, s, e, keys, vals, times, tmp):
             idx[b + 1] = x
         return
     width = 1
-    src_is_idx = True
+    in_idx = True
     while width < m:
-        src = idx if src_is_idx else tmp
-        dst = tmp if src_is_idx else idx
-        lo = s
-        while lo < e:
-            mid = min(lo + width, e)
-            hi = min(lo + 2 * width, e)
-            i = lo
-            j = mid
-            k = lo
-            while i < mid and j < hi:
-                if cmp_update(keys, vals, times, src[j], src[i]) < 0:
-                    dst[k] = src[j]
-                    j += 1
-                else:
-                    dst[k] = src[i]
-                    i += 1
-                k += 1
-            while i < mid:
-                dst[k] = src[i]
-                i += 1
-                k += 1
-            while j < hi:
-                dst[k] = src[j]
-                j += 1
-                k += 1
-            lo = hi
-        src_is_idx = not src_is_idx
+        if in_idx:
+            _merge_pass(idx, tmp, s, e, width, keys, vals, times)
+        else:
+            _merge_pass(tmp, idx, s, e, width, keys, vals, times)
+        in_idx = not in_idx
         width *= 2
-    if not src_is_idx:
+    if not in_idx:
         for a in range(s, e):
             idx[a] = tmp[a]
 

@@ -8,7 +8,7 @@ from . import kernel
 def minimal_times(times):
     """The antichain of minimal rows of a time matrix (one pass, keeping the current minimal set)."""
     n, d = times.shape
-    out = np.empty((4, d), np.int64)
+    out = np.empty((n, d), np.int64)
     m = 0
     for i in range(n):
         dominated = False
@@ -36,10 +36,6 @@ def minimal_times(times):
                     out[w] = out[j]
                 w += 1
         m = w
-        if m == out.shape[0]:
-            bigger = np.empty((2 * m, d), np.int64)
-            bigger[:m] = out[:m]
-            out = bigger
         out[m] = times[i]
         m += 1
     return out[:m].copy()

@@ -1,4 +1,7 @@
-"""Graph algorithms written against the public API (used by the tests, the demo and the benchmarks)."""
+"""Graph algorithms as dataflow fragments over the public API: pass collections (or arrangements) from
+an ``eng.dataflow`` block and get maintained results back. Used by the demo, the benchmarks and the tests.
+
+Edges are collections with columns (src, dst); roots and nodes have a column ``node``."""
 from __future__ import annotations
 
 

@@ -1,0 +1,96 @@
+"""Multi-worker scaling: throughput of arrange + count and of a join-heavy BFS computation with W workers.
+
+    python -m bench.scaling [--workers 1,2] [--updates 4000000] [--batch 200000] [--nodes 200000 --edges 2000000]
+
+Reports updates/s (arrange + count) and edges/s (BFS from scratch) per W, and the speedup over W=1.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from .common import table, write_result
+
+
+def count_throughput(workers: int, updates: int, batch: int, keys: int, seed: int = 0) -> float:
+    import kpgnb as kp
+    rng = np.random.default_rng(seed)
+    data = [rng.integers(0, keys, batch) for _ in range(updates // batch)]
+    with kp.Engine(workers=workers) as eng:
+        inp = eng.input("keys", ["k"])
+        with eng.dataflow("count") as df:
+            view = df.input("keys").count(by="k").view("counts")
+        # warm up kernels on a small epoch
+        inp.insert({"k": data[0][:1000]})
+        inp.advance_to(1)
+        eng.wait(view)
+        t0 = time.perf_counter()
+        for e, d in enumerate(data, start=2):
+            inp.insert({"k": d})
+            inp.advance_to(e)
+            eng.wait(view)
+        return len(data) * batch / (time.perf_counter() - t0)
+
+
+def bfs_throughput(workers: int, nodes: int, edges: int, seed: int = 0) -> float:
+    import kpgnb as kp
+    from kpgnb.graphs import bfs
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
+    with kp.Engine(workers=workers) as eng:
+        e_in = eng.input("edges", ["src", "dst"])
+        r_in = eng.input("roots", ["node"])
+        e_in.insert({"src": src, "dst": dst})
+        r_in.insert({"node": rng.choice(nodes, 4, replace=False)})
+        e_in.advance_to(1)
+        r_in.advance_to(1)
+        with eng.dataflow("edges") as df:
+            df.input("edges").arrange_by("src").export("g")
+        eng.wait()
+        # warm up on a tiny graph, then time BFS over the shared arrangement
+        t0 = time.perf_counter()
+        with eng.dataflow("bfs") as df:
+            view = bfs(df.use("g"), df.input("roots")).view("dist")
+        eng.wait(view)
+        return edges / (time.perf_counter() - t0)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", default=None, help="comma-separated worker counts (default 1,2 and, with more "
+                                                   "cores, 4,8,16 up to the core count)")
+    p.add_argument("--updates", type=int, default=4_000_000)
+    p.add_argument("--batch", type=int, default=200_000)
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--nodes", type=int, default=200_000)
+    p.add_argument("--edges", type=int, default=2_000_000)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args(argv)
+    cores = os.cpu_count() or 1
+    ws = [int(x) for x in a.workers.split(",")] if a.workers else [1, 2] + [w for w in (4, 8, 16) if w <= cores]
+    # warm-up run compiles every kernel
+    count_throughput(1, a.batch * 2, a.batch, a.keys)
+    bfs_throughput(1, 2000, 20000)
+    rows, res = [], {"cores": cores, "runs": {}}
+    for w in ws:
+        c = max(count_throughput(w, a.updates, a.batch, a.keys) for _ in range(a.repeats))
+        b = max(bfs_throughput(w, a.nodes, a.edges) for _ in range(a.repeats))
+        res["runs"][w] = {"count_updates_per_s": c, "bfs_edges_per_s": b}
+    base = res["runs"][ws[0]]
+    for w in ws:
+        r = res["runs"][w]
+        r["count_speedup"] = r["count_updates_per_s"] / base["count_updates_per_s"]
+        r["bfs_speedup"] = r["bfs_edges_per_s"] / base["bfs_edges_per_s"]
+        rows.append({"workers": w, "arrange+count updates/s": r["count_updates_per_s"],
+                     "speedup": r["count_speedup"], "BFS edges/s": r["bfs_edges_per_s"], "BFS speedup": r["bfs_speedup"]})
+    print(table(rows, ["workers", "arrange+count updates/s", "speedup", "BFS edges/s", "BFS speedup"]))
+    print("targets on 2 cores: arrange+count >= 1.6x, BFS >= 1.4x")
+    print("wrote", write_result("scaling", res))
+    return res
+
+
+if __name__ == "__main__":
+    main()
