@@ -180,7 +180,7 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
             bad = ~np.isfinite(arr) | (np.floor(arr) != arr)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                raise SchemaError(f"column {name!r} is int64 but row {i} holds {arr[i]!r}")
+                raise SchemaError(f"column {name!r} is int64 but row {i} holds {arr[i].item()!r}")
             return arr.astype(np.int64)
         return _convert_object(arr, name, "int64", int)
     if dtype == "float64":

@@ -125,6 +125,7 @@ class InputSession:
                                  f"(asked for {epoch})")
             buf, self._buffer = self._buffer, []
             start, self.epoch = self.epoch, epoch
+        buf = [(data, diffs, start) for data, diffs in buf]
         self.engine._submit(("seal", self, buf, start, Antichain([(epoch,)]), time.perf_counter()))
 
     def flush(self):
@@ -139,19 +140,22 @@ class InputSession:
             buf, self._buffer = self._buffer, []
             start = self.epoch
             self.closed = True
+        buf = [(data, diffs, start) for data, diffs in buf]
         self.engine._submit(("seal", self, buf, start, Antichain(), time.perf_counter()))
 
     def _seal(self, buf, start: int, upper: Antichain):
-        """On the scheduler thread: arrange the epoch's updates into the input trace."""
+        """On the scheduler thread: arrange the updates of the epochs [start, upper) into the input trace,
+        as one batch. ``buf`` holds (columns, diffs, epoch) chunks."""
         W = self.engine.workers
         k = len(self.schema)
         lower = self.trace.upper
         if buf:
             data = np.concatenate([b[0] for b in buf], axis=1) if len(buf) > 1 else buf[0][0]
             diffs = np.concatenate([b[1] for b in buf]) if len(buf) > 1 else buf[0][1]
+            times = np.concatenate([np.full(len(b[1]), b[2], np.int64) for b in buf]).reshape(-1, 1)
         else:
             data, diffs = np.zeros((k, 0), np.int64), np.zeros(0, np.int64)
-        times = np.full((len(diffs), 1), start, np.int64)
+            times = np.zeros((0, 1), np.int64)
         novals = np.zeros((0, len(diffs)), np.int64)
         if W == 1:
             batches = [Batch.form(data, novals, times, diffs, lower, upper)]
@@ -460,12 +464,12 @@ class Engine:
                 self._cmds.clear()
                 self._busy = True
             seals = []
-            for cmd in cmds:
+            for cmd in _coalesce_seals(cmds):
                 try:
                     if cmd[0] == "seal":
-                        _, session, buf, start, upper, t0 = cmd
+                        _, session, buf, start, upper, t0s = cmd
                         session._seal(buf, start, upper)
-                        seals.append(t0)
+                        seals.extend(t0s)
                     elif cmd[0] == "call":
                         _, fn, done, box = cmd
                         try:
@@ -596,6 +600,27 @@ class Engine:
     def __repr__(self):
         return (f"Engine(workers={self.workers}, inputs={sorted(self._inputs)}, "
                 f"dataflows={sorted(self._dataflows)}, arrangements={sorted(self._catalog)})")
+
+
+def _coalesce_seals(cmds):
+    """Consecutive seals of one input become one (logical batching: many epochs, one physical batch).
+    Other commands are barriers, so an install between two seals still sees the first and not the second."""
+    out = []
+    pending: dict = {}
+    for cmd in cmds:
+        if cmd[0] != "seal":
+            out.extend(pending.values())
+            pending.clear()
+            out.append(cmd)
+            continue
+        _, session, buf, start, upper, t0 = cmd
+        if session in pending:
+            prev = pending[session]
+            pending[session] = ("seal", session, prev[2] + buf, prev[3], upper, prev[5] + [t0])
+        else:
+            pending[session] = ("seal", session, list(buf), start, upper, [t0])
+    out.extend(pending.values())
+    return out
 
 
 def _root_frontier(df: Dataflow) -> Antichain:

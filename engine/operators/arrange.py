@@ -175,10 +175,14 @@ class ImportOp(Operator):
             if any(len(b) for bs in msg.shards for b in bs):
                 self.send(msg)
             self.cap = msg.upper
-        while self.handle.inbox:
-            batches, lower, upper = self.handle.inbox.popleft()
-            if any(len(b) for b in batches):
-                self.send(Batches([(b,) for b in batches], self.cap, upper, upper))
+        if self.handle.inbox:
+            # every insertion since the last step travels as one message
+            entries = list(self.handle.inbox)
+            self.handle.inbox.clear()
+            upper = entries[-1][2]
+            shards = tuple(tuple(e[0][s] for e in entries if len(e[0][s])) for s in range(len(entries[0][0])))
+            if any(shards):
+                self.send(Batches(shards, self.cap, upper, upper))
             self.cap = upper
             self.handle.set_physical_compaction(upper)
             if upper.elements:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..columns import UpdateBatch
 from ..dataflow import Operator, Updates
-from ..kernels.join import join_product, product_size
+from ..kernels.join import join_product, product_total
 from ..lattice import Antichain
 from ..trace import Cursor
 
@@ -25,23 +25,25 @@ CHUNK = 1 << 20  # output rows per shard per step
 class _Product:
     """The remaining output of one shard's dA x B (or A x dB) join."""
 
-    __slots__ = ("pkeys", "ha", "hb", "pos")
+    __slots__ = ("pkeys", "ha", "hb", "state", "remaining")
 
     def __init__(self, pkeys, ha, hb):
-        self.pkeys, self.ha, self.hb, self.pos = pkeys, ha, hb, 0
+        self.pkeys, self.ha, self.hb = pkeys, ha, hb
+        self.state = np.zeros(3, np.int64)
+        self.remaining = int(product_total(ha.off, hb.off))
 
     @property
     def done(self) -> bool:
-        return self.pos >= len(self.ha.off) - 1
+        return self.remaining <= 0
 
     def next_chunk(self, limit: int):
         ha, hb = self.ha, self.hb
-        end, total = product_size(ha.off, hb.off, self.pos, limit)
-        start, self.pos = self.pos, end
-        if total == 0:
-            return None
+        n = min(limit, self.remaining)
         probe, arow, brow, times, diffs = join_product(ha.off, ha.times, ha.diffs, hb.off, hb.times, hb.diffs,
-                                                       start, end, total)
+                                                       self.state, n)
+        self.remaining -= n
+        if n == 0:
+            return None
         data = np.concatenate([self.pkeys[:, probe], ha.vals[:, arow], hb.vals[:, brow]], axis=0)
         return UpdateBatch(data, times, diffs)
 

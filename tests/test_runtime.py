@@ -1,0 +1,432 @@
+"""The runtime: input forms and errors, installs and drops, sharing, views, batching, failures, workers."""
+import threading
+import traceback
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import kpgnb as kp
+from kpgnb.engine.columns import SchemaError
+
+
+@pytest.fixture(params=[1, 2])
+def eng(request):
+    e = kp.Engine(workers=request.param)
+    yield e
+    e.close()
+
+
+def rows(view, **kw):
+    return sorted(map(tuple, view.to_pandas(**kw).itertuples(index=False)))
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+def test_input_forms_and_dtypes(eng):
+    t = eng.input("t", ["name", "score", "ok", "n"], dtypes={"name": "str", "score": "float64", "ok": "bool"})
+    t.insert([("a", 1.5, True, 1), ("b", -0.0, False, 2)])
+    t.insert({"name": np.array(["c"]), "score": np.array([np.nan]), "ok": [True], "n": [3]})
+    t.insert(pd.DataFrame({"name": ["d"], "score": [2.0], "ok": [False], "n": [4]}))
+    t.insert(pa.table({"name": ["e"], "score": [3.0], "ok": [True], "n": [5]}))
+    t.advance_to(1)
+    with eng.dataflow("all") as df:
+        v = df.input("t").view("all")
+    eng.wait(v)
+    got = v.to_pandas().sort_values("n").reset_index(drop=True)
+    assert got["name"].tolist() == ["a", "b", "c", "d", "e"]
+    assert got["ok"].tolist() == [True, False, True, False, True]
+    assert got["score"].iloc[0] == 1.5 and np.isnan(got["score"].iloc[2]) and str(got["score"].iloc[1]) == "0.0"
+    assert got["n"].dtype == np.int64
+
+
+@pytest.mark.parametrize("bad,match", [
+    ([(1, 2, 3)], r"row 0 has 3 values; expected 2 values for columns \['src', 'dst'\]"),
+    ([(1, "x")], r"column 'dst' is int64 but row 0 holds 'x'"),
+    ([(1, 2.5)], r"column 'dst' is int64 but row 0 holds 2.5"),
+    ({"src": [1]}, r"missing columns \['dst'\]"),
+    ({"src": [1], "dst": [2], "w": [3]}, r"unexpected columns \['w'\]"),
+    ({"src": [1, 2], "dst": [2]}, r"different lengths"),
+    ([(1, 2 ** 70)], r"column 'dst'"),
+])
+def test_bad_input_is_refused_and_changes_nothing(eng, bad, match):
+    e = eng.input("edges", ["src", "dst"])
+    e.insert([(1, 2)])
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("edges").view("v")
+    eng.wait(v)
+    with pytest.raises(SchemaError, match=match):
+        e.insert(bad)
+    e.insert([(3, 4)])
+    e.advance_to(2)
+    eng.wait(v)
+    assert rows(v) == [(1, 2), (3, 4)]
+
+
+def test_epochs_only_advance(eng):
+    e = eng.input("x", ["a"])
+    e.advance_to(3)
+    with pytest.raises(ValueError, match="epochs only advance"):
+        e.advance_to(2)
+    with pytest.raises(TypeError):
+        e.advance_to(2.5)
+    e.close()
+    with pytest.raises(ValueError, match="closed"):
+        e.insert([1])
+
+
+def test_update_with_diffs_and_negative_multiplicity(eng):
+    e = eng.input("x", ["a"])
+    e.update([1, 2, 3], [2, 1, -1])
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("x").view("v")
+    eng.wait(v)
+    assert Counter(zip(*v.columns(diffs=True).values())) == Counter({(1, 2): 1, (2, 1): 1, (3, -1): 1})
+    with pytest.raises(ValueError, match="negative multiplicity"):
+        v.to_pandas()
+
+
+# -- building and installing -----------------------------------------------------------------------
+
+def test_wrong_column_fails_at_definition_and_installs_nothing(eng):
+    e = eng.input("edges", ["src", "dst"])
+    e.insert([(1, 2)])
+    e.advance_to(1)
+    with eng.dataflow("keep") as df:
+        keep = df.input("edges").arrange_by("src").export("by_src")
+        kv = keep.view("kv")
+    eng.wait(kv)
+    with pytest.raises(SchemaError, match=r"parameter 'dts' is not a column; columns are \['src', 'dst'\]"):
+        with eng.dataflow("bad") as df:
+            df.input("edges").map(lambda dts: {"x": dts}).view("v")
+    with pytest.raises(SchemaError, match="no left_on column 'nope'"):
+        with eng.dataflow("bad") as df:
+            df.input("edges").join(df.use("by_src"), left_on="nope", right_on="src")
+    with pytest.raises(SchemaError, match="join key 'src' is int64 but 'w' is str"):
+        w = eng.input("w", ["w"], dtypes=["str"])
+        with eng.dataflow("bad") as df:
+            df.input("edges").join(df.input("w"), left_on="src", right_on="w")
+    with pytest.raises(ZeroDivisionError):
+        with eng.dataflow("bad") as df:
+            df.input("edges").view("half")
+            1 / 0
+    assert set(eng.dataflows()) == {"keep"} and set(eng.catalog()) == {"by_src"}
+    e.insert([(5, 6)])
+    e.advance_to(2)
+    eng.wait(kv)
+    assert rows(kv) == [(1, 2), (5, 6)]
+    with eng.dataflow("bad") as df:  # the name is free again
+        df.input("edges").view("v")
+
+
+def test_builder_is_sealed_after_install(eng):
+    eng.input("x", ["a"])
+    with eng.dataflow("d") as df:
+        c = df.input("x")
+    with pytest.raises(SchemaError, match="installed"):
+        c.map(lambda a: {"a": a})
+
+
+def test_export_use_catalog_and_drop_rules(eng):
+    e = eng.input("edges", ["src", "dst"])
+    e.insert([(1, 2), (1, 3), (2, 3)])
+    e.advance_to(1)
+    with eng.dataflow("producer") as df:
+        df.input("edges").arrange_by("src").export("by_src")
+    with eng.dataflow("consumer") as df:
+        g = df.use("by_src")
+        v = g.count(by="src").view("deg")
+    eng.wait(v)
+    assert rows(v) == [(1, 2), (2, 1)]
+    cat = eng.catalog()
+    assert cat["by_src"]["key"] == ["src"] and cat["by_src"]["values"] == ["dst"] and cat["by_src"]["records"] == 3
+    # the import reads the producer's own trace, shard by shard: no second index exists
+    prod = eng._dataflows["producer"]
+    cons = eng._dataflows["consumer"]
+    imp = [op for op in cons.graph.ops if op.kind == "import" and op.name == "by_src"][0]
+    exported = [op for op in prod.graph.ops if op.kind == "arrange"][0].trace
+    assert imp.trace is exported and len(exported.spines) == eng.workers
+    with pytest.raises(ValueError, match=r"dataflows \['consumer'\] import arrangements exported by 'producer'"):
+        eng.drop("producer")
+    with pytest.raises(SchemaError, match="exported already"):
+        with eng.dataflow("x") as df:
+            df.input("edges").arrange_by("dst").export("by_src")
+    e.insert([(2, 4)])
+    e.advance_to(2)
+    eng.wait(v)
+    assert rows(v) == [(1, 2), (2, 2)]
+    eng.drop("producer", cascade=True)
+    assert eng.dataflows() == {} and eng.catalog() == {}
+    with pytest.raises(ValueError, match="dropped"):
+        v.to_pandas()
+
+
+def test_dropped_export_trace_is_released(eng):
+    import gc
+    import weakref
+    e = eng.input("x", ["a", "b"])
+    e.insert([(1, 2), (2, 3)])
+    e.advance_to(1)
+    with eng.dataflow("p") as df:
+        df.input("x").arrange_by("b").export("xb")
+    ref = weakref.ref(eng._catalog["xb"].trace)
+    assert ref() is not eng.inputs()["x"].trace
+    eng.drop("p")
+    gc.collect()
+    assert ref() is None
+
+
+# -- views, time and batching --------------------------------------------------------------------
+
+def test_view_history_and_errors(eng):
+    e = eng.input("x", ["a"])
+    with eng.dataflow("d") as df:
+        v = df.input("x").view("v", history=2)
+    for epoch in range(1, 6):
+        e.insert([epoch])
+        e.advance_to(epoch)
+    eng.wait(v)
+    assert v.frontier == kp.Antichain([(5,)]) and v.epoch == 5
+    assert rows(v) == [(1,), (2,), (3,), (4,), (5,)]  # row e was inserted during epoch e - 1
+    assert rows(v, at=3) == [(1,), (2,), (3,), (4,)]
+    with pytest.raises(kp.CompactedError, match="history="):
+        v.to_pandas(at=1)
+    with pytest.raises(ValueError, match="not final yet"):
+        v.to_pandas(at=5)
+
+
+def hold_scheduler(eng):
+    """Occupy the scheduler thread until the returned event is set (to queue work deterministically)."""
+    started, release = threading.Event(), threading.Event()
+    threading.Thread(target=lambda: eng._call(lambda: (started.set(), release.wait())), daemon=True).start()
+    started.wait()
+    return release
+
+
+def test_many_epochs_are_one_physical_batch(eng):
+    e = eng.input("x", ["a", "b"])
+    seen = []
+    with eng.dataflow("d") as df:
+        c = df.input("x").inspect(lambda cols, times, diffs: seen.append(np.unique(times[:, 0]).tolist()))
+        v = c.count(by="a").view("v", history=20)
+    eng.wait(v)
+    release = hold_scheduler(eng)
+    # the calling thread is never blocked by a busy scheduler: inserting and advancing just queue work
+    for epoch in range(1, 11):
+        e.insert([(epoch % 3, epoch)])
+        e.advance_to(epoch)
+    assert not eng._idle()
+    release.set()
+    eng.wait(v)
+    batches = [s for s in seen if s]
+    assert len(batches) <= eng.workers  # one batch (one per shard) carrying ten epochs
+    assert sorted(t for b in batches for t in b) == list(range(10))
+    for epoch in range(0, 10):  # the row inserted before advance_to(x) has time x - 1
+        want = Counter(x % 3 for x in range(1, epoch + 2))
+        assert rows(v, at=epoch) == sorted(want.items())
+
+
+def test_wait_forms(eng):
+    e = eng.input("x", ["a"])
+    with eng.dataflow("d") as df:
+        v = df.input("x").count().view("v")
+    e.insert([1, 2, 3])
+    e.advance_to(4)
+    eng.wait(4)
+    assert rows(v) == [(3,)]
+    e.insert([4])
+    e.advance_to(5)
+    eng.wait()
+    assert rows(v) == [(4,)]
+    with pytest.raises(TypeError):
+        eng.wait("v")
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+def test_user_error_surfaces_with_traceback_and_engine_survives(eng):
+    e = eng.input("x", ["a"])
+    e.insert([1, 2])
+    e.advance_to(1)
+
+    def explode(a):
+        if (a == 13).any():
+            raise RuntimeError("unlucky thirteen")
+        return {"a": a * 2}
+
+    with eng.dataflow("fragile") as df:
+        bad = df.input("x").map(explode).view("bad")
+    with eng.dataflow("sturdy") as df:
+        good = df.input("x").count().view("good")
+    eng.wait(bad)
+    assert rows(bad) == [(2,), (4,)]
+    e.insert([13])
+    e.advance_to(2)
+    with pytest.raises(kp.DataflowError, match="map .*defined at.*test_runtime.py.*unlucky thirteen") as info:
+        eng.wait(bad)
+    tb = "".join(traceback.format_exception(info.value))
+    assert "def explode" in tb or "in explode" in tb
+    eng.wait(good)
+    assert rows(good) == [(3,)]
+    assert eng.dataflows() == {"fragile": "failed", "sturdy": "running"}
+    eng.drop("fragile")
+    with eng.dataflow("again") as df:
+        ok = df.input("x").map(lambda a: {"a": a + 1}).view("ok")
+    eng.wait(ok)
+    assert rows(ok) == [(2,), (3,), (14,)]
+
+
+def test_map_output_dtype_mismatch_is_explained(eng):
+    e = eng.input("x", ["a"])
+    e.insert([1])
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("x").map(lambda a: {"y": a // 2}).map(lambda y: {"z": y / 2 if len(y) else y}).view("v")
+    with pytest.raises(kp.DataflowError, match="float64 values for column 'z'.*declared int64.*out="):
+        eng.wait(v)
+
+
+# -- operators beyond the oracle's integer programs -------------------------------------------------
+
+def test_reductions_over_floats_and_strings(eng):
+    t = eng.input("t", ["g", "name", "x"], dtypes={"name": "str", "x": "float64"})
+    t.insert([(1, "pear", 0.5), (1, "apple", 2.0), (1, "fig", -1.0), (2, "kiwi", 3.0), (2, "date", 3.0)])
+    t.advance_to(1)
+    with eng.dataflow("d") as df:
+        c = df.input("t")
+        s = c.sum("x", by="g").view("s")
+        mn = c.min("name", by="g").view("mn")
+        mx = c.max("name", by="g").view("mx")
+        am = c.argmax("x", by="g").view("am")
+        tk = c.top_k(by="g", order_by="name", k=2, descending=False).view("tk")
+        th = c.select("g").threshold(lambda n: (n >= 3).astype(np.int64)).view("th")
+    eng.wait(th)
+    assert rows(s) == [(1, 1.5), (2, 6.0)]
+    assert rows(mn) == [(1, "apple"), (2, "date")]
+    assert rows(mx) == [(1, "pear"), (2, "kiwi")]
+    assert rows(am) == [(1, "apple", 2.0), (2, "date", 3.0)]  # ties break by the smallest row
+    assert rows(tk) == [(1, "apple", 2.0), (1, "fig", -1.0), (2, "date", 3.0), (2, "kiwi", 3.0)]
+    assert rows(th) == [(1,)]
+
+
+def test_general_reduce_with_njit_function(eng):
+    from numba import njit
+
+    @njit
+    def median(vals, counts):
+        total = counts.sum()
+        out = np.empty((1, 1), np.float64)
+        seen = 0
+        for i in range(vals.shape[0]):
+            seen += counts[i]
+            if 2 * seen >= total:
+                out[0, 0] = vals[i, 0]
+                break
+        return out, np.ones(1, np.int64)
+
+    t = eng.input("t", ["g", "x"], dtypes={"x": "float64"})
+    t.insert([(1, 5.0), (1, 1.0), (1, 3.0), (2, 7.0)])
+    t.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("t").reduce(by="g", fn=median, columns=["x"], out={"median": "float64"}).view("m")
+    eng.wait(v)
+    assert rows(v) == [(1, 3.0), (2, 7.0)]
+    t.remove([(1, 1.0)])
+    t.advance_to(2)
+    eng.wait(v)
+    assert rows(v) == [(1, 3.0), (2, 7.0)]
+    t.remove([(1, 3.0)])
+    t.advance_to(3)
+    eng.wait(v)
+    assert rows(v) == [(1, 5.0), (2, 7.0)]
+    with pytest.raises(SchemaError, match="does not compile"):
+        with eng.dataflow("bad") as df:
+            df.input("t").reduce(by="g", fn=njit(lambda v, c: undefined_name), columns=["x"],  # noqa: F821
+                                 out={"y": "float64"})
+
+
+def test_join_output_is_chunked(eng, monkeypatch):
+    import kpgnb.engine.operators.join as J
+    monkeypatch.setattr(J, "CHUNK", 7)
+    a = eng.input("a", ["k", "x"])
+    b = eng.input("b", ["k", "y"])
+    a.insert([(k % 3, i) for i, k in enumerate(range(30))])
+    b.insert([(k % 3, i) for i, k in enumerate(range(12))])
+    a.advance_to(1)
+    b.advance_to(1)
+    sizes = []
+    with eng.dataflow("j") as df:
+        j = df.input("a").join(df.input("b"), on="k").inspect(lambda c, t, d: sizes.append(len(d)))
+        v = j.count(by="k").view("v")
+    eng.wait(v)
+    assert rows(v) == [(0, 40), (1, 40), (2, 40)]
+    assert sum(sizes) == 120 and max(sizes) <= 7 and len(sizes) >= 120 // 7
+
+
+def test_flat_map_forms(eng):
+    e = eng.input("x", ["a"])
+    e.insert([1, 2])
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        c = df.input("x")
+        v1 = c.flat_map(lambda a: ({"b": np.repeat(a, a)}, np.repeat(np.arange(len(a)), a))).view("v1")
+        v2 = c.flat_map(lambda a: ({"b": np.repeat(a * 10, 2)}, np.full(len(a), 2)), repeat=True).view("v2")
+    eng.wait(v2)
+    assert rows(v1) == [(1,), (2,), (2,)]
+    assert rows(v2) == [(10,), (10,), (20,), (20,)]
+
+
+# -- compaction and statistics -----------------------------------------------------------------------
+
+def test_live_count_over_churn_stays_bounded(eng):
+    e = eng.input("x", ["k"])
+    with eng.dataflow("d") as df:
+        v = df.input("x").count(by="k").view("v")
+    keys = np.arange(500)
+    sizes = []
+    for epoch in range(1, 161):
+        if epoch % 2:
+            e.insert({"k": keys})
+        else:
+            e.remove({"k": keys})
+        e.advance_to(epoch)
+        eng.wait(v)
+        sizes.append(sum(a["records"] for a in eng.stats()["arrangements"]))
+    assert max(sizes[80:]) <= max(sizes[:80])
+    assert max(sizes[80:]) <= 10 * 500
+
+
+def test_stats_per_shard(eng):
+    e = eng.input("x", ["k"])
+    e.insert({"k": np.arange(1000)})
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("x").count(by="k").view("v")
+    eng.wait(v)
+    st = eng.stats()
+    arr = [a for a in st["arrangements"] if a["name"] == "input:x"][0]
+    assert len(arr["shards"]) == eng.workers
+    assert sum(s["records"] for s in arr["shards"]) == arr["records"] == 1000
+    assert all(s["bytes"] > 0 for s in arr["shards"])
+    assert len(st["shard_busy_s"]) == eng.workers and sum(st["shard_busy_s"]) > 0
+    assert st["latency_ms"]["count"] >= 1
+
+
+def test_results_identical_across_worker_counts():
+    out = []
+    for w in (1, 2, 3):
+        with kp.Engine(workers=w) as eng:
+            e = eng.input("e", ["a", "b"])
+            rng = np.random.default_rng(0)
+            e.insert({"a": rng.integers(0, 50, 2000), "b": rng.integers(0, 50, 2000)})
+            e.advance_to(1)
+            with eng.dataflow("d") as df:
+                c = df.input("e")
+                v = c.join(c, left_on="b", right_on="a").count(by="a").view("v")
+            eng.wait(v)
+            out.append(rows(v))
+    assert out[0] == out[1] == out[2]
