@@ -68,8 +68,10 @@ def hashes(request, monkeypatch):
         def coarse(keys):
             return (np.abs(keys[0]) % 3).astype(np.int64) if keys.shape[0] else np.zeros(keys.shape[1], np.int64)
         monkeypatch.setattr(sortk, "hash_keys", coarse)
+        import kpgnb.engine.batch as bm
         import kpgnb.engine.trace as tr
         monkeypatch.setattr(tr, "hash_keys", coarse)
+        monkeypatch.setattr(bm, "packed_hashes", lambda keys: sortk.pack_positions(coarse(keys)))
     return request.param
 
 
@@ -287,3 +289,54 @@ def test_readers_hold_back_physical_merging():
     assert len(through) == 1 and through[0].upper == Antichain([(1,)])
     h.set_physical_compaction(Antichain())
     trace.spines[0].exert(trace.logical, trace.physical)
+
+
+# -- hypothesis: random operation sequences against the model ----------------------------------------
+
+def spine_ops(depth):
+    row = st.tuples(st.integers(0, 8), st.integers(0, 2), st.tuples(*[st.integers(0, 3)] * (depth - 1)),
+                    st.sampled_from([-1, 1, 2]))
+    insert = st.tuples(st.just("insert"), st.lists(row, max_size=12))
+    advance = st.tuples(st.just("advance"), st.integers(0, 2), st.tuples(*[st.integers(0, 2)] * (depth - 1)),
+                        st.booleans())
+    query = st.tuples(st.just("query"), st.integers(0, 3), st.tuples(*[st.integers(0, 3)] * (depth - 1)))
+    return st.lists(st.one_of(insert, insert, advance, query), min_size=1, max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), st.sampled_from([1, 2]), st.sampled_from(["eager", "default", "lazy"]), st.sampled_from([1, 2]))
+def test_spine_model_hypothesis(data, depth, effort, workers):
+    """Random sequences of batch insertions and reader frontier advances (partially ordered at depth 2):
+    accumulating the trace at any time in advance of the reader's frontier equals the model."""
+    ops = data.draw(spine_ops(depth))
+    trace = Trace(1, 1, depth=depth, workers=workers, effort=effort)
+    handle = trace.handle()
+    model = TraceModel()
+    epoch = 0
+    zero = (0,) * (depth - 1)
+    for op in ops:
+        if op[0] == "insert":
+            rows = [((k,), (v,), (epoch,) + rest, d) for k, v, rest, d in op[1]]
+            keys, vals, times, diffs = to_arrays(rows, 1, 1, depth)
+            shards = sortk.hash_keys(keys) * workers >> sortk.HASH_BITS
+            trace.insert([Batch.form(keys[:, shards == s], vals[:, shards == s], times[shards == s],
+                                     diffs[shards == s], Antichain([(epoch,) + zero]), Antichain([(epoch + 1,) + zero]))
+                          for s in range(workers)])
+            model.insert(rows)
+            epoch += 1
+        elif op[0] == "advance":
+            _, lag, rest, second = op
+            e = max(handle.logical.elements[0][0], epoch - lag)
+            F = Antichain([(e,) + rest])
+            if second and depth == 2:
+                F.insert((e + 1, 0))
+            if handle.logical.less_equal(F):
+                handle.set_logical_compaction(F)
+        else:
+            _, bump, rest = op
+            base = handle.logical.elements[0]
+            t = (base[0] + bump,) + tuple(max(a, b) for a, b in zip(base[1:], rest))
+            assert trace_accumulate(handle, t) == model.accumulate(t)
+    for t in [handle.logical.elements[0], (epoch + 1,) + (5,) * (depth - 1)]:
+        assert trace_accumulate(handle, t) == model.accumulate(t)
+    check_spine(trace)

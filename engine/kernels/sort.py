@@ -46,6 +46,16 @@ def hash_keys(keys):
 
 
 @kernel
+def hash_pack(keys):
+    """uint64[n] of (40-bit key hash << 24 | position), for n < 2**24: one pass, ready for np.sort."""
+    n = keys.shape[1]
+    out = np.empty(n, np.uint64)
+    for i in range(n):
+        out[i] = (np.uint64(key_hash_at(keys, i)) << np.uint64(POS_BITS)) | np.uint64(i)
+    return out
+
+
+@kernel
 def pack_positions(kh):
     """uint64[n] of (hash << 24 | position), for n < 2**24."""
     n = kh.shape[0]
