@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.form import build_packed, trim
+from .kernels.form import build_arranged, trim
 from .kernels.merge import merge_step
-from .kernels.sort import MAX_PACKED, hash_pack
+from .kernels.sort import MAX_PACKED, arrangement_order
 from .lattice import Antichain
 
 
 def _c(a):
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
-def packed_hashes(keys):
-    """(hash << 24 | position) per row; a module-level name so tests can substitute colliding hashes."""
-    return hash_pack(keys)
 
 
 def form_arrays(keys, vals, times, diffs):
@@ -37,9 +32,8 @@ def form_arrays(keys, vals, times, diffs):
             parts = [merge_arrays(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
                      for i in range(0, len(parts), 2)]
         return parts[0]
-    packed = packed_hashes(keys)
-    packed.sort()  # NumPy's SIMD sort on one packed 64-bit word per row
-    return trim(*build_packed(packed, keys, vals, times, diffs))
+    perm, skh = arrangement_order(keys, vals, times)
+    return trim(*build_arranged(perm, skh, keys, vals, times, diffs))
 
 
 class Batch:

@@ -8,6 +8,7 @@ body are entered automatically (arrangements by wrapping, without a copy).
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from .operators.basic import (ConcatOp, EnterArrangedOp, EnterOp, FeedbackOp, Fi
                               InspectOp, LeaveOp, MapOp, NegateOp, ProjectOp, VariableOp)
 from .operators.join import JoinOp
 from .operators.reduce import USER, ReduceOp, ReduceSpec
+
+if TYPE_CHECKING:
+    from .runtime import View
 
 
 def _names(cols, what="columns") -> list:

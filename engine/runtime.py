@@ -9,7 +9,6 @@ waits for the scheduler to do it between steps. ``wait`` blocks only its caller.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -20,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .batch import Batch
-from .columns import Schema, SchemaError, SymbolTable, decode_column
+from .columns import Schema, SymbolTable, decode_column
 from .dataflow import DataflowError
 from .inputs import diffs_array, rows_to_columns
 from .kernels.exchange import partition
@@ -28,10 +27,14 @@ from .lattice import Antichain
 from .trace import CompactedError, Trace
 
 
+PARALLEL_ROWS = 10_000  # below this many rows a step's shards run inline: a pool hand-off costs more
+
+
 class WorkerPool:
-    """W persistent threads. ``run(fn, items)`` runs fn over items, the first on the calling thread and
-    the rest on the pool; kernels release the GIL, so shards run concurrently. Exceptions raised in a
-    worker surface in the caller with the worker's traceback."""
+    """W persistent threads. ``run(fn, items, rows)`` runs fn over items, the first on the calling thread
+    and the rest on the pool (when ``rows``, the work's size, is unknown or large enough); kernels release
+    the GIL, so shards run concurrently. Exceptions raised in a worker surface in the caller with the
+    worker's traceback."""
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -39,12 +42,12 @@ class WorkerPool:
             if workers > 1 else None
         self.busy = np.zeros(workers)  # seconds of work per shard index
 
-    def run(self, fn, items, parallel: bool = True) -> list:
+    def run(self, fn, items, rows: int | None = None) -> list:
         items = list(items)
         if not items:
             return []
         timed = self._timed(fn)
-        if self._pool is None or not parallel or len(items) == 1:
+        if self._pool is None or len(items) == 1 or (rows is not None and rows < PARALLEL_ROWS):
             return [timed(i) for i in items]
         futures = [self._pool.submit(timed, i) for i in items[1:]]
         first = timed(items[0])
@@ -165,7 +168,7 @@ class InputSession:
             def form(s):
                 idx = perm[offs[s]:offs[s + 1]]
                 return Batch.form(data[:, idx], novals[:, idx], times[idx], diffs[idx], lower, upper)
-            batches = self.engine.run(form, range(W), parallel=len(diffs) > 50_000)
+            batches = self.engine.run(form, range(W), rows=len(diffs))
         self.trace.insert(batches, self.engine.run)
         if upper.elements:
             self.handle.set_logical_compaction(Antichain([(max(upper.elements[0][0] - 1, 0),)]))
@@ -430,8 +433,8 @@ class Engine:
         return False
 
     # -- used by operators -------------------------------------------------------------------
-    def run(self, fn, items, parallel: bool = True):
-        return self._pool.run(fn, items, parallel)
+    def run(self, fn, items, rows: int | None = None):
+        return self._pool.run(fn, items, rows)
 
     # -- scheduler ----------------------------------------------------------------------------
     def _submit(self, cmd):
@@ -630,5 +633,3 @@ def _root_frontier(df: Dataflow) -> Antichain:
             out = out.meet(op.out_frontier)
     return out
 
-
-_ids = itertools.count()

@@ -15,10 +15,10 @@ from collections import deque
 
 import numpy as np
 
-from .batch import Batch, form_arrays
+from .batch import form_arrays
 from .kernels.seek import gather_rows, row_counts, seek_keys, unique_sorted_keys
-from .kernels.sort import arrangement_order, hash_keys
-from .lattice import Antichain, in_advance_mask, rep_matrix
+from .kernels.sort import arrangement_order
+from .lattice import Antichain, rep_matrix
 from .spine import Spine
 
 _ids = itertools.count()
@@ -121,7 +121,7 @@ class Trace:
                 spine.insert(b, logical, physical)
         else:
             run(lambda s: self.spines[s].insert(batches[s], logical, physical), range(self.workers),
-                parallel=sum(len(b) for b in batches) > 50_000)
+                rows=sum(len(b) for b in batches))
         upper = self.upper
         for h in list(self._subscribers):
             h.inbox.append((batches, lower, upper))
@@ -313,13 +313,3 @@ class Cursor:
         for b in self.batches:
             kh, keys = merge_key_lists(kh, keys, b.kh, b.keys) if len(kh) else (b.kh, b.keys)
         return kh, keys
-
-
-def shard_of(kh: np.ndarray, workers: int) -> np.ndarray:
-    """The shard of each key hash: contiguous hash ranges, so shards concatenate in arrangement order."""
-    from .kernels.sort import HASH_BITS
-    return (kh * workers) >> HASH_BITS
-
-
-__all__ = ["Trace", "TraceHandle", "Cursor", "Histories", "TimeLens", "CompactedError", "probe_keys",
-           "accumulate_batches", "shard_of", "hash_keys", "in_advance_mask", "Batch"]

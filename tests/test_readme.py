@@ -2,7 +2,6 @@
 import os
 import re
 
-import pytest
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 

@@ -107,13 +107,13 @@ def test_wrong_column_fails_at_definition_and_installs_nothing(eng):
         with eng.dataflow("bad") as df:
             df.input("edges").join(df.use("by_src"), left_on="nope", right_on="src")
     with pytest.raises(SchemaError, match="join key 'src' is int64 but 'w' is str"):
-        w = eng.input("w", ["w"], dtypes=["str"])
+        eng.input("w", ["w"], dtypes=["str"])
         with eng.dataflow("bad") as df:
             df.input("edges").join(df.input("w"), left_on="src", right_on="w")
     with pytest.raises(ZeroDivisionError):
         with eng.dataflow("bad") as df:
             df.input("edges").view("half")
-            1 / 0
+            raise ZeroDivisionError("the cell failed halfway")
     assert set(eng.dataflows()) == {"keep"} and set(eng.catalog()) == {"by_src"}
     e.insert([(5, 6)])
     e.advance_to(2)

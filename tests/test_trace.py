@@ -68,10 +68,7 @@ def hashes(request, monkeypatch):
         def coarse(keys):
             return (np.abs(keys[0]) % 3).astype(np.int64) if keys.shape[0] else np.zeros(keys.shape[1], np.int64)
         monkeypatch.setattr(sortk, "hash_keys", coarse)
-        import kpgnb.engine.batch as bm
-        import kpgnb.engine.trace as tr
-        monkeypatch.setattr(tr, "hash_keys", coarse)
-        monkeypatch.setattr(bm, "packed_hashes", lambda keys: sortk.pack_positions(coarse(keys)))
+        monkeypatch.setattr(sortk, "packed_hashes", lambda keys: sortk.pack_positions(coarse(keys)))
     return request.param
 
 

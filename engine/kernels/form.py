@@ -4,7 +4,6 @@ import numpy as np
 
 from . import kernel
 from .rows import cmp_cols, cmp_times
-from .sort import POS_BITS, POS_MASK, sort_index_segment
 
 
 @kernel
@@ -52,43 +51,6 @@ def build_arranged(perm, skh, keys, vals, times, diffs):
         i = j
     koff[nk] = nr
     return okh, okeys, koff, ovals, otimes, odiffs, nk, nr
-
-
-@kernel
-def build_packed(packed, keys, vals, times, diffs):
-    """Like build_arranged, straight from sorted (hash << 24 | position) words: rows whose hashes collide
-    are put in (key, val, time) order on the way."""
-    n = packed.shape[0]
-    perm = np.empty(n, np.int64)
-    skh = np.empty(n, np.int64)
-    for i in range(n):
-        perm[i] = np.int64(packed[i] & np.uint64(POS_MASK))
-        skh[i] = np.int64(packed[i] >> np.uint64(POS_BITS))
-    # runs of equal hashes (mostly one key several times) need (key, val, time) order
-    longest = 1
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and skh[j] == skh[i]:
-            j += 1
-        longest = max(longest, j - i)
-        i = j
-    if longest > 1:
-        _sort_runs(perm, skh, keys, vals, times, np.empty(n if longest > 24 else 0, np.int64))
-    return build_arranged(perm, skh, keys, vals, times, diffs)
-
-
-@kernel
-def _sort_runs(perm, skh, keys, vals, times, tmp):
-    n = perm.shape[0]
-    i = 0
-    while i < n:
-        j = i + 1
-        while j < n and skh[j] == skh[i]:
-            j += 1
-        if j - i > 1:
-            sort_index_segment(perm, i, j, keys, vals, times, tmp)
-        i = j
 
 
 def trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr):

@@ -1,5 +1,4 @@
 """Row comparison helpers shared by the sorting, merging and seeking kernels."""
-import numpy as np
 
 from . import kernel
 

@@ -159,15 +159,20 @@ def fix_hash_runs(perm, skh, keys, vals, times):
         i = j
 
 
+def packed_hashes(keys):
+    """(hash << 24 | position) per row; a module-level name so tests can substitute colliding hashes."""
+    return hash_pack(keys)
+
+
 def arrangement_order(keys: np.ndarray, vals: np.ndarray, times: np.ndarray):
     """(perm, sorted hashes): the permutation putting updates in arrangement order."""
-    kh = hash_keys(keys)
-    n = kh.shape[0]
+    n = keys.shape[1]
     if n < MAX_PACKED:
-        packed = pack_positions(kh)
-        packed.sort()
+        packed = packed_hashes(keys)
+        packed.sort()  # NumPy's SIMD sort on one packed 64-bit word per row
         perm, skh = unpack_positions(packed)
     else:
+        kh = hash_keys(keys)
         perm = np.argsort(kh, kind="quicksort")
         skh = kh[perm]
     fix_hash_runs(perm, skh, keys, vals, times)

@@ -62,7 +62,7 @@ class ArrangeOp(Operator):
         if F != self.upper:
             lower, self.upper = self.upper, F
             batches = rt.run(lambda s: self._seal(s, lower, F), range(self.workers),
-                             parallel=self.buffered > 50_000)
+                             rows=self.buffered)
             trace = self._weak()
             if trace is not None:
                 trace.insert(batches, rt.run)
@@ -96,7 +96,7 @@ class ArrangeOp(Operator):
             return out
 
         total = sum(len(b) for b in parts)
-        for pieces in rt.run(split, parts, parallel=total > 50_000 and len(parts) > 1):
+        for pieces in rt.run(split, parts, rows=total):
             for s, piece in enumerate(pieces):
                 if piece is not None:
                     self.buffers[s].append(piece)

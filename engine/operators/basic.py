@@ -15,8 +15,7 @@ def _per_shard(rt, fn, shards):
     out = [None] * len(shards)
     if not work:
         return out
-    big = sum(len(shards[i]) for i in work) > 50_000
-    res = rt.run(lambda i: fn(shards[i]), work, parallel=big)
+    res = rt.run(lambda i: fn(shards[i]), work, rows=sum(len(shards[i]) for i in work))
     for i, r in zip(work, res):
         out[i] = r
     return out

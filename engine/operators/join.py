@@ -109,8 +109,7 @@ class JoinOp(Operator):
                 def prep(s):
                     sides = (delta[s], olds[s]) if side == 0 else (olds[s], delta[s])
                     return self._prepare(*sides)
-                big = sum(len(b) for bs in delta for b in bs) > 50_000
-                products = rt.run(prep, range(W), parallel=big)
+                products = rt.run(prep, range(W), rows=sum(len(b) for bs in delta for b in bs))
                 if any(p is not None for p in products):
                     self.futures.append((lower, products))
             self.acks[side] = msgs[-1].native_upper
@@ -139,7 +138,8 @@ class JoinOp(Operator):
             return
         lower, products = self.futures[0]
         live = [i for i, p in enumerate(products) if p is not None and not p.done]
-        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK), live, parallel=len(live) > 1)
+        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK), live,
+                        rows=sum(min(products[i].remaining, CHUNK) for i in live))
         shards = [None] * self.workers
         for i, c in zip(live, chunks):
             shards[i] = c

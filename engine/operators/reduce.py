@@ -99,7 +99,7 @@ class ReduceOp(Operator):
             self.ack = msgs[-1].native_upper
         lower = self.upper
         work = sum(len(b) for bs in delta for b in bs) + sum(0 if p is None else len(p[0]) for p in self.pending)
-        batches = rt.run(lambda s: self._shard(s, delta[s], lower, F), range(W), parallel=work > 20_000)
+        batches = rt.run(lambda s: self._shard(s, delta[s], lower, F), range(W), rows=work)
         self.upper = F
         self.out_trace.insert(batches, rt.run)
         if any(len(b) for b in batches):
