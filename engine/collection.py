@@ -140,16 +140,22 @@ class Collection:
             return Schema.of(list(out), list(out.values()))
         from .columns import user_column
         names = params if params is not None else list(self.schema.names)
-        trial = {}
-        for n in names:
-            d = self.schema.dtype(n)
-            trial[n] = np.empty(0, object) if d == "str" else user_column(np.zeros(0, np.int64), d)
-        try:
-            with np.errstate(all="ignore"):
-                res = fn(**trial)
-        except Exception as err:  # noqa: BLE001 - we explain how to avoid the trial call
+        error = None
+        for n_rows in (0, 1):  # an empty batch first; functions that index their input get one zero row
+            trial = {}
+            for n in names:
+                d = self.schema.dtype(n)
+                trial[n] = np.full(n_rows, "", object) if d == "str" else user_column(np.zeros(n_rows, np.int64), d)
+            try:
+                with np.errstate(all="ignore"):
+                    res = fn(**trial)
+                break
+            except Exception as err:  # noqa: BLE001 - explained below if no trial works
+                error = err
+        else:
             raise SchemaError(f"could not learn the output columns of the {who} function at {site} by calling it "
-                              f"on an empty batch ({type(err).__name__}: {err}); pass out={{name: dtype, ...}}") from err
+                              f"on a trial batch ({type(error).__name__}: {error}); pass out={{name: dtype, ...}}"
+                              ) from error
         return _out_schema_of(res, who, site)
 
     # -- stateless operators ------------------------------------------------------------------
@@ -170,9 +176,10 @@ class Collection:
         op = FilterOp(self.scope, self._stream(), fn, params, self.schema, self.builder.engine.symbols, site)
         return self._derive(op, self.schema)
 
-    def flat_map(self, fn, out: dict | None = None, repeat: bool = False) -> "Collection":
-        """fn(**columns) -> (dict of output columns, index) with index[i] the input row of output row i;
-        with repeat=True, -> (columns, counts) with counts[j] output rows for input row j."""
+    def flat_map(self, fn, out: dict | None = None, repeat: bool | None = None) -> "Collection":
+        """fn(**columns) -> (dict of output columns, how): ``how`` is an index array (index[i] is the input
+        row of output row i) or repeat counts (counts[j] output rows for input row j). Pass repeat=True or
+        False to say which; by default they are told apart by length."""
         self._live()
         site = Site.capture()
         params = self._params(fn, "flat_map")
@@ -338,9 +345,13 @@ class Collection:
         """Each row once (rows with positive multiplicity)."""
         return self._reduce(list(self.schema.names), [], ReduceSpec(rk.DISTINCT, 0), [], [], "distinct")
 
-    def threshold(self, fn, by=None) -> "Arranged":
+    def threshold(self, by=None, fn=None) -> "Arranged":
         """Rows of the ``by`` columns (default: all) with multiplicity fn(count); fn is vectorized over an
-        int64 array of counts."""
+        int64 array of counts (``threshold(fn)`` works too)."""
+        if callable(by) and fn is None:
+            by, fn = None, by
+        if not callable(fn):
+            raise SchemaError("threshold needs fn=, a function from an int64 array of counts to counts")
         by = list(self.schema.names) if by is None else _names(by, "by")
         return self._reduce(by, [], ReduceSpec(rk.THRESHOLD, 0, fn=fn), [], [], "threshold")
 
@@ -399,17 +410,20 @@ class Collection:
             raise SchemaError(f"top_k needs k >= 1, got {k!r}")
         return self._rows(rk.TOPK, order_by, by, "top_k", k=int(k), desc=bool(descending))
 
-    def reduce(self, by, fn, columns, out: dict) -> "Arranged":
+    def reduce(self, by, fn, columns, out: dict | None = None) -> "Arranged":
         """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),
         counts (p,)), a numba ``@njit`` function called once per group and time with the group's distinct
-        values and their multiplicities. ``out`` maps output column names to dtypes."""
+        values (sorted) and their multiplicities. ``out`` maps output column names to dtypes; by default
+        the output has the input ``columns``' names and dtypes."""
         from numba.core.dispatcher import Dispatcher
         self._live()
         site = Site.capture()
         columns = _names(columns, "columns")
         self._check(columns)
+        if out is None:
+            out = {c: self.schema.dtype(c) for c in columns}
         if not isinstance(out, dict) or not out:
-            raise SchemaError("reduce needs out={name: dtype, ...} naming its output columns")
+            raise SchemaError("reduce's out= must map output column names to dtypes")
         out_schema = Schema.of(list(out), list(out.values()))
         in_kinds = {"float" if self.schema.dtype(c) == "float64" else "int" for c in columns}
         out_kinds = {"float" if d == "float64" else "int" for d in out_schema.dtypes}
@@ -503,7 +517,15 @@ class Variable(Collection):
     """A loop variable for mutually recursive definitions. Its value in round r+1 is what ``set`` gave
     it in round r; in round 0 it is ``initial`` (or empty)."""
 
-    def __init__(self, scope: Scope, initial: Collection | None = None, columns=None, dtypes=None):
+    def __init__(self, scope=None, initial: Collection | None = None, columns=None, dtypes=None):
+        if isinstance(scope, Collection):
+            # Variable(collection): a new loop nested in the collection's scope, starting from it
+            if initial is not None:
+                raise SchemaError("pass Variable(scope, initial) or Variable(initial), not both collections")
+            scope, initial = scope.scope.loop(), scope
+        if not isinstance(scope, Scope):
+            raise SchemaError("a Variable needs a loop scope (df.loop(), or another variable's .scope) or an "
+                              "initial collection")
         if scope.parent is None:
             raise SchemaError("a Variable lives in a loop scope: use df.loop() (or the scope of an iterate body)")
         builder = scope.graph.builder

@@ -19,6 +19,12 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
         return _from_mapping({str(c): rows[c].to_numpy() for c in rows.columns}, schema, symbols, "the DataFrame")
     if isinstance(rows, dict):
         return _from_mapping(rows, schema, symbols, "the dict")
+    if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
+        keys = [k for k in rows[0]]
+        for i, r in enumerate(rows):
+            if set(r) != set(keys):
+                raise SchemaError(f"record {i} has keys {sorted(r)}; record 0 has {sorted(keys)}")
+        return _from_mapping({k: [r[k] for r in rows] for k in keys}, schema, symbols, "the records")
     if isinstance(rows, np.ndarray) and rows.ndim == 2:
         if rows.shape[1] != len(schema):
             raise SchemaError(f"a 2-D array of rows needs {len(schema)} columns {list(schema.names)}, "

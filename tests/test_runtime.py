@@ -430,3 +430,51 @@ def test_results_identical_across_worker_counts():
             eng.wait(v)
             out.append(rows(v))
     assert out[0] == out[1] == out[2]
+
+
+def test_flat_map_tells_index_from_counts(eng):
+    e = eng.input("x", ["a"])
+    e.insert([1, 2, 3])
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        c = df.input("x")
+        counts = c.flat_map(lambda a: ({"b": np.repeat(a, a)}, a)).view("counts")        # 3 in, 6 out
+        index = c.flat_map(lambda a: ({"b": a[np.repeat(np.arange(len(a)), 2)] * 0 + a[0]},
+                                      np.repeat(np.arange(len(a)), 2))).view("index")
+        ones = c.flat_map(lambda a: ({"b": a * 10}, np.ones(len(a), np.int64))).view("ones")
+    eng.wait(ones)
+    assert rows(counts) == [(1,), (2,), (2,), (3,), (3,), (3,)]
+    assert len(rows(index)) == 6
+    assert rows(ones) == [(10,), (20,), (30,)]
+
+
+def test_records_and_default_reduce_output(eng):
+    from numba import njit
+
+    @njit
+    def largest(vals, counts):
+        return vals[-1:, :].copy(), np.ones(1, np.int64)
+
+    t = eng.input("t", ["g", "x"])
+    t.insert([{"g": 1, "x": 4}, {"g": 1, "x": 9}, {"g": 2, "x": 3}])
+    t.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("t").reduce(by="g", fn=largest, columns=["x"]).view("v")
+    eng.wait(v)
+    assert list(v.to_pandas().columns) == ["g", "x"] and rows(v) == [(1, 9), (2, 3)]
+    with pytest.raises(SchemaError, match="record 1 has keys"):
+        t.insert([{"g": 1, "x": 2}, {"g": 1}])
+
+
+def test_variable_from_a_collection(eng):
+    e = eng.input("e", ["src", "dst"])
+    e.insert([(1, 2), (2, 3), (3, 4)])
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        edges = df.input("e")
+        reach = kp.Variable(edges)                    # a new loop starting from the edges
+        step = reach.join(edges, left_on="dst", right_on="src").select("src", "dst_right") \
+                    .rename(dst_right="dst")
+        v = reach.set(reach.concat(step).distinct()).leave().view("closure")
+    eng.wait(v)
+    assert rows(v) == [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]

@@ -98,33 +98,48 @@ class FilterOp(UserFunctionOp):
 
 
 class FlatMapOp(UserFunctionOp):
-    """The function returns (columns, index) where index[i] is the input row of output row i, or
-    with repeat=True (columns, counts) where counts[j] is how many output rows input row j makes."""
+    """The function returns (columns, how): ``how`` is either an index array (output row i comes from
+    input row how[i]) or repeat counts (input row j makes how[j] output rows). ``repeat`` says which;
+    left as None it is told apart by length (an index has one entry per output row, counts one per input
+    row), and when both lengths agree, all-ones counts (one row each) are the only counts read as such."""
 
     kind = "flat_map"
 
-    def __init__(self, scope, input, fn, params, in_schema, out_schema, symbols, site, repeat=False):
+    def __init__(self, scope, input, fn, params, in_schema, out_schema, symbols, site, repeat=None):
         super().__init__(scope, input, fn, params, in_schema, symbols, site)
         self.out_schema = out_schema
         self.repeat = repeat
+
+    def _rows(self, how: np.ndarray, n_in: int, n_out: int) -> np.ndarray:
+        repeat = self.repeat
+        if repeat is None:
+            if len(how) == n_out and len(how) != n_in:
+                repeat = False
+            elif len(how) == n_in and len(how) != n_out:
+                repeat = True
+            else:
+                repeat = bool(len(how)) and bool((how == 1).all())
+        if repeat:
+            if how.shape != (n_in,) or (how < 0).any() or how.sum() != n_out:
+                raise SchemaError(f"flat_map repeat counts must be {n_in} non-negative integers summing to the "
+                                  f"{n_out} output rows")
+            return np.repeat(np.arange(n_in), how)
+        if len(how) != n_out or (len(how) and (how.min() < 0 or how.max() >= n_in)):
+            raise SchemaError(f"a flat_map index must give, for each of the {n_out} output rows, its input row "
+                              f"in [0, {n_in})")
+        return how
 
     def step(self, rt):
         for msg in self.take():
             def one(b):
                 res = self.call(b)
-                if not (isinstance(res, tuple) and len(res) == 2):
-                    raise SchemaError("the flat_map function must return (columns, "
-                                      + ("counts)" if self.repeat else "index)"))
+                if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
+                    raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
                 cols, how = res
                 how = np.asarray(how, dtype=np.int64).reshape(-1)
-                if self.repeat:
-                    if how.shape != (len(b),) or (how < 0).any():
-                        raise SchemaError(f"flat_map counts must be {len(b)} non-negative integers")
-                    idx = np.repeat(np.arange(len(b)), how)
-                else:
-                    if len(how) and (how.min() < 0 or how.max() >= len(b)):
-                        raise SchemaError(f"flat_map index values must lie in [0, {len(b)})")
-                    idx = how
+                lengths = {len(np.atleast_1d(v)) for v in cols.values()}
+                n_out = max(lengths) if lengths else 0
+                idx = self._rows(how, len(b), n_out)
                 data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function")
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])
             self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
