@@ -478,3 +478,72 @@ def test_variable_from_a_collection(eng):
         v = reach.set(reach.concat(step).distinct()).leave().view("closure")
     eng.wait(v)
     assert rows(v) == [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]
+
+
+def test_closed_inputs_make_views_final(eng):
+    a = eng.input("a", ["k"])
+    b = eng.input("b", ["k"])
+    a.insert([1, 2, 3])
+    b.insert([2])
+    with eng.dataflow("d") as df:
+        v = df.input("a").antijoin(df.input("b"), on="k").view("v")
+    a.close()
+    b.close()
+    eng.wait(v)
+    assert v.frontier.is_empty() and v.epoch is None
+    assert rows(v) == [(1,), (3,)]
+
+
+def test_empty_and_global_reductions(eng):
+    a = eng.input("a", ["k", "x"])
+    with eng.dataflow("d") as df:
+        c = df.input("a")
+        total = c.count().view("total")
+        s = c.sum("x").view("s")
+        looped = c.iterate(lambda v: v.distinct()).view("looped")
+        j = c.join(c, on="k").view("j")
+    a.advance_to(1)
+    eng.wait(j)
+    assert rows(total) == [] and rows(s) == [] and rows(looped) == [] and rows(j) == []
+    a.insert([(1, 5), (2, 7)])
+    a.advance_to(2)
+    eng.wait(j)
+    assert rows(total) == [(2,)] and rows(s) == [(12,)] and rows(looped) == [(1, 5), (2, 7)]
+    a.remove([(1, 5), (2, 7)])
+    a.advance_to(3)
+    eng.wait(j)
+    assert rows(total) == [] and rows(s) == [] and rows(looped) == [] and rows(j) == []
+
+
+def test_exported_reduction_feeds_later_dataflows(eng):
+    e = eng.input("e", ["src", "dst"])
+    e.insert([(1, 2), (1, 3), (2, 3)])
+    e.advance_to(1)
+    with eng.dataflow("deg") as df:
+        df.input("e").count(by="src").export("out_degree")
+    with eng.dataflow("hubs") as df:
+        deg = df.use("out_degree")
+        big = deg.filter(lambda count: count >= 2).select("src").view("hubs")
+        joined = df.input("e").join(deg, on="src").view("joined")
+    eng.wait(joined)
+    assert rows(big) == [(1,)]
+    assert rows(joined) == [(1, 2, 2), (1, 3, 2), (2, 3, 1)]
+    e.insert([(2, 4)])
+    e.advance_to(2)
+    eng.wait(joined)
+    assert rows(big) == [(1,), (2,)]
+    assert rows(joined) == [(1, 2, 2), (1, 3, 2), (2, 3, 2), (2, 4, 2)]
+
+
+def test_dropping_dataflows_releases_their_readers(eng):
+    e = eng.input("e", ["a", "b"])
+    e.insert([(1, 2)])
+    e.advance_to(1)
+    base = e.trace.readers
+    for i in range(5):
+        with eng.dataflow(f"d{i}") as df:
+            c = df.input("e")
+            v = c.join(c.arrange_by("b"), left_on="a", right_on="b").count(by="a").view("v")
+        eng.wait(v)
+        eng.drop(f"d{i}")
+    assert e.trace.readers == base
