@@ -37,6 +37,8 @@ def form_arrays(keys, vals, times, diffs):
 
 
 class Batch:
+    """An immutable arranged batch (see the module docstring for its arrays)."""
+
     __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since")
 
     def __init__(self, kh, keys, koff, vals, times, diffs, lower: Antichain, upper: Antichain,
@@ -129,15 +131,6 @@ class Merger:
                     np.empty((kv, n), np.int64), np.empty((n, d), np.int64), np.empty(n, np.int64))
         self.state = np.zeros(4, np.int64)
         self.result = None
-
-    @property
-    def remaining(self) -> int:
-        """Input rows not yet merged (an upper bound on the fuel needed to finish)."""
-        a, b = self.a, self.b
-        ia, ib = self.state[0], self.state[1]
-        ra = a[5].shape[0] - (a[2][ia] if ia < a[0].shape[0] else a[5].shape[0])
-        rb = b[5].shape[0] - (b[2][ib] if ib < b[0].shape[0] else b[5].shape[0])
-        return int(ra + rb)
 
     def work(self, fuel: int | None) -> bool:
         """Spend up to ``fuel`` rows of merging (None: finish). Returns True once complete."""

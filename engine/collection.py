@@ -80,13 +80,9 @@ class Collection:
             raise SchemaError("a collection can only enter a loop nested inside its own scope")
         if scope in self._entered:
             return self._entered[scope]
-        out = self._enter_one(scope.parent).enter(scope) if scope.parent is not self.scope \
-            else self._enter_child(scope)
+        out = self._enter_child(scope) if scope.parent is self.scope else self.enter(scope.parent).enter(scope)
         self._entered[scope] = out
         return out
-
-    def _enter_one(self, scope):
-        return self.enter(scope)
 
     def _enter_child(self, scope):
         return Collection(self.builder, EnterOp(scope, [self._stream()], Site.capture()), self.schema, scope)

@@ -352,7 +352,16 @@ class Engine:
         return out
 
     def dataflows(self) -> dict:
+        """Installed dataflows: name -> "running" or "failed"."""
         return {n: df.status for n, df in self._dataflows.items()}
+
+    def trace(self, name: str):
+        """A TraceHandle on a named arrangement, for reading it directly (cursors, ``accumulate``). It keeps
+        the trace alive, even after its producer is dropped, and holds back compaction until closed."""
+        entry = self._catalog.get(name)
+        if entry is None:
+            raise KeyError(f"no arrangement named {name!r}; the catalog has {sorted(self._catalog)}")
+        return self._call(lambda: entry.trace.handle())
 
     def wait(self, target=None, timeout: float | None = None):
         """Block the caller until ``target`` is current: a View (reflects every epoch its inputs were

@@ -8,8 +8,6 @@ before it, so readers that read "through" a frontier still find a batch boundary
 """
 from __future__ import annotations
 
-import threading
-
 from .batch import Batch, Merger
 from .lattice import Antichain
 
@@ -37,14 +35,15 @@ class _Merging:
 
 
 class Spine:
+    """One shard of a trace: its batches (oldest first), merges in progress, and its upper frontier."""
+
     def __init__(self, kk: int, kv: int, depth: int, lower: Antichain, effort: str = "default"):
         if effort not in EFFORT:
             raise ValueError(f"effort must be one of {sorted(EFFORT)}, not {effort!r}")
         self.kk, self.kv, self.depth = kk, kv, depth
         self.effort = effort
         self.lower = lower
-        self.entries: list = []
-        self._lock = threading.Lock()
+        self.entries: list = []  # written only by the spine's owner (the scheduler or one worker per shard)
         self._view = ((), lower)  # (batches oldest first, upper): replaced atomically for readers
         self.merges_completed = 0
 
@@ -75,18 +74,16 @@ class Spine:
         upper = self._view[1]
         if batch.lower != upper:
             raise ValueError(f"batch lower {batch.lower} does not continue the trace upper {upper}")
-        with self._lock:
-            if len(batch):
-                stored = self._last_upper()
-                if stored != batch.lower:
-                    batch = batch.relabel(stored, batch.upper)
-                self.entries.append(batch)
-            self._maintain(len(batch), logical, physical, batch.upper)
+        if len(batch):
+            stored = self._last_upper()
+            if stored != batch.lower:
+                batch = batch.relabel(stored, batch.upper)
+            self.entries.append(batch)
+        self._maintain(len(batch), logical, physical, batch.upper)
 
     def exert(self, logical: Antichain, physical: Antichain, fuel: int = MIN_FUEL):
         """Spend fuel without inserting (idle maintenance)."""
-        with self._lock:
-            self._maintain(fuel, logical, physical, self._view[1])
+        self._maintain(fuel, logical, physical, self._view[1])
 
     def _last_upper(self) -> Antichain:
         if not self.entries:
@@ -168,21 +165,21 @@ class Spine:
 
     # -- statistics ---------------------------------------------------------------------------
     def stats(self) -> dict:
-        with self._lock:
-            batches, upper = self._view
-            merging = [e for e in self.entries if isinstance(e, _Merging)]
-            since = None
-            for b in batches:
-                since = b.since if since is None else _later(since, b.since)
-            return {
-                "records": sum(len(b) for b in batches),
-                "keys": sum(b.nkeys for b in batches),
-                "batches": len(batches),
-                "bytes": sum(b.nbytes for b in batches) + sum(m.merger.nbytes for m in merging),
-                "merges": len(merging),
-                "since": since if since is not None else self.lower,
-                "upper": upper,
-            }
+        """Sizes and frontiers; safe to call from any thread while the owner maintains the spine."""
+        batches, upper = self._view
+        merging = [e for e in list(self.entries) if isinstance(e, _Merging)]
+        since = None
+        for b in batches:
+            since = b.since if since is None else _later(since, b.since)
+        return {
+            "records": sum(len(b) for b in batches),
+            "keys": sum(b.nkeys for b in batches),
+            "batches": len(batches),
+            "bytes": sum(b.nbytes for b in batches) + sum(m.merger.nbytes for m in merging),
+            "merges": len(merging),
+            "since": since if since is not None else self.lower,
+            "upper": upper,
+        }
 
 
 def _later(a: Antichain, b: Antichain) -> Antichain:

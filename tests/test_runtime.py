@@ -547,3 +547,24 @@ def test_dropping_dataflows_releases_their_readers(eng):
         eng.wait(v)
         eng.drop(f"d{i}")
     assert e.trace.readers == base
+
+
+def test_trace_handle_on_a_named_arrangement(eng):
+    e = eng.input("e", ["src", "dst"])
+    e.insert([(1, 2), (1, 3), (2, 3)])
+    e.advance_to(1)
+    with eng.dataflow("p") as df:
+        df.input("e").arrange_by("src").export("by_src")
+    eng.wait()
+    h = eng.trace("by_src")
+    hist = h.cursor(shard=0).seek_keys(np.array([[1]], np.int64)) if eng.workers == 1 else None
+    keys, vals, cnt = h.accumulate()
+    assert sorted(zip(keys[0].tolist(), vals[0].tolist())) == [(1, 2), (1, 3), (2, 3)]
+    if hist is not None:
+        assert sorted(hist.vals[0].tolist()) == [2, 3]
+    eng.drop("p")
+    keys, vals, cnt = h.accumulate()  # still readable: the handle keeps the trace
+    assert len(cnt) == 3
+    h.close()
+    with pytest.raises(KeyError):
+        eng.trace("by_src")

@@ -68,7 +68,10 @@ def hashes(request, monkeypatch):
         def coarse(keys):
             return (np.abs(keys[0]) % 3).astype(np.int64) if keys.shape[0] else np.zeros(keys.shape[1], np.int64)
         monkeypatch.setattr(sortk, "hash_keys", coarse)
-        monkeypatch.setattr(sortk, "packed_hashes", lambda keys: sortk.pack_positions(coarse(keys)))
+        def packed(keys):
+            n = keys.shape[1]
+            return (coarse(keys).astype(np.uint64) << np.uint64(sortk.POS_BITS)) | np.arange(n, dtype=np.uint64)
+        monkeypatch.setattr(sortk, "packed_hashes", packed)
     return request.param
 
 

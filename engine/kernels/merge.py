@@ -178,14 +178,3 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
     state[2] = nk
     state[3] = nr
     return ia >= na and ib >= nb
-
-
-@kernel
-def advance_batch_times(times, frontier):
-    """rep_F on every row of a time matrix, in place; returns whether anything changed."""
-    changed = False
-    for r in range(times.shape[0]):
-        if advance_row(times, r, frontier):
-            changed = True
-    return changed
-

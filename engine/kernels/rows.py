@@ -50,15 +50,6 @@ def cmp_update(keys, vals, times, i, j):
 
 
 @kernel
-def leq_time(a, i, b, j):
-    """Product order: a[i] <= b[j] coordinate-wise."""
-    for c in range(a.shape[1]):
-        if a[i, c] > b[j, c]:
-            return False
-    return True
-
-
-@kernel
 def in_advance(times, i, frontier):
     """Whether times[i] is >= some row of the frontier matrix."""
     d = times.shape[1]

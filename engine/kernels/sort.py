@@ -56,17 +56,8 @@ def hash_pack(keys):
 
 
 @kernel
-def pack_positions(kh):
-    """uint64[n] of (hash << 24 | position), for n < 2**24."""
-    n = kh.shape[0]
-    out = np.empty(n, np.uint64)
-    for i in range(n):
-        out[i] = (np.uint64(kh[i]) << np.uint64(POS_BITS)) | np.uint64(i)
-    return out
-
-
-@kernel
 def unpack_positions(packed):
+    """(positions, hashes) from sorted packed words."""
     n = packed.shape[0]
     perm = np.empty(n, np.int64)
     skh = np.empty(n, np.int64)
