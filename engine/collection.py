@@ -506,6 +506,9 @@ class Arranged(Collection):
             raise SchemaError(f"an arrangement named {name!r} is exported already")
         op = ExportOp(self.scope, self.op, 1, Site.capture())
         self.builder.exports[name] = (op, self.schema, self.key_names, self.val_names)
+        trace = self.op.trace
+        if trace is not None and trace.name is None:
+            trace.name = name  # statistics show the arrangement under its catalog name
         return self
 
 

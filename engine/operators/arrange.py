@@ -68,14 +68,10 @@ class ArrangeOp(Operator):
                 trace.insert(batches, rt.run)
             if any(len(b) for b in batches):
                 self.send(Batches([(b,) for b in batches], bound, F, F))
-        self._hold()
-
-    def _hold(self):
         times = [p[2] for b in self.buffers for p in b if len(p[2])]
-        if not times:
-            self.held = Antichain()
-        else:
-            self.held = antichain_of(np.concatenate(times, axis=0) if len(times) > 1 else times[0])
+        self.buffered = sum(len(t) for t in times)
+        self.held = antichain_of(np.concatenate(times, axis=0) if len(times) > 1 else times[0]) if times \
+            else Antichain()
 
     def _exchange(self, rt, msgs):
         W = self.workers
@@ -124,7 +120,6 @@ class ArrangeOp(Operator):
                 self.buffers[s] = []
         else:
             self.buffers[s] = []
-        self.buffered = sum(len(p[3]) for b in self.buffers for p in b)
         return Batch.form(keys, vals, times, diffs, lower, upper)
 
 
