@@ -14,7 +14,7 @@ The work is split in three phases so that the user's function never sits inside 
 import numpy as np
 from numba import njit
 
-from . import kernel
+from . import helper, kernel
 from .rows import cmp_cols, in_advance
 from .sort import sort_index_segment
 
@@ -94,6 +94,25 @@ def _sort_rows_by_vals(idx, n, vals, tmp, none2d):
         sort_index_segment(idx, 0, n, none2d, vals, none2d, tmp)
 
 
+@helper
+def _add_time(buf, n, times, r):
+    """Add time row times[r] to the distinct rows buf[:n]: the new count, or -1 when buf is full."""
+    d = buf.shape[1]
+    for i in range(n):
+        same = True
+        for c in range(d):
+            if buf[i, c] != times[r, c]:
+                same = False
+                break
+        if same:
+            return n
+    if n == buf.shape[0]:
+        return -1
+    for c in range(d):
+        buf[n, c] = times[r, c]
+    return n + 1
+
+
 # Phases 1 and 3 never reallocate inside their loops (numba then cannot keep arrays in registers, which
 # measured 10x slower): an inner "run" works through keys until a buffer would overflow, rolls back the
 # key in progress and returns; the outer kernel grows that buffer and resumes.
@@ -107,6 +126,7 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
     d = itimes.shape[1]
     kv = ivals.shape[0]
     none2d = np.empty((0, 0), np.int64)
+    lub = np.empty((1, d), np.int64)
     ng = counts[0]
     na = counts[1]
     nf = counts[2]
@@ -125,66 +145,29 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
         # C: the distinct seed times
         nc = 0
         for s in range(s0, s1):
-            found = False
-            for i in range(nc):
-                same = True
-                for c in range(d):
-                    if C[i, c] != stimes[s, c]:
-                        same = False
-                        break
-                if same:
-                    found = True
-                    break
-            if not found:
-                if nc == C.shape[0]:
-                    return p, NEED_SCRATCH
-                for c in range(d):
-                    C[nc, c] = stimes[s, c]
-                nc += 1
+            nc = _add_time(C, nc, stimes, s)
+            if nc < 0:
+                return p, NEED_SCRATCH
         # closure under lub with the distinct times of the key's input and output histories (output times
         # take part so that, whatever compaction did to either trace, accumulations at every time equal
         # those at a closure time)
         nh = 0
-        for src in range(2):
-            t = itimes if src == 0 else otimes
-            h0 = r0 if src == 0 else o0
-            h1 = r1 if src == 0 else o1
-            for r in range(h0, h1):
-                found = False
-                for i in range(nh):
-                    same = True
-                    for c in range(d):
-                        if H[i, c] != t[r, c]:
-                            same = False
-                            break
-                    if same:
-                        found = True
-                        break
-                if not found:
-                    if nh == H.shape[0]:
-                        return p, NEED_SCRATCH
-                    for c in range(d):
-                        H[nh, c] = t[r, c]
-                    nh += 1
+        for r in range(r0, r1):
+            nh = _add_time(H, nh, itimes, r)
+            if nh < 0:
+                return p, NEED_SCRATCH
+        for r in range(o0, o1):
+            nh = _add_time(H, nh, otimes, r)
+            if nh < 0:
+                return p, NEED_SCRATCH
         i = 0
         while i < nc:
             for h in range(nh):
-                found = False
-                for j in range(nc):
-                    same = True
-                    for c in range(d):
-                        if C[j, c] != max(C[i, c], H[h, c]):
-                            same = False
-                            break
-                    if same:
-                        found = True
-                        break
-                if not found:
-                    if nc == C.shape[0]:
-                        return p, NEED_SCRATCH
-                    for c in range(d):
-                        C[nc, c] = max(C[i, c], H[h, c])
-                    nc += 1
+                for c in range(d):
+                    lub[0, c] = max(C[i, c], H[h, c])
+                nc = _add_time(C, nc, lub, 0)
+                if nc < 0:
+                    return p, NEED_SCRATCH
             i += 1
         # ready times (not in advance of the frontier), in lexicographic order; the rest is future work
         if ready.shape[0] < nc:
