@@ -568,3 +568,8 @@ def test_trace_handle_on_a_named_arrangement(eng):
     h.close()
     with pytest.raises(KeyError):
         eng.trace("by_src")
+
+
+def test_warm_up_runs_every_operator_family():
+    from kpgnb.engine.warmup import warm_kernels
+    assert warm_kernels(workers=2) > 0
