@@ -132,7 +132,9 @@ class Trace:
         return self.spines[0].upper
 
     def stats(self) -> dict:
-        shards = [s.stats() for s in self.spines]
+        """Totals over the shards (records, keys, batches, bytes, merges in progress), readers, frontiers,
+        and the per-shard figures (to show skew)."""
+        shards = [dict(s.stats(), readers=self.readers) for s in self.spines]
         out = {k: sum(s[k] for s in shards) for k in ("records", "keys", "batches", "bytes", "merges")}
         out.update(readers=self.readers, since=shards[0]["since"], upper=self.upper,
                    logical=self.logical, shards=shards)
