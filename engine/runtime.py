@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
@@ -261,14 +262,21 @@ class View:
 
 
 class CatalogEntry:
-    def __init__(self, name, trace, schema, key_names, val_names, dataflow, op):
+    """A named arrangement: its trace, schema, and the dataflow that maintains it."""
+
+    def __init__(self, name, trace, schema, key_names, val_names, producer, op):
         self.name = name
         self.trace = trace
         self.schema = schema
         self.key_names = key_names
         self.val_names = val_names
-        self.dataflow = dataflow
+        self.producer = producer      # the Dataflow maintaining it (possibly dropped, kept for readers)
         self.op = op
+        self.handles = weakref.WeakSet()  # handles given out by Engine.trace(name)
+
+    @property
+    def dataflow(self) -> str:
+        return self.producer.name
 
 
 class Dataflow:
@@ -282,10 +290,13 @@ class Dataflow:
         self.uses = uses            # export names it imports
         self.sources = sources      # InputSessions it reads, directly or through imports
         self.error: BaseException | None = None
+        self.dropped = False
         self.installed_at = time.time()
 
     @property
     def status(self) -> str:
+        if self.dropped:
+            return "dropped (kept while its exports are read)"
         return "failed" if self.error is not None else "running"
 
 
@@ -303,6 +314,7 @@ class Engine:
         self.symbols = SymbolTable()
         self._inputs: dict = {}
         self._dataflows: dict = {}
+        self._retired: list = []  # dropped dataflows still maintaining exports that others read
         self._catalog: dict = {}
         self._pool = WorkerPool(self.workers)
         self._cmds: deque = deque()
@@ -339,15 +351,20 @@ class Engine:
         return DataflowBuilder(self, name)
 
     def drop(self, name: str, cascade: bool = False):
-        """Uninstall a dataflow. Dataflows importing its exports must be dropped first (or cascade=True)."""
+        """Uninstall a dataflow: its views go at once. Arrangements it exported stay alive, maintained, as
+        long as other dataflows (or handles from ``trace``) read them; only the operators feeding those are
+        kept running. ``cascade=True`` drops the dataflows that import its exports as well."""
         return self._call(lambda: self._drop(name, cascade))
 
     def catalog(self) -> dict:
         """Named arrangements: name -> {dataflow, key, values, records, readers}."""
+        if self._retired:
+            self._call(self._collect)  # forget arrangements whose last reader just went away
         out = {}
         for name, e in list(self._catalog.items()):
             st = e.trace.stats()
-            out[name] = {"dataflow": e.dataflow, "key": list(e.key_names), "values": list(e.val_names),
+            out[name] = {"dataflow": e.dataflow + (" (dropped)" if e.producer.dropped else ""),
+                         "key": list(e.key_names), "values": list(e.val_names),
                          "records": st["records"], "readers": st["readers"], "upper": st["upper"]}
         return out
 
@@ -358,10 +375,17 @@ class Engine:
     def trace(self, name: str):
         """A TraceHandle on a named arrangement, for reading it directly (cursors, ``accumulate``). It keeps
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
+        if self._retired:
+            self._call(self._collect)  # forget arrangements whose last reader just went away
         entry = self._catalog.get(name)
         if entry is None:
             raise KeyError(f"no arrangement named {name!r}; the catalog has {sorted(self._catalog)}")
-        return self._call(lambda: entry.trace.handle())
+
+        def give():
+            h = entry.trace.handle()
+            entry.handles.add(h)
+            return h
+        return self._call(give)
 
     def wait(self, target=None, timeout: float | None = None):
         """Block the caller until ``target`` is current: a View (reflects every epoch its inputs were
@@ -394,7 +418,8 @@ class Engine:
         arrs = []
         for name, s in list(self._inputs.items()):
             arrs.append(self._trace_stats(f"input:{name}", None, s.trace))
-        for dname, df in list(self._dataflows.items()):
+        for df in list(self._dataflows.values()) + list(self._retired):
+            dname = df.name + (" (dropped)" if df.dropped else "")
             for op in df.graph.ops:
                 tr = getattr(op, "trace", None) if op.arranged and op.kind not in ("import", "enter_arranged") \
                     else None
@@ -429,7 +454,11 @@ class Engine:
         for df in list(self._dataflows.values()):
             for op in df.graph.ops:
                 op.release()
+        for df in self._retired:
+            for op in df.graph.ops:
+                op.release()
         self._dataflows.clear()
+        self._retired.clear()
         self._catalog.clear()
 
     shutdown = close
@@ -492,6 +521,8 @@ class Engine:
                 except BaseException:  # noqa: BLE001 - the scheduler must survive anything
                     self.errors.append(traceback.format_exc())
             self._run_dataflows()
+            if self._retired:
+                self._collect()
             now = time.perf_counter()
             self.latencies.extend(now - t0 for t0 in seals)
             with self._cv:
@@ -504,7 +535,7 @@ class Engine:
         progressed = True
         while progressed:
             progressed = False
-            for df in list(self._dataflows.values()):
+            for df in list(self._dataflows.values()) + self._retired:
                 if df.error is not None:
                     continue
                 try:
@@ -555,31 +586,70 @@ class Engine:
                 fin()
         sources = set(builder.sources)
         for uname in builder.uses:
-            producer = self._dataflows.get(self._catalog[uname].dataflow)
-            if producer is not None:
-                sources |= producer.sources
+            sources |= self._catalog[uname].producer.sources
         df = Dataflow(name, builder.graph, builder.views, list(builder.exports), set(builder.uses), sources)
         for ename, (op, schema, keys, vals) in builder.exports.items():
-            self._catalog[ename] = CatalogEntry(ename, op.handle.trace, schema, keys, vals, name, op)
+            self._catalog[ename] = CatalogEntry(ename, op.handle.trace, schema, keys, vals, df, op)
         self._dataflows[name] = df
         return df
 
     def _drop(self, name: str, cascade: bool):
-        df = self._dataflows.get(name)
+        df = self._dataflows.pop(name, None)
         if df is None:
             raise KeyError(f"no dataflow named {name!r}; installed: {sorted(self._dataflows)}")
-        dependents = [d.name for d in self._dataflows.values() if d is not df and d.uses & set(df.exports)]
-        if dependents and not cascade:
-            raise ValueError(f"dataflows {dependents} import arrangements exported by {name!r}; drop them first "
-                             f"or call eng.drop({name!r}, cascade=True)")
-        for dep in dependents:
-            if dep in self._dataflows:
-                self._drop(dep, cascade)
+        if cascade:
+            for dep in [d.name for d in self._dataflows.values() if d.uses & set(df.exports)]:
+                if dep in self._dataflows:
+                    self._drop(dep, cascade)
         for op in df.graph.ops:
-            op.release()
-        for ename in df.exports:
-            self._catalog.pop(ename, None)
-        del self._dataflows[name]
+            if op.kind == "view":
+                op.release()
+        df.views = {}
+        df.dropped = True
+        self._retired.append(df)
+        self._collect()
+
+    def _read(self, export: str, besides) -> bool:
+        entry = self._catalog.get(export)
+        if entry is None:
+            return False
+        if any(h.alive for h in list(entry.handles)):
+            return True
+        return any(d is not besides and export in d.uses for d in list(self._dataflows.values()) + self._retired)
+
+    def _collect(self):
+        """Release dropped dataflows whose exports nobody reads; prune the others to the operators that
+        feed the exports still read."""
+        changed = True
+        while changed:
+            changed = False
+            for df in list(self._retired):
+                live = {e for e in df.exports if self._read(e, df)}
+                if live == set(df.exports) and getattr(df, "pruned", False):
+                    continue
+                for e in set(df.exports) - live:
+                    self._catalog.pop(e, None)
+                df.exports = sorted(live)
+                if not live:
+                    for op in df.graph.ops:
+                        op.release()
+                    self._retired.remove(df)
+                    changed = True
+                    continue
+                keep: set = set()
+                stack = [self._catalog[e].op for e in live]
+                while stack:
+                    op = stack.pop()
+                    if op not in keep:
+                        keep.add(op)
+                        stack.extend(op.inputs)
+                for op in df.graph.ops:
+                    if op not in keep:
+                        op.release()
+                    else:
+                        op.consumers = [(c, p) for c, p in op.consumers if c in keep]
+                df.graph.ops = [op for op in df.graph.ops if op in keep]
+                df.pruned = True
 
     # -- waiting ------------------------------------------------------------------------------
     def _view_goal(self, view: View):

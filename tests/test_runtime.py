@@ -132,6 +132,8 @@ def test_builder_is_sealed_after_install(eng):
 
 
 def test_export_use_catalog_and_drop_rules(eng):
+    import gc
+    import weakref
     e = eng.input("edges", ["src", "dst"])
     e.insert([(1, 2), (1, 3), (2, 3)])
     e.advance_to(1)
@@ -150,19 +152,51 @@ def test_export_use_catalog_and_drop_rules(eng):
     imp = [op for op in cons.graph.ops if op.kind == "import" and op.name == "by_src"][0]
     exported = [op for op in prod.graph.ops if op.kind == "arrange"][0].trace
     assert imp.trace is exported and len(exported.spines) == eng.workers
-    with pytest.raises(ValueError, match=r"dataflows \['consumer'\] import arrangements exported by 'producer'"):
-        eng.drop("producer")
     with pytest.raises(SchemaError, match="exported already"):
         with eng.dataflow("x") as df:
             df.input("edges").arrange_by("dst").export("by_src")
+    # dropping the producer keeps its export alive and maintained while the consumer reads it
+    eng.drop("producer")
+    assert eng.dataflows() == {"consumer": "running"}
+    assert eng.catalog()["by_src"]["dataflow"] == "producer (dropped)"
     e.insert([(2, 4)])
     e.advance_to(2)
     eng.wait(v)
     assert rows(v) == [(1, 2), (2, 2)]
-    eng.drop("producer", cascade=True)
-    assert eng.dataflows() == {} and eng.catalog() == {}
+    ref = weakref.ref(exported)
+    del exported, imp, prod
+    eng.drop("consumer")
+    gc.collect()
+    assert eng.dataflows() == {} and eng.catalog() == {} and ref() is None
     with pytest.raises(ValueError, match="dropped"):
         v.to_pandas()
+
+
+def test_drop_cascade_and_handles_keep_exports(eng):
+    e = eng.input("edges", ["src", "dst"])
+    e.insert([(1, 2)])
+    e.advance_to(1)
+    with eng.dataflow("producer") as df:
+        df.input("edges").arrange_by("src").export("by_src")
+    with eng.dataflow("consumer") as df:
+        v = df.use("by_src").count(by="src").view("deg")
+    eng.wait(v)
+    eng.drop("producer", cascade=True)
+    assert eng.dataflows() == {} and eng.catalog() == {}
+    with eng.dataflow("producer") as df:
+        df.input("edges").arrange_by("src").export("by_src")
+    h = eng.trace("by_src")
+    eng.drop("producer")
+    e.insert([(1, 3)])
+    e.advance_to(2)
+    eng.wait()
+    assert h.upper == kp.Antichain([(2,)])  # still maintained for the handle
+    assert sorted(h.accumulate()[1][0].tolist()) == [2, 3]
+    h.close()
+    eng.wait()
+    e.advance_to(3)
+    eng.wait()
+    assert eng.catalog() == {}
 
 
 def test_dropped_export_trace_is_released(eng):
