@@ -520,9 +520,12 @@ class Engine:
                         done.set()
                 except BaseException:  # noqa: BLE001 - the scheduler must survive anything
                     self.errors.append(traceback.format_exc())
-            self._run_dataflows()
-            if self._retired:
-                self._collect()
+            try:
+                self._run_dataflows()
+                if self._retired:
+                    self._collect()
+            except BaseException:  # noqa: BLE001 - the scheduler must survive anything
+                self.errors.append(traceback.format_exc())
             now = time.perf_counter()
             self.latencies.extend(now - t0 for t0 in seals)
             with self._cv:
