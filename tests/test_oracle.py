@@ -108,3 +108,20 @@ def programs(max_loops=1):
 @given(prog=programs(), seed=st.integers(0, 1000), workers=st.sampled_from([1, 2, 3]))
 def test_hypothesis_programs(prog, seed, workers):
     run_program(prog, seed, workers, epochs=4)
+
+
+LARGE = [("count", ("input", "A")), ("min", ("concat", ("input", "A"), ("input", "B"))),
+         ("semijoin", ("input", "A"), ("input", "B")), ("antijoin", ("input", "A"), ("input", "B")),
+         ("reduce", ("input", "A")), ("topk", ("input", "A"), 3), ("distinct", ("flat", ("input", "A"))),
+         ("iterate", ("input", "A"), ("distinct", ("concat", ("var", 0), ("mix", ("var", 0)))), 3)]
+
+
+@pytest.mark.parametrize("prog", LARGE, ids=[p[0] for p in LARGE])
+def test_large_batches_take_the_parallel_paths(prog, monkeypatch):
+    """Tens of thousands of distinct rows per epoch: shards run on the pool, spines merge many batches,
+    and the join output is cut into small chunks."""
+    import reference
+    import kpgnb.engine.operators.join as J
+    monkeypatch.setattr(reference, "DOM", 300)
+    monkeypatch.setattr(J, "CHUNK", 5000)
+    run_program(prog, seed=7, workers=3, epochs=4, per_epoch=30_000, batched=True)
