@@ -54,6 +54,9 @@ def f_thresh(c):
     return (c > 1).astype(np.int64) + (c > 2).astype(np.int64)
 
 
+RMOD = 6  # f_reduce's modulus: a constant, since numba freezes globals when it compiles
+
+
 @njit
 def f_reduce(vals, counts):
     """Per group: (number of distinct values with positive count, sum of value * count) -> one row
@@ -67,9 +70,9 @@ def f_reduce(vals, counts):
     n = 2 if vals.shape[0] > 1 else 1
     out = np.empty((n, 1), np.int64)
     cnt = np.ones(n, np.int64)
-    out[0, 0] = (npos * 7 + s) % DOM
+    out[0, 0] = (npos * 7 + s) % RMOD
     if n == 2:
-        out[1, 0] = vals[vals.shape[0] - 1, 0] % DOM
+        out[1, 0] = vals[vals.shape[0] - 1, 0] % RMOD
     return out, cnt
 
 
@@ -78,9 +81,9 @@ def ref_reduce(rows: Counter) -> Counter:
     out = Counter()
     npos = sum(1 for v in vals if rows[v] > 0)
     s = sum(v * rows[v] for v in vals)
-    out[(npos * 7 + s) % DOM] += 1
+    out[(npos * 7 + s) % RMOD] += 1
     if len(vals) > 1:
-        out[vals[-1] % DOM] += 1
+        out[vals[-1] % RMOD] += 1
     return out
 
 
