@@ -329,7 +329,7 @@ class Collection:
         schema = Schema(tuple(by) + tuple(out_vals), tuple(arr.schema.dtype(n) for n in by) + tuple(out_dtypes))
         return Arranged(self.builder, op, schema, arr.scope, by, list(out_vals))
 
-    def _mode(self, col, what):
+    def _mode(self, col):
         d = self.schema.dtype(col)
         return {"int64": rk.MODE_INT, "bool": rk.MODE_INT, "float64": rk.MODE_FLOAT, "str": rk.MODE_RANK}[d]
 
@@ -351,17 +351,26 @@ class Collection:
         by = list(self.schema.names) if by is None else _names(by, "by")
         return self._reduce(by, [], ReduceSpec(rk.THRESHOLD, 0, fn=fn), [], [], "threshold")
 
-    def _col(self, col, by):
+    def _by_col(self, by, col, what):
+        """(by, col) for the reductions over one column, DESIGN order ``f(by=, col=)``; ``f("x")`` alone
+        reduces column x over the whole collection."""
         self._live()
+        if col is None:
+            if isinstance(by, str):
+                by, col = (), by
+            else:
+                raise SchemaError(f"{what} needs col=, the column to reduce")
         if not isinstance(col, str):
             raise SchemaError(f"col must be a column name, got {col!r}")
         self._check([col])
-        if col in _names(by):
+        by = _names(by, "by")
+        if col in by:
             raise SchemaError(f"column {col!r} is also a by column")
+        return by, col
 
-    def sum(self, col: str, by=()) -> "Arranged":
-        """Sum of ``col`` (weighted by multiplicity) per group."""
-        self._col(col, by)
+    def sum(self, by=(), col: str | None = None) -> "Arranged":
+        """Sum of ``col`` (weighted by multiplicity) per group of the ``by`` columns."""
+        by, col = self._by_col(by, col, "sum")
         d = self.schema.dtype(col)
         if d == "str":
             raise SchemaError(f"cannot sum column {col!r}: it holds strings")
@@ -369,33 +378,33 @@ class Collection:
         spec = ReduceSpec(rk.SUM, 1, 0, rk.MODE_FLOAT if fl else rk.MODE_INT, float_out=fl)
         return self._reduce(by, [col], spec, [col], ["float64" if fl else "int64"], "sum")
 
-    def _extreme(self, op, col, by, name):
-        self._col(col, by)
-        spec = ReduceSpec(op, 1, 0, self._mode(col, name), symbols=self.builder.engine.symbols)
+    def _extreme(self, op, by, col, name):
+        by, col = self._by_col(by, col, name)
+        spec = ReduceSpec(op, 1, 0, self._mode(col), symbols=self.builder.engine.symbols)
         return self._reduce(by, [col], spec, [col], [self.schema.dtype(col)], name)
 
-    def min(self, col: str, by=()) -> "Arranged":
+    def min(self, by=(), col: str | None = None) -> "Arranged":
         """Smallest ``col`` per group (strings compare lexicographically)."""
-        return self._extreme(rk.MIN, col, by, "min")
+        return self._extreme(rk.MIN, by, col, "min")
 
-    def max(self, col: str, by=()) -> "Arranged":
+    def max(self, by=(), col: str | None = None) -> "Arranged":
         """Largest ``col`` per group."""
-        return self._extreme(rk.MAX, col, by, "max")
+        return self._extreme(rk.MAX, by, col, "max")
 
-    def _rows(self, op, col, by, name, k=0, desc=False):
-        self._col(col, by)
-        rest = [n for n in self.schema.names if n not in _names(by)]
-        spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col, name), k=k, desc=desc,
+    def _rows(self, op, by, col, name, k=0, desc=False):
+        by, col = self._by_col(by, col, name)
+        rest = [n for n in self.schema.names if n not in by]
+        spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col), k=k, desc=desc,
                           symbols=self.builder.engine.symbols)
         return self._reduce(by, rest, spec, rest, [self.schema.dtype(n) for n in rest], name)
 
-    def argmin(self, col: str, by=()) -> "Arranged":
+    def argmin(self, by=(), col: str | None = None) -> "Arranged":
         """The whole row with the smallest ``col`` per group (ties: the smallest row)."""
-        return self._rows(rk.ARGMIN, col, by, "argmin")
+        return self._rows(rk.ARGMIN, by, col, "argmin")
 
-    def argmax(self, col: str, by=()) -> "Arranged":
+    def argmax(self, by=(), col: str | None = None) -> "Arranged":
         """The whole row with the largest ``col`` per group."""
-        return self._rows(rk.ARGMAX, col, by, "argmax")
+        return self._rows(rk.ARGMAX, by, col, "argmax")
 
     def top_k(self, by=(), order_by: str = None, k: int = 1, descending: bool = True) -> "Arranged":
         """The k rows with the largest (or, descending=False, smallest) ``order_by`` per group, counting
@@ -404,7 +413,7 @@ class Collection:
             raise SchemaError("top_k needs order_by=")
         if not isinstance(k, (int, np.integer)) or k < 1:
             raise SchemaError(f"top_k needs k >= 1, got {k!r}")
-        return self._rows(rk.TOPK, order_by, by, "top_k", k=int(k), desc=bool(descending))
+        return self._rows(rk.TOPK, by, order_by, "top_k", k=int(k), desc=bool(descending))
 
     def reduce(self, by, fn, columns, out: dict | None = None) -> "Arranged":
         """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),

@@ -26,17 +26,17 @@ def warm_kernels(workers: int = 2) -> float:
             dist = df.input("r").map(lambda node: {"node": node, "dist": node * 0}).iterate(
                 lambda d: d.join(g, left_on="node", right_on="src")
                            .map(lambda dst, dist: {"node": dst, "dist": dist + 1})
-                           .concat(d).min("dist", by="node"))
+                           .concat(d).min(by="node", col="dist"))
             nested = edges.iterate(lambda x: x.iterate(lambda y: y.concat(y.join(x, left_on="dst", right_on="src")
                                    .select("src", "dst_right").rename(dst_right="dst")).distinct()))
             views = [dist.view("dist"), nested.view("nested"),
-                     edges.count(by="src").view("count"), edges.max("dst", by="src").view("max"),
-                     edges.argmin("dst", by="src").view("argmin"),
+                     edges.count(by="src").view("count"), edges.max(by="src", col="dst").view("max"),
+                     edges.argmin(by="src", col="dst").view("argmin"),
                      edges.top_k(by="src", order_by="dst", k=1).view("topk"),
                      edges.semijoin(df.input("r"), left_on="src", right_on="node").view("semi"),
                      edges.antijoin(df.input("r"), left_on="src", right_on="node").view("anti"),
                      edges.select("src").threshold(lambda c: c).view("threshold"),
-                     df.input("f").sum("x", by="k").view("sum")]
+                     df.input("f").sum(by="k", col="x").view("sum")]
         for v in views:
             eng.wait(v)
             v.to_pandas()

@@ -13,7 +13,7 @@ def bfs(edges, roots):
         return (d.join(edges, left_on="node", right_on="src")
                  .map(lambda dst, dist: {"node": dst, "dist": dist + 1})
                  .concat(start)
-                 .min("dist", by="node"))
+                 .min(by="node", col="dist"))
     return start.iterate(step)
 
 
@@ -26,7 +26,7 @@ def propagate_min_label(edges, nodes):
     """Smallest label reachable along edges (src, dst) from each node, starting from ``nodes`` (node, label)."""
     return nodes.iterate(lambda lab: lab.join(edges, left_on="node", right_on="src")
                          .map(lambda dst, label: {"node": dst, "label": label})
-                         .concat(nodes).min("label", by="node"))
+                         .concat(nodes).min(by="node", col="label"))
 
 
 def wcc(edges):

@@ -250,15 +250,15 @@ def build(expr, df, env: list | None = None):
     if op == "threshold":
         return bd(expr[1]).threshold(f_thresh)
     if op == "sum":
-        return bd(expr[1]).sum("b", by="a")
+        return bd(expr[1]).sum(by="a", col="b")
     if op == "min":
-        return bd(expr[1]).min("b", by="a")
+        return bd(expr[1]).min(by="a", col="b")
     if op == "max":
-        return bd(expr[1]).max("b", by="a")
+        return bd(expr[1]).max(by="a", col="b")
     if op == "argmin":
-        return bd(expr[1]).argmin("b", by="a")
+        return bd(expr[1]).argmin(by="a", col="b")
     if op == "argmax":
-        return bd(expr[1]).argmax("b", by="a")
+        return bd(expr[1]).argmax(by="a", col="b")
     if op == "topk":
         return bd(expr[1]).top_k(by="a", order_by="b", k=expr[2])
     if op == "reduce":
