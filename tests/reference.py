@@ -215,6 +215,13 @@ def evaluate(expr, inputs: dict, env: list | None = None) -> Counter:
 
 # -- the same program on the engine ----------------------------------------------------------------
 
+def here(coll, env):
+    """A loop nested in a loop body nests in that body's scope: enter collections from outside first."""
+    if env and env[-1].scope is not coll.scope and coll.scope.is_ancestor_of(env[-1].scope):
+        return coll.enter(env[-1].scope)
+    return coll
+
+
 def build(expr, df, env: list | None = None):
     env = env or []
     op = expr[0]
@@ -265,10 +272,10 @@ def build(expr, df, env: list | None = None):
         return bd(expr[1]).reduce(by="a", fn=f_reduce, columns=["b"], out={"b": "int64"})
     if op == "iterate":
         _, init, body, rounds = expr
-        return bd(init).iterate(lambda v: build(body, df, env + [v]), max_rounds=rounds)
+        return here(bd(init), env).iterate(lambda v: build(body, df, env + [v]), max_rounds=rounds)
     if op == "mutual":
         _, init_x, init_y, body_x, body_y, rounds = expr
-        x0, y0 = bd(init_x), bd(init_y)
+        x0, y0 = here(bd(init_x), env), here(bd(init_y), env)
         scope = x0.scope.loop()
         x = Variable(scope, x0)
         y = Variable(scope, y0)

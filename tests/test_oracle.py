@@ -125,3 +125,11 @@ def test_large_batches_take_the_parallel_paths(prog, monkeypatch):
     monkeypatch.setattr(reference, "DOM", 300)
     monkeypatch.setattr(J, "CHUNK", 5000)
     run_program(prog, seed=7, workers=3, epochs=4, per_epoch=30_000, batched=True)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_deeper_random_programs(seed):
+    """Depth-4 programs: loops inside loop bodies, mutual recursion inside iteration."""
+    rng = np.random.default_rng(50_000 + seed)
+    prog = random_program(rng, depth=4)
+    run_program(prog, seed, workers=1 + seed % 3, epochs=5, batched=seed % 2 == 0)
