@@ -107,7 +107,9 @@ class Collection:
             return self, other.enter(self.scope)
         if self.scope.is_ancestor_of(other.scope):
             return self.enter(other.scope), other
-        raise SchemaError("collections from different loops cannot be combined; leave() one of them first")
+        raise SchemaError("collections from different loops cannot be combined: leave() one of them first, or, "
+                          "to nest a loop inside a loop body, start it from a collection entered into that "
+                          "body (outer.enter(inner.scope).iterate(...))")
 
     # -- user functions -------------------------------------------------------------------------
     def _params(self, fn, who):
