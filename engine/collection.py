@@ -648,30 +648,29 @@ class DataflowBuilder:
         It arrives arranged by all its columns (the input's own trace), so a distinct() or a count by
         every column reuses that index instead of building another."""
         self._check_building()
-        if name in self._inputs:
-            return self._inputs[name]
-        session = self.engine._inputs.get(name)
-        if session is None:
-            raise SchemaError(f"no input named {name!r}; inputs are {sorted(self.engine._inputs)}")
-        op = ImportOp(self.scope, session.trace, Site.capture(), name)
-        arr = Arranged(self, op, session.schema, self.scope, list(session.schema.names), [])
-        self.sources.add(session)
-        self._inputs[name] = arr
-        return arr
+        if name not in self._inputs:
+            session = self.engine._inputs.get(name)
+            if session is None:
+                raise SchemaError(f"no input named {name!r}; inputs are {sorted(self.engine._inputs)}")
+            self._inputs[name] = self._import(name, session.trace, session.schema, session.schema.names, [])
+            self.sources.add(session)
+        return self._inputs[name]
 
     def use(self, name: str) -> Arranged:
         """An exported arrangement, imported without re-indexing (milliseconds, whatever its size)."""
         self._check_building()
-        if name in self._used:
-            return self._used[name]
-        entry = self.engine._catalog.get(name)
-        if entry is None:
-            raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has {sorted(self.engine._catalog)}")
-        op = ImportOp(self.scope, entry.trace, Site.capture(), name)
-        arr = Arranged(self, op, entry.schema, self.scope, entry.key_names, entry.val_names)
-        self.uses.add(name)
-        self._used[name] = arr
-        return arr
+        if name not in self._used:
+            entry = self.engine._catalog.get(name)
+            if entry is None:
+                raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has "
+                                  f"{sorted(self.engine._catalog)}")
+            self._used[name] = self._import(name, entry.trace, entry.schema, entry.key_names, entry.val_names)
+            self.uses.add(name)
+        return self._used[name]
+
+    def _import(self, name, trace, schema, keys, vals) -> Arranged:
+        op = ImportOp(self.scope, trace, Site.capture(), name)
+        return Arranged(self, op, schema, self.scope, list(keys), list(vals))
 
 
 def _out_schema_of(result, who, site) -> Schema:

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from . import helper, kernel
-from .rows import cmp_cols, in_advance
+from .rows import cmp_cols, in_advance, leq_time
 from .sort import sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
@@ -50,18 +50,18 @@ def _grow_cols(a, need):
 
 
 @kernel
-def _sort_time_rows(buf, idx, n):
-    """Insertion sort of idx[:n] by the lexicographic order of buf rows (a few times per key)."""
-    d = buf.shape[1]
+def _insertion_sort(idx, n, m):
+    """Insertion sort of idx[:n] by the columns of m they point at (short lists only)."""
+    k = m.shape[0]
     for a in range(1, n):
         x = idx[a]
         b = a - 1
         while b >= 0:
             y = idx[b]
             c = 0
-            for q in range(d):
-                if buf[y, q] != buf[x, q]:
-                    c = 1 if buf[y, q] > buf[x, q] else -1
+            for q in range(k):
+                if m[q, y] != m[q, x]:
+                    c = 1 if m[q, y] > m[q, x] else -1
                     break
             if c <= 0:
                 break
@@ -74,22 +74,7 @@ def _sort_time_rows(buf, idx, n):
 def _sort_rows_by_vals(idx, n, vals, tmp, none2d):
     """Sort idx[:n] by the value columns of the rows it points at (insertion sort when short)."""
     if n <= 16:
-        kv = vals.shape[0]
-        for a in range(1, n):
-            x = idx[a]
-            b = a - 1
-            while b >= 0:
-                y = idx[b]
-                c = 0
-                for q in range(kv):
-                    if vals[q, y] != vals[q, x]:
-                        c = 1 if vals[q, y] > vals[q, x] else -1
-                        break
-                if c <= 0:
-                    break
-                idx[b + 1] = y
-                b -= 1
-            idx[b + 1] = x
+        _insertion_sort(idx, n, vals)
     else:
         sort_index_segment(idx, 0, n, none2d, vals, none2d, tmp)
 
@@ -187,7 +172,7 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
         if nready == 0:
             continue
         if nready > 1:
-            _sort_time_rows(C, ready, nready)
+            _insertion_sort(ready, nready, C.T)  # a key's few ready times, lexicographically
         nrows = r1 - r0
         if ng + nready + 1 > g_key.shape[0]:
             return p, NEED_GROUPS
@@ -209,12 +194,7 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
             if counts_only:
                 total = 0
                 for r in range(r0, r1):
-                    le = True
-                    for c in range(d):
-                        if itimes[r, c] > C[ci, c]:
-                            le = False
-                            break
-                    if le:
+                    if leq_time(itimes, r, C, ci):
                         total += idiffs[r]
                 if total != 0:
                     acc_row[na] = r0
@@ -236,12 +216,7 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                                     break
                             if not same:
                                 break
-                        le = True
-                        for c in range(d):
-                            if itimes[rb, c] > C[ci, c]:
-                                le = False
-                                break
-                        if le:
+                        if leq_time(itimes, rb, C, ci):
                             total += idiffs[rb]
                         b += 1
                     if total != 0:
@@ -504,12 +479,7 @@ def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes
             # output accumulated at this time and the desired output, each sorted by value
             ncur = 0
             for r in range(nw):
-                le = True
-                for c in range(d):
-                    if w_time[r, c] > g_time[q, c]:
-                        le = False
-                        break
-                if le:
+                if leq_time(w_time, r, g_time, q):
                     cur[ncur] = r
                     ncur += 1
             if ncur > 1:

@@ -1,6 +1,6 @@
 """Row comparison helpers shared by the sorting, merging and seeking kernels."""
 
-from . import kernel
+from . import helper, kernel
 
 
 @kernel
@@ -47,6 +47,15 @@ def cmp_update(keys, vals, times, i, j):
     if c != 0:
         return c
     return cmp_times(times, i, times, j)
+
+
+@helper
+def leq_time(a, i, b, j):
+    """Product order: time row a[i] <= b[j] coordinate-wise (inlined: called per row in hot loops)."""
+    for c in range(a.shape[1]):
+        if a[i, c] > b[j, c]:
+            return False
+    return True
 
 
 @kernel

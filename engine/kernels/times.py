@@ -2,6 +2,7 @@
 import numpy as np
 
 from . import kernel
+from .rows import leq_time
 
 
 @kernel
@@ -13,12 +14,7 @@ def minimal_times(times):
     for i in range(n):
         dominated = False
         for j in range(m):
-            le = True
-            for c in range(d):
-                if out[j, c] > times[i, c]:
-                    le = False
-                    break
-            if le:
+            if leq_time(out, j, times, i):
                 dominated = True
                 break
         if dominated:
@@ -26,12 +22,7 @@ def minimal_times(times):
         # drop elements the new time is <= to, then append it
         w = 0
         for j in range(m):
-            ge = True
-            for c in range(d):
-                if times[i, c] > out[j, c]:
-                    ge = False
-                    break
-            if not ge:
+            if not leq_time(times, i, out, j):
                 if w != j:
                     out[w] = out[j]
                 w += 1
