@@ -8,21 +8,23 @@ body are entered automatically (arrangements by wrapping, without a copy).
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .columns import Schema, SchemaError, infer_dtype
-from .dataflow import Scope, Site
+from .dataflow import Site
+from .scope import Scope
 from .kernels import reduce as rk
-from .operators.arrange import ArrangeOp, ExportOp, ImportOp, ViewOp
+from .operators.arrange import ArrangeOp, ExportOp, ViewOp
 from .operators.basic import (ConcatOp, EnterArrangedOp, EnterOp, FeedbackOp, FilterOp, FlatMapOp, FlattenOp,
                               InspectOp, LeaveOp, MapOp, NegateOp, ProjectOp, VariableOp)
 from .operators.join import JoinOp
 from .operators.reduce import USER, ReduceOp, ReduceSpec
 
 if TYPE_CHECKING:
-    from .runtime import View
+    from .view import View
 
 
 def _names(cols, what="columns") -> list:
@@ -35,6 +37,15 @@ def _names(cols, what="columns") -> list:
         if not isinstance(c, str):
             raise SchemaError(f"{what} must be column names (str), got {c!r}")
     return out
+
+
+@dataclass(frozen=True)
+class Export:
+    """An arrangement a dataflow publishes under a name (the catalog entry it becomes at install)."""
+    op: object
+    schema: Schema
+    keys: tuple
+    vals: tuple
 
 
 class Collection:
@@ -68,7 +79,7 @@ class Collection:
                 raise SchemaError(f"no {what} {n!r} in this collection; columns are {list(self.schema.names)}")
 
     def _live(self):
-        self.builder._check_building()
+        self.builder.check_building()
 
     # -- scopes -------------------------------------------------------------------------------
     def enter(self, scope: Scope) -> "Collection":
@@ -469,7 +480,7 @@ class Collection:
             raise SchemaError(f"this dataflow has a view named {name!r} already")
         arr = self if isinstance(self, Arranged) else self.arrange_by(*self.schema.names)
         op = ViewOp(arr.scope, arr.op, history, Site.capture())
-        from .runtime import View
+        from .view import View
         view = View(self.builder.engine, self.builder.name, name, op, arr.schema)
         self.builder.views[name] = view
         return view
@@ -513,10 +524,10 @@ class Arranged(Collection):
             raise SchemaError("only top-level arrangements can be exported (leave() the loop first)")
         if not isinstance(name, str) or not name:
             raise SchemaError("export needs a non-empty name")
-        if name in self.builder.engine._catalog or name in self.builder.exports:
+        if self.builder.exported(name):
             raise SchemaError(f"an arrangement named {name!r} is exported already")
         op = ExportOp(self.scope, self.op, 1, Site.capture())
-        self.builder.exports[name] = (op, self.schema, self.key_names, self.val_names)
+        self.builder.exports[name] = Export(op, self.schema, tuple(self.key_names), tuple(self.val_names))
         trace = self.op.trace
         if trace is not None and trace.name is None:
             trace.name = name  # statistics show the arrangement under its catalog name
@@ -539,7 +550,7 @@ class Variable(Collection):
         if scope.parent is None:
             raise SchemaError("a Variable lives in a loop scope: use df.loop() (or the scope of an iterate body)")
         builder = scope.graph.builder
-        builder._check_building()
+        builder.check_building()
         site = Site.capture()
         if initial is None:
             if columns is None:
@@ -586,91 +597,6 @@ class Variable(Collection):
         self.op.connect(fb)
         self.result = result
         return result
-
-
-class DataflowBuilder:
-    """Builds one dataflow (``with eng.dataflow(name) as df``); installed atomically when the block ends
-    without an exception, and not at all otherwise."""
-
-    def __init__(self, engine, name: str):
-        from .dataflow import Graph
-        self.engine = engine
-        self.name = name
-        self.graph = Graph()
-        self.graph.builder = self
-        self.scope = self.graph.root
-        self.views: dict = {}
-        self.exports: dict = {}
-        self.uses: set = set()
-        self.sources: set = set()
-        self.variables: list = []
-        self._inputs: dict = {}
-        self._used: dict = {}
-        self.state = "building"
-        self.dataflow = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.state = "discarded"
-            return False
-        self.install()
-        return False
-
-    def _check_building(self):
-        if self.state != "building":
-            raise SchemaError(f"dataflow {self.name!r} is {self.state}; build new collections in a new "
-                              f"eng.dataflow(...) block")
-
-    def install(self):
-        self._check_building()
-        for v in self.variables:
-            if v.result is None:
-                raise SchemaError(f"the Variable defined at {v.site} was never set")
-        self.state = "installing"
-        try:
-            self.dataflow = self.engine._install(self)
-        except BaseException:
-            self.state = "discarded"
-            raise
-        self.state = "installed"
-        return self.dataflow
-
-    def loop(self) -> Scope:
-        """A new iterative scope for mutually recursive Variables."""
-        self._check_building()
-        return self.scope.loop()
-
-    def input(self, name: str) -> "Arranged":
-        """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes.
-        It arrives arranged by all its columns (the input's own trace), so a distinct() or a count by
-        every column reuses that index instead of building another."""
-        self._check_building()
-        if name not in self._inputs:
-            session = self.engine._inputs.get(name)
-            if session is None:
-                raise SchemaError(f"no input named {name!r}; inputs are {sorted(self.engine._inputs)}")
-            self._inputs[name] = self._import(name, session.trace, session.schema, session.schema.names, [])
-            self.sources.add(session)
-        return self._inputs[name]
-
-    def use(self, name: str) -> Arranged:
-        """An exported arrangement, imported without re-indexing (milliseconds, whatever its size)."""
-        self._check_building()
-        if name not in self._used:
-            entry = self.engine._catalog.get(name)
-            if entry is None:
-                raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has "
-                                  f"{sorted(self.engine._catalog)}")
-            self._used[name] = self._import(name, entry.trace, entry.schema, entry.key_names, entry.val_names)
-            self.uses.add(name)
-        return self._used[name]
-
-    def _import(self, name, trace, schema, keys, vals) -> Arranged:
-        op = ImportOp(self.scope, trace, Site.capture(), name)
-        return Arranged(self, op, schema, self.scope, list(keys), list(vals))
 
 
 def _out_schema_of(result, who, site) -> Schema:

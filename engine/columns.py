@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import SchemaError
+
 DTYPES = ("int64", "float64", "bool", "str")
 _DTYPE_ALIASES = {
     "int": "int64", "int64": "int64", "i8": "int64", "integer": "int64",
@@ -18,10 +20,6 @@ _DTYPE_ALIASES = {
     "bool": "bool", "boolean": "bool",
     "str": "str", "string": "str", "object": "str",
 }
-
-
-class SchemaError(ValueError):
-    """Input that does not fit a collection's schema; the message names the column and what was expected."""
 
 
 def normalize_dtype(dtype) -> str:
@@ -294,21 +292,3 @@ class UpdateBatch:
 
     def take(self, idx) -> "UpdateBatch":
         return UpdateBatch(self.data[:, idx], self.times[idx], self.diffs[idx])
-
-    @staticmethod
-    def concat(batches, k: int, d: int) -> "UpdateBatch":
-        batches = [b for b in batches if len(b)]
-        if not batches:
-            return UpdateBatch.empty(k, d)
-        if len(batches) == 1:
-            return batches[0]
-        return UpdateBatch(np.concatenate([b.data for b in batches], axis=1),
-                           np.concatenate([b.times for b in batches], axis=0),
-                           np.concatenate([b.diffs for b in batches]))
-
-    def consolidate(self) -> "UpdateBatch":
-        """Sort by (row, time), sum diffs of equal (row, time), drop zeros."""
-        from .batch import form_arrays
-        kh, keys, koff, vals, times, diffs = form_arrays(self.data, np.zeros((0, len(self)), np.int64),
-                                                         self.times, self.diffs)
-        return UpdateBatch(np.repeat(keys, np.diff(koff), axis=1), times, diffs)

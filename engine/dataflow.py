@@ -15,7 +15,12 @@ import os
 import sys
 import time
 
+from . import faults
+from .errors import DataflowError
 from .lattice import Antichain
+from .scope import IDENTITY, Scope
+
+__all__ = ["Site", "Scope", "Updates", "Batches", "Operator", "Graph", "DataflowError"]
 
 _PKG_DIRS = tuple({os.path.dirname(os.path.abspath(__file__)),
                    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kpgnb")})
@@ -50,36 +55,7 @@ class Site:
         return f"{where}: {self.line}" if self.line else where
 
 
-class DataflowError(RuntimeError):
-    """An operator failed while running; the message says which operator and where it was defined."""
-
-
-# -- scopes and messages --------------------------------------------------------------------------
-
-class Scope:
-    """A timestamp domain: the dataflow's root (depth 1, the epoch) or an iterative scope nested in it
-    (each level adds one round coordinate)."""
-
-    def __init__(self, graph: "Graph", parent: "Scope | None" = None):
-        self.graph = graph
-        self.parent = parent
-        self.depth = 1 if parent is None else parent.depth + 1
-
-    def loop(self) -> "Scope":
-        """A new iterative scope nested in this one."""
-        return Scope(self.graph, self)
-
-    def is_ancestor_of(self, other: "Scope") -> bool:
-        s = other.parent
-        while s is not None:
-            if s is self:
-                return True
-            s = s.parent
-        return False
-
-    def __repr__(self):
-        return f"Scope(depth={self.depth})"
-
+# -- messages -------------------------------------------------------------------------------------
 
 class Updates:
     """A message of unarranged updates: one UpdateBatch (or None) per worker shard."""
@@ -107,12 +83,24 @@ class Batches:
 # -- operators ----------------------------------------------------------------------------------
 
 class Operator:
-    """Base of all operators. Subclasses implement ``step``; they may override ``summary`` (how times
-    change from input to output), ``capabilities`` (times they may still emit at without new input),
-    ``install`` and ``release``."""
+    """Base of all operators: the interface the graph and the runtime rely on.
+
+    - ``step(rt)`` does the work: take queued messages, send results (``rt.run`` runs per-shard work on
+      the pool).
+    - ``summary(frontier)`` maps an input frontier to the output (how times change), and
+      ``capabilities()`` is the antichain of times the operator may still emit at without new input.
+    - ``install(rt)`` runs on the scheduler when the dataflow is installed (open trace handles), then
+      ``finish_install()`` once every operator is installed; ``release()`` gives up every handle and
+      subscription (dropped, failed or cancelled). Both are idempotent.
+    - ``trace`` / ``lens``: for operators whose output is arranged (``arranged = True``), the trace that
+      readers of this stream read and how they see its times; ``owned_trace()`` is a trace this operator
+      itself maintains (shown in statistics), None for operators that only pass one through.
+    """
 
     kind = "operator"
     arranged = False  # whether the output stream carries Batches messages
+    lens = IDENTITY
+    trace = None
 
     def __init__(self, scope: Scope, inputs, site: Site | None = None):
         self.scope = scope
@@ -162,8 +150,15 @@ class Operator:
     def install(self, rt):
         """Called on the scheduler thread when the dataflow is installed."""
 
+    def finish_install(self):
+        """Called once every operator of the dataflow is installed."""
+
     def release(self):
-        """Called when the dataflow is dropped: close handles, stop subscriptions."""
+        """Give up handles and subscriptions (dropped, failed or cancelled)."""
+
+    def owned_trace(self):
+        """The trace this operator maintains, if any (for statistics)."""
+        return None
 
     def step(self, rt):
         raise NotImplementedError
@@ -216,16 +211,20 @@ class Graph:
                 break
 
     def run(self, rt) -> bool:
-        """Run operators until none has work. Returns whether anything ran."""
+        """Run operators until none has work, or until ``rt.interrupted()`` (checked between operator
+        steps) asks to yield. Returns whether anything ran."""
         did = False
         while True:
             self.compute_frontiers()
             ran = False
             for op in self.ops:
                 if op.has_work():
+                    if ran and rt.interrupted():
+                        return True
                     op.last_frontier = op.frontier
                     t0 = time.perf_counter()
                     try:
+                        faults.point("operator_step")
                         op.step(rt)
                     except DataflowError:
                         raise
@@ -237,6 +236,10 @@ class Graph:
             if not ran:
                 return did
             did = True
+            if rt.interrupted():
+                return True
 
-    def pending(self) -> bool:
+    def has_work(self) -> bool:
+        """Whether any operator would run (frontiers recomputed first)."""
+        self.compute_frontiers()
         return any(op.has_work() for op in self.ops)

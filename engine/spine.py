@@ -5,9 +5,15 @@ fuel proportional to its size on every merge in progress, so no single insertion
 Merges respect two frontiers supplied by the trace's readers: the logical compaction frontier (times are
 advanced to rep_F while merging) and the physical one (a batch is only merged once its upper is at or
 before it, so readers that read "through" a frontier still find a batch boundary there).
+
+Owner: a spine is written by the scheduler thread only (or by the one pool worker it hands this shard to
+for the length of a step); ``append`` cannot fail and ``maintain`` may fail (a merge error) without
+losing or duplicating anything: a merge in progress is resumable. Readers outside the scheduler never
+look at a spine: they read the trace's published snapshot.
 """
 from __future__ import annotations
 
+from . import faults
 from .batch import Batch, Merger
 from .lattice import Antichain
 
@@ -43,47 +49,58 @@ class Spine:
         self.kk, self.kv, self.depth = kk, kv, depth
         self.effort = effort
         self.lower = lower
-        self.entries: list = []  # written only by the spine's owner (the scheduler or one worker per shard)
-        self._view = ((), lower)  # (batches oldest first, upper): replaced atomically for readers
+        self.entries: list = []  # batches and merges in progress, oldest first
+        self.upper = lower
+        self._owed = 0  # rows appended since the last maintenance
         self.merges_completed = 0
 
-    # -- reading ------------------------------------------------------------------------------
-    @property
-    def upper(self) -> Antichain:
-        return self._view[1]
+    # -- reading (owner only) ------------------------------------------------------------------
+    def batches(self) -> tuple:
+        """The readable batches, oldest first: merges in progress show as their two inputs."""
+        out = []
+        for e in self.entries:
+            if isinstance(e, _Merging):
+                out.append(e.older)
+                out.append(e.newer)
+            elif len(e):
+                out.append(e)
+        return tuple(out)
 
     def snapshot(self):
         """(batches, upper) as one consistent pair."""
-        return self._view
+        return self.batches(), self.upper
 
-    def batches(self, through: Antichain | None = None) -> tuple:
-        """The batches, or the prefix of them whose upper is at or before ``through``."""
-        batches, upper = self._view
-        if through is None or through == upper:
-            return batches
-        n = 0
-        for b in batches:
-            if not b.upper.less_equal(through):
-                break
-            n += 1
-        return batches[:n]
+    def merging(self) -> tuple:
+        """(merges in progress, bytes of their output buffers)."""
+        ms = [e for e in self.entries if isinstance(e, _Merging)]
+        return len(ms), sum(m.merger.nbytes for m in ms)
 
     # -- writing ------------------------------------------------------------------------------
-    def insert(self, batch: Batch, logical: Antichain, physical: Antichain):
-        """Append a batch whose lower is the current upper, then spend fuel on maintenance."""
-        upper = self._view[1]
-        if batch.lower != upper:
-            raise ValueError(f"batch lower {batch.lower} does not continue the trace upper {upper}")
+    def append(self, batch: Batch):
+        """Append a batch whose lower is the current upper. Cannot fail half-way."""
+        if batch.lower != self.upper:
+            raise ValueError(f"batch lower {batch.lower} does not continue the trace upper {self.upper}")
         if len(batch):
             stored = self._last_upper()
             if stored != batch.lower:
                 batch = batch.relabel(stored, batch.upper)
             self.entries.append(batch)
-        self._maintain(len(batch), logical, physical, batch.upper)
+        self.upper = batch.upper
+        self._owed += len(batch)
+
+    def insert(self, batch: Batch, logical: Antichain, physical: Antichain):
+        """Append, then spend fuel on maintenance."""
+        self.append(batch)
+        self.maintain(logical, physical)
+
+    def maintain(self, logical: Antichain, physical: Antichain):
+        """Spend the fuel owed by appended batches (at least MIN_FUEL) on merges."""
+        size, self._owed = self._owed, 0
+        self._maintain(size, logical, physical)
 
     def exert(self, logical: Antichain, physical: Antichain, fuel: int = MIN_FUEL):
         """Spend fuel without inserting (idle maintenance)."""
-        self._maintain(fuel, logical, physical, self._view[1])
+        self._maintain(fuel, logical, physical)
 
     def _last_upper(self) -> Antichain:
         if not self.entries:
@@ -91,7 +108,7 @@ class Spine:
         e = self.entries[-1]
         return e.newer.upper if isinstance(e, _Merging) else e.upper
 
-    def _maintain(self, size: int, logical: Antichain, physical: Antichain, upper: Antichain):
+    def _maintain(self, size: int, logical: Antichain, physical: Antichain):
         coef = EFFORT[self.effort]
         self._start_merges(logical, physical)
         if coef is None:
@@ -106,7 +123,6 @@ class Spine:
                 # lazy settings must not let merges pile up: finish the oldest
                 self._finish_oldest()
                 self._start_merges(logical, physical)
-        self._publish(upper)
 
     def _merging_count(self) -> int:
         return sum(isinstance(e, _Merging) for e in self.entries)
@@ -139,6 +155,8 @@ class Spine:
         """Give ``fuel`` to every merge in progress; returns whether any completed."""
         completed = False
         for i, e in enumerate(self.entries):
+            if isinstance(e, _Merging):
+                faults.point("merge")
             if isinstance(e, _Merging) and e.merger.work(fuel):
                 self.entries[i] = e.result()
                 self.merges_completed += 1
@@ -152,34 +170,6 @@ class Spine:
                 self.entries[i] = e.result()
                 self.merges_completed += 1
                 return
-
-    def _publish(self, upper: Antichain):
-        out = []
-        for e in self.entries:
-            if isinstance(e, _Merging):
-                out.append(e.older)
-                out.append(e.newer)
-            elif len(e):
-                out.append(e)
-        self._view = (tuple(out), upper)
-
-    # -- statistics ---------------------------------------------------------------------------
-    def stats(self) -> dict:
-        """Sizes and frontiers; safe to call from any thread while the owner maintains the spine."""
-        batches, upper = self._view
-        merging = [e for e in list(self.entries) if isinstance(e, _Merging)]
-        since = None
-        for b in batches:
-            since = b.since if since is None else _later(since, b.since)
-        return {
-            "records": sum(len(b) for b in batches),
-            "keys": sum(b.nkeys for b in batches),
-            "batches": len(batches),
-            "bytes": sum(b.nbytes for b in batches) + sum(m.merger.nbytes for m in merging),
-            "merges": len(merging),
-            "since": since if since is not None else self.lower,
-            "upper": upper,
-        }
 
 
 def _later(a: Antichain, b: Antichain) -> Antichain:

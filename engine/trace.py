@@ -1,70 +1,76 @@
-"""Traces, trace handles and cursors (K-Pg sections 4.1 and 4.3).
+"""Traces and trace handles (K-Pg sections 4.1 and 4.3).
 
-A :class:`Trace` is an arrangement's indexed state: one :class:`~.spine.Spine` per worker shard (keys
-are assigned to shards by their hash) and the frontiers of its readers. A :class:`TraceHandle` is a
-reader: it holds the trace alive, and its logical frontier (which times it may still ask about) and
-physical frontier (where it needs batch boundaries) bound what maintenance may do. Dropping the last
-handle releases the trace; the producer only keeps a weak reference.
+A :class:`Trace` is an arrangement's indexed state: one :class:`~.spine.Spine` per worker shard (keys are
+assigned to shards by their hash) and the frontiers of its readers. A :class:`TraceHandle` is a reader: it
+holds the trace alive, and its logical frontier (which times it may still ask about) and physical
+frontier (where it needs batch boundaries) bound what maintenance may do. Dropping the last handle
+releases the trace; the producer only keeps a weak reference.
+
+Who owns what:
+- the spines are written by the scheduler thread only (through ``append``/``maintain``);
+- after every change the scheduler publishes one immutable :class:`TraceSnapshot` (every shard's
+  batches and one upper, the meet over the shards) by a pointer swap; every read, on any thread, goes
+  through a snapshot, so it sees whole epochs or nothing;
+- readers' frontiers may be set from any thread; ``_lock`` guards them.
 """
 from __future__ import annotations
 
 import itertools
 import threading
 import weakref
-from collections import deque
 
-import numpy as np
-
-from .batch import form_arrays
-from .kernels.seek import gather_rows, row_counts, seek_keys, unique_sorted_keys
-from .kernels.sort import arrangement_order
-from .lattice import Antichain, rep_matrix
-from .spine import Spine
+from .cursor import Cursor, accumulate_batches
+from .errors import CompactedError
+from .lattice import Antichain
+from .scope import IDENTITY, TimeLens
+from .spine import Spine, _later
 
 _ids = itertools.count()
 
-
-class CompactedError(ValueError):
-    """A read asked for a time the trace can no longer distinguish."""
+__all__ = ["Trace", "TraceHandle", "TraceSnapshot", "CompactedError"]
 
 
-class TimeLens:
-    """How a reader sees a trace's times without copying it: advanced to a frontier (an import
-    compacted to the importer's frontier) and extended with zero rounds (entering a loop scope)."""
+class TraceSnapshot:
+    """An immutable view of a trace at one moment: per shard its batches (oldest first), the upper
+    frontier (the meet over the shards: every time not in advance of it is complete in every shard), and
+    maintenance figures for statistics."""
 
-    __slots__ = ("frontier", "extend")
+    __slots__ = ("shards", "upper", "merges", "merge_bytes", "lower")
 
-    def __init__(self, frontier: Antichain | None = None, extend: int = 0):
-        self.frontier = frontier if frontier is not None and frontier.elements else None
-        self.extend = extend
+    def __init__(self, shards, upper: Antichain, merges=(), merge_bytes=(), lower: Antichain | None = None):
+        self.shards = shards
+        self.upper = upper
+        self.merges = merges
+        self.merge_bytes = merge_bytes
+        self.lower = lower
+
+    def batches(self, shard: int, through: Antichain | None = None) -> tuple:
+        """A shard's batches, or the prefix of them whose upper is at or before ``through``."""
+        batches = self.shards[shard]
+        if through is None or through == self.upper:
+            return batches
+        n = 0
+        for b in batches:
+            if not b.upper.less_equal(through):
+                break
+            n += 1
+        return batches[:n]
+
+    def all_batches(self) -> list:
+        return [b for bs in self.shards for b in bs]
 
     @property
-    def identity(self) -> bool:
-        return self.frontier is None and self.extend == 0
+    def since(self) -> Antichain:
+        since = None
+        for b in self.all_batches():
+            since = b.since if since is None else _later(since, b.since)
+        return since if since is not None else (self.lower if self.lower is not None else Antichain())
 
-    def entered(self) -> "TimeLens":
-        return TimeLens(self.frontier, self.extend + 1)
-
-    def apply(self, times: np.ndarray) -> np.ndarray:
-        if self.frontier is not None:
-            times = rep_matrix(times, self.frontier)
-        if self.extend:
-            times = np.concatenate([times, np.zeros((times.shape[0], self.extend), np.int64)], axis=1)
-        return times
-
-    def apply_frontier(self, frontier: Antichain) -> Antichain:
-        out = frontier
-        if self.frontier is not None and out.elements:
-            out = out.join(self.frontier)
-        if self.extend:
-            out = out.map(lambda t: t + (0,) * self.extend)
-        return out
-
-    def __repr__(self):
-        return f"TimeLens(frontier={self.frontier}, extend={self.extend})"
-
-
-IDENTITY = TimeLens()
+    def shard_stats(self) -> list:
+        return [{"records": sum(len(b) for b in bs), "keys": sum(b.nkeys for b in bs), "batches": len(bs),
+                 "bytes": sum(b.nbytes for b in bs) + mb, "merges": m}
+                for bs, m, mb in zip(self.shards, self.merges or [0] * len(self.shards),
+                                     self.merge_bytes or [0] * len(self.shards))]
 
 
 class Trace:
@@ -80,11 +86,13 @@ class Trace:
         self._lock = threading.Lock()
         self.logical = lower        # meet of the readers' logical frontiers
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
-        self._subscribers = weakref.WeakSet()  # handles that receive every inserted batch
+        self._listeners = weakref.WeakSet()  # objects whose deliver(batches, lower, upper) sees every append
+        self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
 
     # -- readers ------------------------------------------------------------------------------
-    def handle(self, logical: Antichain | None = None, physical: Antichain | None = None) -> "TraceHandle":
-        return TraceHandle(self, logical, physical)
+    def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
+               on_close=None) -> "TraceHandle":
+        return TraceHandle(self, logical, physical, on_close)
 
     @property
     def readers(self) -> int:
@@ -110,47 +118,96 @@ class Trace:
             self.logical = logical
         self.physical = physical
 
-    # -- writing ------------------------------------------------------------------------------
+    def listen(self, listener):
+        """Call ``listener.deliver(batches, lower, upper)`` after every append (on the scheduler thread).
+        Held weakly: a listener nobody references stops listening."""
+        self._listeners.add(listener)
+
+    def unlisten(self, listener):
+        self._listeners.discard(listener)
+
+    # -- writing (scheduler thread) -------------------------------------------------------------
+    def append(self, batches):
+        """Append one batch per shard (all with the same lower and upper) and publish. Cannot fail
+        half-way: a later maintenance failure loses nothing."""
+        lower = self.snapshot.upper
+        for spine, b in zip(self.spines, batches):
+            spine.append(b)
+        self.publish()
+        upper = self.snapshot.upper
+        for listener in list(self._listeners):
+            listener.deliver(batches, lower, upper)
+
+    def maintain(self, run=None):
+        """Spend the fuel the appended batches owe on merges (per shard, in parallel when ``run`` is the
+        pool's), then publish."""
+        with self._lock:
+            logical, physical = self.logical, self.physical
+        try:
+            if run is None or self.workers == 1:
+                for spine in self.spines:
+                    spine.maintain(logical, physical)
+            else:
+                run(lambda s: self.spines[s].maintain(logical, physical), range(self.workers),
+                    rows=sum(s._owed for s in self.spines))
+        finally:
+            self.publish()
+
     def insert(self, batches, run=None):
-        """Append one batch per shard (all with the same lower and upper). ``run(fn, items)`` may run
-        the per-shard maintenance in parallel."""
-        logical, physical = self.logical, self.physical
-        lower = self.upper
-        if run is None or self.workers == 1:
-            for spine, b in zip(self.spines, batches):
-                spine.insert(b, logical, physical)
-        else:
-            run(lambda s: self.spines[s].insert(batches[s], logical, physical), range(self.workers),
-                rows=sum(len(b) for b in batches))
-        upper = self.upper
-        for h in list(self._subscribers):
-            h.inbox.append((batches, lower, upper))
+        """Append and maintain."""
+        self.append(batches)
+        self.maintain(run)
+
+    def publish(self):
+        shards, merges, mbytes = [], [], []
+        upper = None
+        for s in self.spines:
+            shards.append(s.batches())
+            m, mb = s.merging()
+            merges.append(m)
+            mbytes.append(mb)
+            upper = s.upper if upper is None else upper.meet(s.upper)
+        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), self.spines[0].lower)
 
     # -- reading ------------------------------------------------------------------------------
     @property
     def upper(self) -> Antichain:
-        return self.spines[0].upper
+        return self.snapshot.upper
 
     def stats(self) -> dict:
-        """Totals over the shards (records, keys, batches, bytes, merges in progress), readers, frontiers,
-        and the per-shard figures (to show skew)."""
-        shards = [dict(s.stats(), readers=self.readers) for s in self.spines]
-        out = {k: sum(s[k] for s in shards) for k in ("records", "keys", "batches", "bytes", "merges")}
-        out.update(readers=self.readers, since=shards[0]["since"], upper=self.upper,
-                   logical=self.logical, shards=shards)
-        return out
+        return trace_stats(self.snapshot, self.readers, self.logical, self.name)
+
+
+def trace_stats(snap: TraceSnapshot, readers: int, logical: Antichain, name=None) -> dict:
+    """Totals over the shards (records, keys, batches, bytes, merges in progress), readers, frontiers,
+    and the per-shard figures (to show skew)."""
+    shards = snap.shard_stats()
+    out = {k: sum(s[k] for s in shards) for k in ("records", "keys", "batches", "bytes", "merges")}
+    out.update(readers=readers, since=snap.since, upper=snap.upper, logical=logical, shards=shards)
+    if name is not None:
+        out["name"] = name
+    return out
+
+
+def _release(trace: Trace, key, on_close):
+    trace._drop_reader(key)
+    if on_close is not None:
+        on_close()
 
 
 class TraceHandle:
-    """A reader of a trace. Keeps it alive; its frontiers tell maintenance what it still needs."""
+    """A reader of a trace. Keeps it alive; its frontiers tell maintenance what it still needs. Reads
+    go through the trace's published snapshot, so they are safe from any thread."""
 
-    def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None):
+    def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None,
+                 on_close=None):
         self._trace = trace
         self._key = next(_ids)
         self._logical = logical if logical is not None else trace.logical
         self._physical = physical if physical is not None else Antichain()
+        self.inbox = None
         trace._set_reader(self._key, self._logical, self._physical)
-        self._finalizer = weakref.finalize(self, trace._drop_reader, self._key)
+        self._finalizer = weakref.finalize(self, _release, trace, self._key, on_close)
 
     # -- frontiers ----------------------------------------------------------------------------
     @property
@@ -178,9 +235,12 @@ class TraceHandle:
         self.trace._set_reader(self._key, self._logical, frontier)
 
     def subscribe(self):
-        """Receive (batches, lower, upper) of every later insertion in ``inbox``."""
-        self.inbox = deque()
-        self.trace._subscribers.add(self)
+        """Receive (batches, lower, upper) of every later append in ``inbox`` (scheduler thread)."""
+        self.inbox = []
+        self.trace.listen(self)
+
+    def deliver(self, batches, lower, upper):
+        self.inbox.append((batches, lower, upper))
 
     @property
     def trace(self) -> Trace:
@@ -190,6 +250,8 @@ class TraceHandle:
 
     def close(self):
         """Stop reading; the trace is released when its last handle closes."""
+        if self._trace is not None and self.inbox is not None:
+            self._trace.unlisten(self)
         self._finalizer()
         self._trace = None
 
@@ -199,119 +261,28 @@ class TraceHandle:
 
     @property
     def upper(self) -> Antichain:
-        return self.trace.upper
+        return self.trace.snapshot.upper
 
     # -- access -------------------------------------------------------------------------------
-    def batches(self, shard: int = 0, through: Antichain | None = None) -> tuple:
-        return self.trace.spines[shard].batches(through)
+    def snapshot(self) -> TraceSnapshot:
+        return self.trace.snapshot
 
-    def cursor(self, shard: int = 0, through: Antichain | None = None, lens: TimeLens = IDENTITY) -> "Cursor":
+    def batches(self, shard: int = 0, through: Antichain | None = None) -> tuple:
+        return self.trace.snapshot.batches(shard, through)
+
+    def cursor(self, shard: int = 0, through: Antichain | None = None, lens: TimeLens = IDENTITY) -> Cursor:
         return Cursor(self.batches(shard, through), self.trace.kv, self.trace.depth, lens)
 
-    def accumulate(self, at=None):
+    def accumulate(self, at=None, snapshot: TraceSnapshot | None = None):
         """The collection as of time ``at`` (default: everything recorded so far), consolidated:
-        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards."""
+        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot."""
+        trace = self.trace
         if at is not None:
             at = tuple(int(x) for x in (at if isinstance(at, (tuple, list)) else (at,)))
-            if len(at) != self.trace.depth:
-                raise ValueError(f"time {at} has depth {len(at)}; this trace's times have depth {self.trace.depth}")
+            if len(at) != trace.depth:
+                raise ValueError(f"time {at} has depth {len(at)}; this trace's times have depth {trace.depth}")
             if not self._logical.dominates(at):
                 raise CompactedError(f"time {at} is not in advance of this reader's frontier {self._logical}: "
                                      "its history has been compacted")
-        parts = [b for s in range(self.trace.workers) for b in self.batches(s)]
-        return accumulate_batches(parts, self.trace.kk, self.trace.kv, self.trace.depth, at)
-
-
-def accumulate_batches(batches, kk: int, kv: int, depth: int, at: tuple | None = None):
-    keys, vals, diffs = [], [], []
-    for b in batches:
-        if at is None:
-            sel = None
-        else:
-            sel = np.all(b.times <= np.asarray(at, np.int64), axis=1)
-            if not sel.any():
-                continue
-        k = b.key_rows()
-        if sel is None:
-            keys.append(k), vals.append(b.vals), diffs.append(b.diffs)
-        else:
-            keys.append(k[:, sel]), vals.append(b.vals[:, sel]), diffs.append(b.diffs[sel])
-    if not diffs:
-        return np.zeros((kk, 0), np.int64), np.zeros((kv, 0), np.int64), np.zeros(0, np.int64)
-    K = np.concatenate(keys, axis=1)
-    V = np.concatenate(vals, axis=1)
-    D = np.concatenate(diffs)
-    _, ok, koff, ov, _, od = form_arrays(K, V, np.zeros((len(D), 0), np.int64), D)
-    return np.repeat(ok, np.diff(koff), axis=1), ov, od
-
-
-class Histories:
-    """Rows of a set of probe keys gathered from several batches: probe keys in arrangement order,
-    ``off`` (rows of probe p are off[p]:off[p+1]) and the rows' vals, times, diffs."""
-
-    __slots__ = ("kh", "keys", "off", "vals", "times", "diffs")
-
-    def __init__(self, kh, keys, off, vals, times, diffs):
-        self.kh, self.keys, self.off, self.vals, self.times, self.diffs = kh, keys, off, vals, times, diffs
-
-    def __len__(self):
-        return self.diffs.shape[0]
-
-
-def probe_keys(keys: np.ndarray):
-    """(hashes, keys) sorted in arrangement order and distinct, for seeking."""
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
-    n = keys.shape[1]
-    perm, skh = arrangement_order(keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
-    k = keys[:, perm]
-    keep = unique_sorted_keys(skh, k)
-    if keep.all():
-        return skh, k
-    return skh[keep], np.ascontiguousarray(k[:, keep])
-
-
-class Cursor:
-    """Navigates the union of some batches: for a sorted set of keys, gathers their histories with
-    work proportional to the keys sought (galloping seeks), not to the size of the batches."""
-
-    def __init__(self, batches, kv: int, depth: int, lens: TimeLens = IDENTITY):
-        self.batches = [b for b in batches if len(b)]
-        self.kv = kv
-        self.depth = depth
-        self.lens = lens
-
-    def seek(self, pkh: np.ndarray, pkeys: np.ndarray) -> Histories:
-        m = pkh.shape[0]
-        found = [seek_keys(b.kh, b.keys, pkh, pkeys) for b in self.batches]
-        counts = np.zeros(m, np.int64)
-        per = []
-        for b, kidx in zip(self.batches, found):
-            c = row_counts(kidx, b.koff)
-            per.append(c)
-            counts += c
-        off = np.zeros(m + 1, np.int64)
-        np.cumsum(counts, out=off[1:])
-        total = int(off[-1])
-        vals = np.empty((self.kv, total), np.int64)
-        times = np.empty((total, self.depth), np.int64)
-        diffs = np.empty(total, np.int64)
-        probe = np.empty(total, np.int64)
-        cursor = off[:-1].copy()
-        for b, kidx in zip(self.batches, found):
-            gather_rows(kidx, b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
-        if not self.lens.identity:
-            times = self.lens.apply(times)
-        return Histories(pkh, pkeys, off, vals, times, diffs)
-
-    def seek_keys(self, keys: np.ndarray) -> Histories:
-        """Histories of arbitrary key columns (hashed, sorted and deduplicated first)."""
-        return self.seek(*probe_keys(keys))
-
-    def keys(self):
-        """All distinct keys present in these batches (hashes, keys), in arrangement order."""
-        from .kernels.seek import merge_key_lists
-        kk = self.batches[0].kk if self.batches else 0
-        kh, keys = np.zeros(0, np.int64), np.zeros((kk, 0), np.int64)
-        for b in self.batches:
-            kh, keys = merge_key_lists(kh, keys, b.kh, b.keys) if len(kh) else (b.kh, b.keys)
-        return kh, keys
+        snap = snapshot if snapshot is not None else trace.snapshot
+        return accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)

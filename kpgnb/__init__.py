@@ -12,21 +12,26 @@ if _os.path.isdir(_os.path.join(_root, "engine")) and _os.path.isfile(_os.path.j
     if _root not in __path__:
         __path__.append(_root)
 
-__all__ = ["Engine", "Variable", "Antichain", "Schema", "SchemaError", "DataflowError", "CompactedError", "engine"]
+__all__ = ["Engine", "Variable", "Antichain", "Schema", "KpgnbError", "SchemaError", "DataflowError", "CompactedError",
+           "EngineError", "Cancelled", "DatalogError", "engine"]
 __version__ = "0.1.0"
 
 _LAZY = {
     "Engine": ("kpgnb.engine.runtime", "Engine"),
-    "InputSession": ("kpgnb.engine.runtime", "InputSession"),
-    "View": ("kpgnb.engine.runtime", "View"),
+    "InputSession": ("kpgnb.engine.session", "InputSession"),
+    "View": ("kpgnb.engine.view", "View"),
     "Variable": ("kpgnb.engine.collection", "Variable"),
     "Collection": ("kpgnb.engine.collection", "Collection"),
     "Arranged": ("kpgnb.engine.collection", "Arranged"),
     "Antichain": ("kpgnb.engine.lattice", "Antichain"),
     "Schema": ("kpgnb.engine.columns", "Schema"),
-    "SchemaError": ("kpgnb.engine.columns", "SchemaError"),
-    "DataflowError": ("kpgnb.engine.dataflow", "DataflowError"),
-    "CompactedError": ("kpgnb.engine.trace", "CompactedError"),
+    "KpgnbError": ("kpgnb.engine.errors", "KpgnbError"),
+    "SchemaError": ("kpgnb.engine.errors", "SchemaError"),
+    "DataflowError": ("kpgnb.engine.errors", "DataflowError"),
+    "CompactedError": ("kpgnb.engine.errors", "CompactedError"),
+    "EngineError": ("kpgnb.engine.errors", "EngineError"),
+    "Cancelled": ("kpgnb.engine.errors", "Cancelled"),
+    "DatalogError": ("kpgnb.engine.errors", "DatalogError"),
 }
 
 

@@ -6,15 +6,11 @@ import weakref
 
 import numpy as np
 
-from ..batch import Batch
+from ..batcher import Batcher
 from ..dataflow import Batches, Operator
-from ..kernels.exchange import partition
-from ..lattice import Antichain, antichain_of, in_advance_mask
-from ..trace import IDENTITY, TimeLens, Trace
-
-
-def _c(a):
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+from ..lattice import Antichain
+from ..scope import IDENTITY, TimeLens, epoch_of, last_complete
+from ..trace import Trace
 
 
 class ArrangeOp(Operator):
@@ -25,7 +21,6 @@ class ArrangeOp(Operator):
 
     kind = "arrange"
     arranged = True
-    lens = IDENTITY
 
     def __init__(self, scope, input, key_idx, val_idx, workers, effort="default", site=None, name=None):
         super().__init__(scope, [input], site)
@@ -34,17 +29,18 @@ class ArrangeOp(Operator):
         self.workers = workers
         d = scope.depth
         self.upper = Antichain([(0,) * d])
+        self.batcher = Batcher(len(key_idx), len(val_idx), d, workers)
         self._strong = Trace(len(key_idx), len(val_idx), d, workers, self.upper, effort, name)
         self._weak = weakref.ref(self._strong)
-        self.buffers = [[] for _ in range(workers)]
-        self.buffered = 0
-        self.held = Antichain()  # minimal times of buffered updates: what this operator may still emit
 
     def capabilities(self):
-        return self.held
+        return self.batcher.held
 
     @property
     def trace(self):
+        return self._weak()
+
+    def owned_trace(self):
         return self._weak()
 
     def finish_install(self):
@@ -53,74 +49,21 @@ class ArrangeOp(Operator):
     def step(self, rt):
         msgs = self.take()
         # a lower bound for what we send now: what we held, and the messages just received
-        bound = self.held
+        bound = self.batcher.held
         for m in msgs:
             bound = bound.meet(m.lower)
         if msgs:
-            self._exchange(rt, msgs)
+            self.batcher.push([(b.data[self.key_idx], b.data[self.val_idx], b.times, b.diffs)
+                               for m in msgs for b in m.shards if b is not None and len(b)], rt.run)
         F = self.frontier
         if F != self.upper:
-            lower, self.upper = self.upper, F
-            batches = rt.run(lambda s: self._seal(s, lower, F), range(self.workers),
-                             rows=self.buffered)
+            batches = self.batcher.seal(self.upper, F, rt.run)
+            self.upper = F
             trace = self._weak()
             if trace is not None:
                 trace.insert(batches, rt.run)
             if any(len(b) for b in batches):
                 self.send(Batches([(b,) for b in batches], bound, F, F))
-        times = [p[2] for b in self.buffers for p in b if len(p[2])]
-        self.buffered = sum(len(t) for t in times)
-        self.held = antichain_of(np.concatenate(times, axis=0) if len(times) > 1 else times[0]) if times \
-            else Antichain()
-
-    def _exchange(self, rt, msgs):
-        W = self.workers
-        parts = [b for m in msgs for b in m.shards if b is not None and len(b)]
-        if not parts:
-            return
-
-        def split(b):
-            keys = _c(b.data[self.key_idx])
-            vals = b.data[self.val_idx]
-            if W == 1:
-                return [(keys, vals, b.times, b.diffs)]
-            perm, offs, _ = partition(keys, W)
-            out = []
-            for s in range(W):
-                idx = perm[offs[s]:offs[s + 1]]
-                out.append((keys[:, idx], vals[:, idx], b.times[idx], b.diffs[idx]) if len(idx) else None)
-            return out
-
-        total = sum(len(b) for b in parts)
-        for pieces in rt.run(split, parts, rows=total):
-            for s, piece in enumerate(pieces):
-                if piece is not None:
-                    self.buffers[s].append(piece)
-        self.buffered += total
-
-    def _seal(self, s, lower, upper) -> Batch:
-        buf = self.buffers[s]
-        kk, kv, d = len(self.key_idx), len(self.val_idx), self.scope.depth
-        if not buf:
-            return Batch.empty(kk, kv, d, lower, upper)
-        if len(buf) == 1:
-            keys, vals, times, diffs = buf[0]
-        else:
-            keys = np.concatenate([p[0] for p in buf], axis=1)
-            vals = np.concatenate([p[1] for p in buf], axis=1)
-            times = np.concatenate([p[2] for p in buf], axis=0)
-            diffs = np.concatenate([p[3] for p in buf])
-        if upper.elements:
-            later = in_advance_mask(times, upper)
-            if later.any():
-                keep = ~later
-                self.buffers[s] = [(keys[:, later], vals[:, later], times[later], diffs[later])]
-                keys, vals, times, diffs = keys[:, keep], vals[:, keep], times[keep], diffs[keep]
-            else:
-                self.buffers[s] = []
-        else:
-            self.buffers[s] = []
-        return Batch.form(keys, vals, times, diffs, lower, upper)
 
 
 class ImportOp(Operator):
@@ -147,7 +90,7 @@ class ImportOp(Operator):
     def install(self, rt):
         trace = self._strong
         upper = trace.upper
-        frontier = import_frontier(trace.logical, upper)
+        frontier = last_complete(upper, trace.logical)
         self.handle = trace.handle(logical=frontier, physical=upper)
         self.handle.subscribe()
         self.lens = TimeLens(frontier) if frontier.elements else IDENTITY
@@ -181,32 +124,14 @@ class ImportOp(Operator):
             self.cap = upper
             self.handle.set_physical_compaction(upper)
             if upper.elements:
-                self.handle.set_logical_compaction(_previous(upper, self.handle.logical))
+                self.handle.set_logical_compaction(last_complete(upper, self.handle.logical))
         if not self.cap.elements:
             self.handle.set_logical_compaction(Antichain())
 
     def release(self):
         if self.handle is not None:
             self.handle.close()
-
-
-def import_frontier(logical: Antichain, upper: Antichain) -> Antichain:
-    """Where an import starts: the last complete time (upper - 1), or the trace's own compaction
-    frontier if that is later. Top-level traces only (depth 1)."""
-    if not upper.elements:
-        return logical.copy() if logical.elements else Antichain([(0,)])
-    u = upper.elements[0][0]
-    last = max(u - 1, 0)
-    if logical.elements:
-        last = max(last, logical.elements[0][0])
-    return Antichain([(last,)])
-
-
-def _previous(upper: Antichain, current: Antichain) -> Antichain:
-    """Keep the last complete top-level time readable: {upper - 1}, never moving backwards."""
-    u = upper.elements[0][0]
-    c = current.elements[0][0] if current.elements else 0
-    return Antichain([(max(u - 1, c),)])
+            self.handle = None
 
 
 class SinkOp(Operator):
@@ -228,10 +153,9 @@ class SinkOp(Operator):
 
     def step(self, rt):
         self.take()
-        F = self.frontier
-        if F.elements:
-            u = F.elements[0][0]
-            c = self.handle.logical.elements[0][0] if self.handle.logical.elements else 0
+        u = epoch_of(self.frontier)
+        if u is not None:
+            c = epoch_of(self.handle.logical) or 0
             target = Antichain([(max(u - self.history, c),)])
             if target != self.handle.logical:
                 self.handle.set_logical_compaction(target)

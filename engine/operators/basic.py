@@ -7,6 +7,7 @@ import numpy as np
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_column, infer_dtype
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
+from ..scope import enter, enter_times, leave, leave_times, next_round
 
 
 def _per_shard(rt, fn, shards):
@@ -203,27 +204,18 @@ class ProjectOp(Operator):
 
 # -- scopes -------------------------------------------------------------------------------------
 
-def _extend(frontier: Antichain) -> Antichain:
-    return frontier.map(lambda t: t + (0,))
-
-
-def _truncate(frontier: Antichain) -> Antichain:
-    return frontier.map(lambda t: t[:-1])
-
-
 class EnterOp(Operator):
     """Bring a collection into a nested scope: time t becomes (t, 0)."""
 
     kind = "enter"
 
     def summary(self, frontier):
-        return _extend(frontier)
+        return enter(frontier)
 
     def step(self, rt):
         for msg in self.take():
-            self.send(Updates([None if b is None else
-                               UpdateBatch(b.data, np.concatenate([b.times, np.zeros((len(b), 1), np.int64)], 1),
-                                           b.diffs) for b in msg.shards], _extend(msg.lower)))
+            self.send(Updates([None if b is None else UpdateBatch(b.data, enter_times(b.times), b.diffs)
+                               for b in msg.shards], enter(msg.lower)))
 
 
 class LeaveOp(Operator):
@@ -233,13 +225,12 @@ class LeaveOp(Operator):
     kind = "leave"
 
     def summary(self, frontier):
-        return _truncate(frontier)
+        return leave(frontier)
 
     def step(self, rt):
         for msg in self.take():
-            self.send(Updates([None if b is None else UpdateBatch(b.data, np.ascontiguousarray(b.times[:, :-1]),
-                                                                  b.diffs) for b in msg.shards],
-                              _truncate(msg.lower)))
+            self.send(Updates([None if b is None else UpdateBatch(b.data, leave_times(b.times), b.diffs)
+                               for b in msg.shards], leave(msg.lower)))
 
 
 class VariableOp(Operator):
@@ -276,11 +267,7 @@ class FeedbackOp(Operator):
         self.max_rounds = max_rounds
 
     def summary(self, frontier):
-        out = Antichain()
-        for t in frontier.elements:
-            if self.max_rounds is None or t[-1] + 1 < self.max_rounds:
-                out.insert(t[:-1] + (t[-1] + 1,))
-        return out
+        return next_round(frontier, self.max_rounds)
 
     def step(self, rt):
         for msg in self.take():
@@ -345,11 +332,11 @@ class EnterArrangedOp(Operator):
         return self.inputs[0].trace
 
     def summary(self, frontier):
-        return _extend(frontier)
+        return enter(frontier)
 
     def step(self, rt):
         for msg in self.take():
-            self.send(Batches(msg.shards, _extend(msg.lower), _extend(msg.upper), msg.native_upper))
+            self.send(Batches(msg.shards, enter(msg.lower), enter(msg.upper), msg.native_upper))
 
 
 class EmptyOp(Operator):

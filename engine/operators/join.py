@@ -17,7 +17,7 @@ from ..columns import UpdateBatch
 from ..dataflow import Operator, Updates
 from ..kernels.join import join_product, product_total
 from ..lattice import Antichain
-from ..trace import Cursor
+from .reader import ArrangedInput
 
 CHUNK = 1 << 20  # output rows per shard per step
 
@@ -48,39 +48,22 @@ class _Product:
         return UpdateBatch(data, times, diffs)
 
 
-def project(frontier: Antichain, lens) -> Antichain:
-    """A frontier in a reader's scope, mapped back to the trace's own times (dropping entered rounds)."""
-    if lens.extend:
-        return Antichain(t[:-lens.extend] for t in frontier.elements)
-    return frontier
-
-
 class JoinOp(Operator):
     kind = "join"
 
     def __init__(self, scope, left, right, workers, site=None):
         super().__init__(scope, [left, right], site)
         self.workers = workers
-        self.handles = [None, None]
-        self.acks = [None, None]
-        self.lenses = [None, None]
-        self.shape = [None, None]  # (kv, native depth) per side
+        self.sides = [None, None]  # ArrangedInput per side, from install until released
         self.futures = deque()     # (lower, [product per shard])
 
     def install(self, rt):
-        for side, up in enumerate(self.inputs):
-            trace = up.trace
-            zero = Antichain([(0,) * trace.depth])
-            self.handles[side] = trace.handle(logical=trace.logical, physical=zero)
-            self.acks[side] = zero
-            self.lenses[side] = up.lens
-            self.shape[side] = (trace.kv, trace.depth)
+        self.sides = [ArrangedInput(up) for up in self.inputs]
 
     def release(self):
-        for h in self.handles:
-            if h is not None:
-                h.close()
-        self.handles = [None, None]
+        for side in self.sides:
+            if side is not None:
+                side.release()
 
     def capabilities(self):
         out = Antichain()
@@ -96,23 +79,22 @@ class JoinOp(Operator):
             msgs = self.take(side)
             if not msgs:
                 continue
-            other = 1 - side
             W = self.workers
             delta = [tuple(b for m in msgs for b in m.shards[s] if len(b)) for s in range(W)]
             lower = msgs[0].lower
             for m in msgs[1:]:
                 lower = lower.meet(m.lower)
-            h = self.handles[other]
-            if h is not None:
-                through = self.acks[other]
-                olds = [h.batches(s, through) for s in range(W)]
+            other = self.sides[1 - side]
+            if other.open:
+                olds = [other.history(s) for s in range(W)]
+
                 def prep(s):
                     sides = (delta[s], olds[s]) if side == 0 else (olds[s], delta[s])
                     return self._prepare(*sides)
                 products = rt.run(prep, range(W), rows=sum(len(b) for bs in delta for b in bs))
                 if any(p is not None for p in products):
                     self.futures.append((lower, products))
-            self.acks[side] = msgs[-1].native_upper
+            self.sides[side].acknowledge(msgs)
         self._produce(rt)
         self._compact()
 
@@ -121,9 +103,8 @@ class JoinOp(Operator):
         b = [x for x in b_batches if len(x)]
         if not a or not b:
             return None
-        (kva, da), (kvb, db) = self.shape
-        ca = Cursor(a, kva, da, self.lenses[0])
-        cb = Cursor(b, kvb, db, self.lenses[1])
+        ca = self.sides[0].cursor(a)
+        cb = self.sides[1].cursor(b)
         na = sum(x.nkeys for x in a)
         nb = sum(x.nkeys for x in b)
         pkh, pkeys = (ca if na <= nb else cb).keys()
@@ -150,16 +131,12 @@ class JoinOp(Operator):
 
     def _compact(self):
         for side in (0, 1):
-            h = self.handles[side]
-            if h is None:
+            mine = self.sides[side]
+            if not mine.open:
                 continue
             other_frontier = self.port_frontiers[1 - side]
             if not other_frontier.elements:
                 # the other input is closed: this trace will never be read again
-                h.close()
-                self.handles[side] = None
+                mine.release()
                 continue
-            target = project(other_frontier, self.lenses[side])
-            if h.logical.less_equal(target) and target != h.logical:
-                h.set_logical_compaction(target)
-            h.set_physical_compaction(self.acks[side])
+            mine.compact(other_frontier)

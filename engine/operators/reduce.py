@@ -16,9 +16,10 @@ from ..batch import Batch, form_arrays
 from ..dataflow import Batches, Operator
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
+from ..cursor import Cursor
 from ..lattice import Antichain, antichain_of, in_advance_mask
-from ..trace import IDENTITY, Cursor, Trace
-from .join import project
+from ..trace import Trace
+from .reader import ArrangedInput
 
 
 @dataclass
@@ -47,7 +48,6 @@ USER = 100
 class ReduceOp(Operator):
     kind = "reduce"
     arranged = True
-    lens = IDENTITY
 
     def __init__(self, scope, input, spec: ReduceSpec, kk: int, workers: int, effort="default", site=None,
                  name="reduce"):
@@ -60,8 +60,7 @@ class ReduceOp(Operator):
         self.out_trace = Trace(kk, spec.out_kv, d, workers, self.upper, effort, name)
         self.h_out = self.out_trace.handle()
         self.pending = [None] * workers  # per shard: (kh, keys, times) of future (key, time) work
-        self.h_in = None
-        self.ack = None
+        self.input = None  # ArrangedInput, from install until released
         self.held = Antichain()  # minimal times of pending work: where output may still change
 
     def capabilities(self):
@@ -71,19 +70,15 @@ class ReduceOp(Operator):
     def trace(self):
         return self.out_trace
 
+    def owned_trace(self):
+        return self.out_trace
+
     def install(self, rt):
-        up = self.inputs[0]
-        t = up.trace
-        zero = Antichain([(0,) * t.depth])
-        self.h_in = t.handle(logical=t.logical, physical=zero)
-        self.ack = zero
-        self.lens_in = up.lens
-        self.in_shape = (t.kk, t.kv, t.depth)
+        self.input = ArrangedInput(self.inputs[0])
 
     def release(self):
-        if self.h_in is not None:
-            self.h_in.close()
-            self.h_in = None
+        if self.input is not None:
+            self.input.release()
 
     def step(self, rt):
         msgs = self.take()
@@ -95,8 +90,7 @@ class ReduceOp(Operator):
             bound = bound.meet(m.lower)
         W = self.workers
         delta = [tuple(b for m in msgs for b in m.shards[s] if len(b)) for s in range(W)]
-        if msgs:
-            self.ack = msgs[-1].native_upper
+        self.input.acknowledge(msgs)
         lower = self.upper
         work = sum(len(b) for bs in delta for b in bs) + sum(0 if p is None else len(p[0]) for p in self.pending)
         batches = rt.run(lambda s: self._shard(s, delta[s], lower, F), range(W), rows=work)
@@ -108,14 +102,12 @@ class ReduceOp(Operator):
         self.held = antichain_of(np.concatenate(pend, axis=0)) if pend else Antichain()
         if F.elements:
             self.h_out.set_logical_compaction(F)
-        target = project(F, self.lens_in)
-        if target.elements and self.h_in.logical.less_equal(target):
-            self.h_in.set_logical_compaction(target)
-        self.h_in.set_physical_compaction(self.ack)
+        self.input.compact(F)
 
     # -- one shard ----------------------------------------------------------------------------
     def _shard(self, s, delta, lower, upper) -> Batch:
-        kk, kv, dn = self.in_shape
+        inp = self.input
+        kk, kv = inp.kk, inp.kv
         d = self.scope.depth
         spec = self.spec
         empty = Batch.empty(kk, spec.out_kv, d, lower, upper)
@@ -131,8 +123,7 @@ class ReduceOp(Operator):
                 self.pending[s] = (pkh_all[later], pkeys_all[:, later], ptimes_all[later]) if later.any() else None
         if not delta and ready_kh is None:
             return empty
-        lens = self.lens_in
-        dcur = Cursor(delta, kv, dn, lens)
+        dcur = inp.cursor(delta)
         pkh, pkeys = dcur.keys() if delta else (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64))
         if ready_kh is not None:
             # pending work is kept in arrangement order, so the ready part is sorted by key already
@@ -159,8 +150,8 @@ class ReduceOp(Operator):
         soff = np.zeros(m + 1, np.int64)
         np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
         # histories of input (through the acknowledged frontier) and of our own output
-        hin = Cursor(self.h_in.batches(s, self.ack), kv, dn, lens).seek(pkh, pkeys)
-        hout = Cursor(self.out_trace.spines[s].batches(), spec.out_kv, d).seek(pkh, pkeys)
+        hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
+        hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
         up = upper.matrix(d)
         counts_only = spec.op == rk.COUNT
         g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time = rk.reduce_times(

@@ -1,0 +1,104 @@
+"""The dataflow builder: ``with eng.dataflow(name) as df`` (DESIGN.md section 4).
+
+It records operators as collections are defined; nothing runs until the block ends, when the whole
+graph is handed to the engine's install callback (the scheduler installs it atomically between steps).
+A block that raises installs nothing.
+"""
+from __future__ import annotations
+
+from .collection import Arranged
+from .columns import SchemaError
+from .dataflow import Graph, Site
+from .operators.arrange import ImportOp
+from .scope import Scope
+
+
+class DataflowBuilder:
+    """Builds one dataflow (``with eng.dataflow(name) as df``); installed atomically when the block ends
+    without an exception, and not at all otherwise."""
+
+    def __init__(self, engine, name: str, install):
+        self.engine = engine
+        self.name = name
+        self._install_fn = install
+        self.graph = Graph()
+        self.graph.builder = self
+        self.scope = self.graph.root
+        self.views: dict = {}
+        self.exports: dict = {}     # name -> Export
+        self.uses: dict = {}        # export name -> the Trace imported (checked again at install)
+        self.sources: set = set()
+        self.variables: list = []
+        self._inputs: dict = {}
+        self._used: dict = {}
+        self.state = "building"
+        self.dataflow = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.state = "discarded"
+            return False
+        self.install()
+        return False
+
+    def check_building(self):
+        if self.state != "building":
+            raise SchemaError(f"dataflow {self.name!r} is {self.state}; build new collections in a new "
+                              f"eng.dataflow(...) block")
+
+    def install(self):
+        self.check_building()
+        for v in self.variables:
+            if v.result is None:
+                raise SchemaError(f"the Variable defined at {v.site} was never set")
+        self.state = "installing"
+        try:
+            self.dataflow = self._install_fn(self)
+        except BaseException:
+            self.state = "discarded"
+            raise
+        self.state = "installed"
+        return self.dataflow
+
+    def loop(self) -> Scope:
+        """A new iterative scope for mutually recursive Variables."""
+        self.check_building()
+        return self.scope.loop()
+
+    def input(self, name: str) -> "Arranged":
+        """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes.
+        It arrives arranged by all its columns (the input's own trace), so a distinct() or a count by
+        every column reuses that index instead of building another."""
+        self.check_building()
+        if name not in self._inputs:
+            inputs = self.engine.inputs()
+            session = inputs.get(name)
+            if session is None:
+                raise SchemaError(f"no input named {name!r}; inputs are {sorted(inputs)}")
+            self._inputs[name] = self._import(name, session.trace, session.schema, session.schema.names, [])
+            self.sources.add(session)
+        return self._inputs[name]
+
+    def use(self, name: str) -> Arranged:
+        """An exported arrangement, imported without re-indexing (milliseconds, whatever its size)."""
+        self.check_building()
+        if name not in self._used:
+            catalog = self.engine.snapshot().catalog
+            entry = catalog.get(name)
+            trace = entry.live_trace() if entry is not None else None
+            if trace is None:
+                raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has {sorted(catalog)}")
+            self._used[name] = self._import(name, trace, entry.schema, entry.key, entry.values)
+            self.uses[name] = trace
+        return self._used[name]
+
+    def exported(self, name: str) -> bool:
+        """Whether ``name`` is taken in the catalog or by this dataflow."""
+        return name in self.exports or name in self.engine.snapshot().catalog
+
+    def _import(self, name, trace, schema, keys, vals) -> Arranged:
+        op = ImportOp(self.scope, trace, Site.capture(), name)
+        return Arranged(self, op, schema, self.scope, list(keys), list(vals))

@@ -1,0 +1,105 @@
+"""Cursors: reading the union of some batches (K-Pg section 4.3). A cursor seeks a sorted set of keys
+across all batches with galloping searches, so the work is proportional to the keys sought, not to the
+size of the trace; ``accumulate_batches`` folds batches into a collection as of a time."""
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import form_arrays
+from .kernels.seek import gather_rows, merge_key_lists, row_counts, seek_keys, unique_sorted_keys
+from .kernels.sort import arrangement_order
+from .scope import IDENTITY, TimeLens
+
+
+def accumulate_batches(batches, kk: int, kv: int, depth: int, at: tuple | None = None):
+    keys, vals, diffs = [], [], []
+    for b in batches:
+        if at is None:
+            sel = None
+        else:
+            sel = np.all(b.times <= np.asarray(at, np.int64), axis=1)
+            if not sel.any():
+                continue
+        k = b.key_rows()
+        if sel is None:
+            keys.append(k), vals.append(b.vals), diffs.append(b.diffs)
+        else:
+            keys.append(k[:, sel]), vals.append(b.vals[:, sel]), diffs.append(b.diffs[sel])
+    if not diffs:
+        return np.zeros((kk, 0), np.int64), np.zeros((kv, 0), np.int64), np.zeros(0, np.int64)
+    K = np.concatenate(keys, axis=1)
+    V = np.concatenate(vals, axis=1)
+    D = np.concatenate(diffs)
+    _, ok, koff, ov, _, od = form_arrays(K, V, np.zeros((len(D), 0), np.int64), D)
+    return np.repeat(ok, np.diff(koff), axis=1), ov, od
+
+
+class Histories:
+    """Rows of a set of probe keys gathered from several batches: probe keys in arrangement order,
+    ``off`` (rows of probe p are off[p]:off[p+1]) and the rows' vals, times, diffs."""
+
+    __slots__ = ("kh", "keys", "off", "vals", "times", "diffs")
+
+    def __init__(self, kh, keys, off, vals, times, diffs):
+        self.kh, self.keys, self.off, self.vals, self.times, self.diffs = kh, keys, off, vals, times, diffs
+
+    def __len__(self):
+        return self.diffs.shape[0]
+
+
+def probe_keys(keys: np.ndarray):
+    """(hashes, keys) sorted in arrangement order and distinct, for seeking."""
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    n = keys.shape[1]
+    perm, skh = arrangement_order(keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
+    k = keys[:, perm]
+    keep = unique_sorted_keys(skh, k)
+    if keep.all():
+        return skh, k
+    return skh[keep], np.ascontiguousarray(k[:, keep])
+
+
+class Cursor:
+    """Navigates the union of some batches: for a sorted set of keys, gathers their histories with
+    work proportional to the keys sought (galloping seeks), not to the size of the batches."""
+
+    def __init__(self, batches, kv: int, depth: int, lens: TimeLens = IDENTITY):
+        self.batches = [b for b in batches if len(b)]
+        self.kv = kv
+        self.depth = depth
+        self.lens = lens
+
+    def seek(self, pkh: np.ndarray, pkeys: np.ndarray) -> Histories:
+        m = pkh.shape[0]
+        found = [seek_keys(b.kh, b.keys, pkh, pkeys) for b in self.batches]
+        counts = np.zeros(m, np.int64)
+        per = []
+        for b, kidx in zip(self.batches, found):
+            c = row_counts(kidx, b.koff)
+            per.append(c)
+            counts += c
+        off = np.zeros(m + 1, np.int64)
+        np.cumsum(counts, out=off[1:])
+        total = int(off[-1])
+        vals = np.empty((self.kv, total), np.int64)
+        times = np.empty((total, self.depth), np.int64)
+        diffs = np.empty(total, np.int64)
+        probe = np.empty(total, np.int64)
+        cursor = off[:-1].copy()
+        for b, kidx in zip(self.batches, found):
+            gather_rows(kidx, b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
+        if not self.lens.identity:
+            times = self.lens.apply(times)
+        return Histories(pkh, pkeys, off, vals, times, diffs)
+
+    def seek_keys(self, keys: np.ndarray) -> Histories:
+        """Histories of arbitrary key columns (hashed, sorted and deduplicated first)."""
+        return self.seek(*probe_keys(keys))
+
+    def keys(self):
+        """All distinct keys present in these batches (hashes, keys), in arrangement order."""
+        kk = self.batches[0].kk if self.batches else 0
+        kh, keys = np.zeros(0, np.int64), np.zeros((kk, 0), np.int64)
+        for b in self.batches:
+            kh, keys = merge_key_lists(kh, keys, b.kh, b.keys) if len(kh) else (b.kh, b.keys)
+        return kh, keys

@@ -1,0 +1,32 @@
+"""The errors kpgnb raises on purpose. Each says what it concerns; all derive from KpgnbError, so a
+notebook can catch every deliberate failure with one clause and let real bugs through."""
+from __future__ import annotations
+
+
+class KpgnbError(Exception):
+    """Base of every error kpgnb raises on purpose."""
+
+
+class SchemaError(KpgnbError, ValueError):
+    """Input that does not fit a collection's schema; the message names the column and what was expected."""
+
+
+class DataflowError(KpgnbError, RuntimeError):
+    """A dataflow failed while running (an operator raised, or a dataflow it reads from failed); the
+    message says which operator and where it was defined, and the cause is chained."""
+
+
+class CompactedError(KpgnbError, ValueError):
+    """A read asked for a time the trace can no longer distinguish."""
+
+
+class EngineError(KpgnbError, RuntimeError):
+    """The engine itself (or one of its inputs) hit an internal failure; the cause is chained."""
+
+
+class Cancelled(KpgnbError):
+    """A computation was cancelled (dropped, or interrupted while a caller waited for it)."""
+
+
+class DatalogError(KpgnbError, ValueError):
+    """A Datalog program that cannot be parsed or compiled; the message names the rule."""

@@ -1,0 +1,414 @@
+"""The scheduler: the one thread that changes engine state (DESIGN.md section 3, layer 7).
+
+Ownership, written down because everything else relies on it:
+- The scheduler thread alone writes traces, installed dataflows, the catalog and the sealed state of
+  inputs. Other threads append typed commands (:mod:`.commands`) to ``_cmds`` (under ``_submit_lock``,
+  which also numbers them) and wait on a command's reply if they need an answer.
+- After every step it publishes an immutable :class:`~.snapshot.EngineSnapshot` (one assignment, then
+  ``_published`` is notified). Readers only ever look at snapshots (and at traces' own snapshots), so they
+  see complete steps and never block the scheduler.
+- The heavy per-shard work runs on the worker pool (``run``), inside a step, on behalf of the scheduler.
+
+Errors are attached to what they concern: an operator's to its dataflow (failed; dataflows reading its
+exports fail too), a seal's to its input (retried; the input's next call raises), anything else to the
+engine (sticky: every wait raises). Commands arriving while dataflows compute make the graph yield
+between operator steps, so drops, cancels and installs are served while a long computation runs.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+
+from . import faults
+from .catalog import Catalog, CatalogEntry
+from .commands import Cancel, Collect, Drop, Follow, Install, OpenHandle, Seal
+from .errors import Cancelled, DataflowError, EngineError, KpgnbError
+from .lattice import Antichain
+from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
+
+RETRY_S = 0.2  # how soon a failed seal is tried again when nothing else wakes the scheduler
+
+
+class Dataflow:
+    """An installed dataflow (scheduler-owned)."""
+
+    def __init__(self, name, graph, views, exports, uses, sources):
+        self.name = name
+        self.graph = graph
+        self.views = views          # view name -> View
+        self.exports = exports      # names this dataflow exports
+        self.uses = set(uses)       # export names it imports
+        self.sources = sources      # InputSessions it reads, directly or through imports
+        self.error: BaseException | None = None
+        self.ended = None           # None, "failed" or "cancelled"
+        self.dropped = False
+        self.pruned = False
+        self.followers = weakref.WeakSet()
+
+    @property
+    def status(self) -> str:
+        if self.ended is not None:
+            return self.ended
+        return "dropped (kept while its exports are read)" if self.dropped else "running"
+
+    def release(self):
+        for op in self.graph.ops:
+            op.release()
+
+    def frontier(self) -> Antichain:
+        out = Antichain()
+        for op in self.graph.ops:
+            if op.scope.depth == 1:
+                out = out.meet(op.out_frontier)
+        return out
+
+    def info(self) -> DataflowInfo:
+        ops = self.graph.ops
+        traces = tuple((getattr(t, "name", None) or f"{op.kind}#{op.index}", weakref.ref(t))
+                       for op in ops for t in [op.owned_trace()] if t is not None)
+        views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
+                      if v.op.handle is not None and v.op.handle.alive)
+        return DataflowInfo(self.name, self.status, self.error, self.frontier(),
+                            frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
+                            len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views)
+
+
+class Scheduler:
+    def __init__(self, pool):
+        self.pool = pool
+        self._cmds: deque = deque()
+        self._submit_lock = threading.Lock()
+        self._submitted = 0
+        self._done = 0
+        self._wake = threading.Event()
+        self._published = threading.Condition()
+        self.snapshot = EngineSnapshot(seq=0, quiet=True)
+        self.dataflows: dict = {}
+        self.retired: list = []        # dropped dataflows still maintaining exports that others read
+        self.catalog = Catalog()
+        self.inputs: dict = {}         # sessions that have sent a seal
+        self._dirty: dict = {}         # sessions with accepted, unapplied seals (ordered)
+        self._failing: dict = {}       # sessions whose last seal failed
+        self._sealed_at: list = []
+        self.error: BaseException | None = None
+        self.rounds = 0
+        self.latencies: deque = deque(maxlen=100_000)
+        self._lat_lock = threading.Lock()
+        self._stop = False
+        self.thread = threading.Thread(target=self._loop, name="kpgnb-scheduler", daemon=True)
+        self.thread.start()
+
+    # -- other threads ------------------------------------------------------------------------------
+    def submit(self, cmd) -> int:
+        with self._submit_lock:
+            if self._stop:
+                raise EngineError("the engine is closed")
+            self._submitted += 1
+            self._cmds.append((self._submitted, cmd))
+            seq = self._submitted
+        self._wake.set()
+        return seq
+
+    def call(self, cmd, timeout: float | None = None):
+        """Submit a command with a reply and wait for its outcome."""
+        if threading.current_thread() is self.thread:
+            raise EngineError("engine calls that wait for the scheduler cannot be made from inside a dataflow")
+        self.submit(cmd)
+        return cmd.reply.wait(timeout)
+
+    @property
+    def submitted(self) -> int:
+        return self._submitted
+
+    def wait_published(self, seen: EngineSnapshot, timeout: float):
+        """Block until a snapshot newer than ``seen`` is published (or the timeout)."""
+        with self._published:
+            if self.snapshot is seen:
+                self._published.wait(timeout)
+
+    def stop(self):
+        with self._submit_lock:
+            self._stop = True
+        self._wake.set()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
+        for df in list(self.dataflows.values()) + self.retired:
+            df.release()
+            for f in list(df.followers):
+                f.end(None)
+        self.dataflows.clear()
+        self.retired.clear()
+        self.catalog.clear()
+        self._publish(True)
+
+    # -- operators' runtime (scheduler thread) ----------------------------------------------------
+    def run(self, fn, items, rows: int | None = None):
+        return self.pool.run(fn, items, rows)
+
+    def interrupted(self) -> bool:
+        """Whether a running graph should yield: a command is waiting."""
+        return bool(self._cmds) or self._stop
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def _loop(self):
+        more = False
+        while True:
+            if not more:
+                self._wake.wait(RETRY_S if self._failing else None)
+            self._wake.clear()
+            if self._stop:
+                return
+            try:
+                faults.point("scheduler")
+                self._execute_commands()
+                for s in list(self._failing):
+                    self._apply(s)
+                more = not self._run_dataflows()
+                self._collect()
+            except BaseException as e:  # noqa: BLE001 - the scheduler must survive anything
+                err = EngineError(f"the engine's scheduler failed: {type(e).__name__}: {e}")
+                err.__cause__ = e
+                self.error = err
+                more = False
+            now = time.perf_counter()
+            if self._sealed_at:
+                with self._lat_lock:
+                    self.latencies.extend(now - t0 for t0 in self._sealed_at)
+                self._sealed_at = []
+            self.rounds += 1
+            self._publish(not more)
+
+    def _execute_commands(self):
+        while self._cmds:
+            seq, cmd = self._cmds.popleft()
+            if isinstance(cmd, Seal):
+                s = cmd.session
+                s.accept(cmd)
+                self.inputs[s.name] = s
+                self._dirty[s] = None
+                self._sealed_at.append(cmd.submitted)
+            else:
+                self._apply_dirty()  # commands are barriers: an install sees the seals sent before it
+                self._execute(cmd)
+            self._done = seq
+        self._apply_dirty()
+
+    def _apply_dirty(self):
+        dirty, self._dirty = self._dirty, {}
+        for s in dirty:
+            self._apply(s)
+
+    def _apply(self, session):
+        session.apply(self.run)
+        if session.failure is None:
+            self._failing.pop(session, None)
+        else:
+            self._failing[session] = None
+
+    def _execute(self, cmd):
+        if isinstance(cmd, Cancel):
+            df = self.dataflows.get(cmd.name)
+            if df is not None and df.error is None:
+                self._fail(df, Cancelled(f"dataflow {cmd.name!r} was cancelled ({cmd.reason})"), "cancelled")
+            return
+        if isinstance(cmd, Collect):
+            self._collect()
+            if cmd.reply is not None and cmd.reply.take():
+                cmd.reply.finish()
+            return
+        handler = {Install: self._install, Drop: self._drop_cmd, OpenHandle: self._open_handle,
+                   Follow: self._follow}[type(cmd)]
+        if not cmd.reply.take():
+            return  # the caller gave up before we got to it
+        try:
+            result = handler(cmd)
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            cmd.reply.finish(error=e)
+            return
+        self._publish(False)
+        if not cmd.reply.finish(result) and isinstance(cmd, Install):
+            self._discard(self.dataflows[cmd.builder.name])  # interrupted install: leave nothing behind
+            self._publish(False)
+
+    # -- running ------------------------------------------------------------------------------------
+    def _run_dataflows(self) -> bool:
+        """Run every live dataflow until all are quiet (True) or a command is waiting (False)."""
+        progressed = True
+        while progressed:
+            progressed = False
+            for df in [d for d in list(self.dataflows.values()) + self.retired if d.error is None]:
+                try:
+                    if df.graph.run(self):
+                        progressed = True
+                except Exception as e:  # noqa: BLE001 - one failing dataflow must not stop the others
+                    self._fail(df, e)
+                if self.interrupted():
+                    return False
+        return True
+
+    def _fail(self, df: Dataflow, error: BaseException, how: str = "failed"):
+        """End a dataflow: record the error, free its state, and fail the dataflows reading its exports."""
+        if df.error is not None:
+            return
+        if not isinstance(error, KpgnbError):
+            wrapped = DataflowError(f"{type(error).__name__}: {error}")
+            wrapped.__cause__ = error
+            error = wrapped
+        df.error, df.ended = error, how
+        df.release()
+        for f in list(df.followers):
+            f.end(error)
+        exports = set(df.exports)
+        for e in exports:
+            self.catalog.remove(e)
+        if df in self.retired:
+            self.retired.remove(df)
+        for other in list(self.dataflows.values()) + list(self.retired):
+            if other.error is None and other.uses & exports:
+                err = DataflowError(f"dataflow {other.name!r} reads {sorted(other.uses & exports)} from dataflow "
+                                    f"{df.name!r}, which {how}: {error}")
+                err.__cause__ = error
+                self._fail(other, err)
+
+    # -- commands -----------------------------------------------------------------------------------
+    def _install(self, cmd: Install):
+        b = cmd.builder
+        name = b.name
+        if name in self.dataflows:
+            raise ValueError(f"a dataflow named {name!r} is installed already")
+        for ename in b.exports:
+            if ename in self.catalog:
+                raise ValueError(f"an arrangement named {ename!r} is exported already "
+                                 f"(by dataflow {self.catalog.get(ename).producer.name!r})")
+        for uname, trace in b.uses.items():
+            entry = self.catalog.get(uname)
+            if entry is None or entry.trace is not trace:
+                raise ValueError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
+        ops = b.graph.ops
+        done = []
+        try:
+            for op in ops:
+                op.install(self)
+                done.append(op)
+        except BaseException:
+            for op in done:
+                op.release()
+            raise
+        for op in ops:
+            op.finish_install()
+        sources = set(b.sources)
+        for uname in b.uses:
+            sources |= self.catalog.get(uname).producer.sources
+        df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources)
+        for ename, ex in b.exports.items():
+            self.catalog.add(CatalogEntry(ename, ex.op.handle.trace, ex.schema, ex.keys, ex.vals, df, ex.op))
+        self.dataflows[name] = df
+        return df.name
+
+    def _discard(self, df: Dataflow):
+        self.dataflows.pop(df.name, None)
+        df.release()
+        for e in df.exports:
+            self.catalog.remove(e)
+
+    def _drop_cmd(self, cmd: Drop):
+        self._drop(cmd.name, cmd.cascade)
+
+    def _drop(self, name: str, cascade: bool):
+        df = self.dataflows.pop(name, None)
+        if df is None:
+            raise KeyError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows)}")
+        if cascade:
+            for dep in [d.name for d in self.dataflows.values() if d.uses & set(df.exports)]:
+                if dep in self.dataflows:
+                    self._drop(dep, cascade)
+        for f in list(df.followers):
+            f.end(None)
+        if df.error is not None:
+            return  # failed or cancelled: released already
+        for v in df.views.values():
+            v.op.release()
+        df.views = {}
+        df.dropped = True
+        self.retired.append(df)
+        self._collect()
+
+    def _open_handle(self, cmd: OpenHandle):
+        entry = self.catalog.get(cmd.name)
+        if entry is None:
+            raise KeyError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
+        h = entry.trace.handle(on_close=cmd.on_close)
+        entry.handles.add(h)
+        return h
+
+    def _follow(self, cmd: Follow):
+        view = cmd.view
+        df = self.dataflows.get(view.dataflow)
+        if df is None or view.name not in df.views:
+            raise ValueError(f"view {view.name!r}: dataflow {view.dataflow!r} has been dropped")
+        if df.error is not None:
+            raise df.error
+        trace = view.op.handle.trace
+        cmd.follower.start(trace.snapshot)
+        trace.listen(cmd.follower)
+        df.followers.add(cmd.follower)
+
+    # -- dropped dataflows ----------------------------------------------------------------------------
+    def _read(self, export: str, besides) -> bool:
+        entry = self.catalog.get(export)
+        if entry is None:
+            return False
+        if entry.has_handles():
+            return True
+        return any(d is not besides and export in d.uses for d in list(self.dataflows.values()) + self.retired)
+
+    def _collect(self):
+        """Release dropped dataflows whose exports nobody reads; prune the others to the operators that
+        feed the exports still read."""
+        changed = True
+        while changed:
+            changed = False
+            for df in list(self.retired):
+                live = {e for e in df.exports if self._read(e, df)}
+                if live == set(df.exports) and df.pruned:
+                    continue
+                for e in set(df.exports) - live:
+                    self.catalog.remove(e)
+                df.exports = sorted(live)
+                if not live:
+                    df.release()
+                    self.retired.remove(df)
+                    changed = True
+                    continue
+                keep: set = set()
+                stack = [self.catalog.get(e).op for e in live]
+                while stack:
+                    op = stack.pop()
+                    if op not in keep:
+                        keep.add(op)
+                        stack.extend(op.inputs)
+                for op in df.graph.ops:
+                    if op not in keep:
+                        op.release()
+                    else:
+                        op.consumers = [(c, p) for c, p in op.consumers if c in keep]
+                df.graph.ops = [op for op in df.graph.ops if op in keep]
+                df.pruned = True
+
+    # -- publishing -----------------------------------------------------------------------------------
+    def _publish(self, quiet: bool):
+        inputs = {n: InputInfo(n, s.trace.upper, s.closed, s.failure) for n, s in self.inputs.items()}
+        snap = EngineSnapshot(
+            seq=self._done, quiet=quiet and not self._failing and not self._cmds,
+            dataflows={n: df.info() for n, df in self.dataflows.items()},
+            retired={df.name: df.info() for df in self.retired},
+            inputs=inputs, catalog=self.catalog.info(), error=self.error, rounds=self.rounds)
+        with self._published:
+            self.snapshot = snap
+            self._published.notify_all()
+
+    def latency_samples(self) -> list:
+        with self._lat_lock:
+            return list(self.latencies)

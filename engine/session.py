@@ -1,0 +1,157 @@
+"""Input sessions: how rows get into the engine.
+
+Two sides, two owners:
+- the caller's side (any thread; ``_lock`` guards the buffer and the epoch): ``insert``/``remove``/
+  ``update`` encode rows and buffer them (they return at once); ``advance_to`` hands the buffered rows to
+  the scheduler as a :class:`~.commands.Seal`;
+- the scheduler's side (scheduler thread only): ``accept`` takes a Seal (cannot fail), ``apply`` shards,
+  forms and appends the epochs to the input's trace through the shared :class:`~.batcher.Batcher`. An
+  input is an ordinary arrangement (keyed by all its columns), so dataflows installed later start from
+  its current state.
+
+A failure while sealing loses nothing: the rows stay with the scheduler and the seal is retried; the
+error is raised once from the session's next call, and ``eng.wait`` on a dataflow reading it raises
+while the failure lasts.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from .batcher import Batcher
+from .columns import Schema
+from .commands import Chunk, Seal
+from .errors import EngineError
+from .inputs import diffs_array, rows_to_columns
+from .lattice import Antichain
+from .scope import at_epoch, last_complete
+from .trace import Trace
+
+
+class InputSession:
+    """Feeds rows into an engine input. Rows inserted since the last ``advance_to`` belong to the
+    current epoch; ``advance_to(e)`` closes every epoch before ``e`` and makes them visible to the
+    dataflows."""
+
+    def __init__(self, name: str, schema: Schema, symbols, workers: int, effort: str, submit):
+        self.name = name
+        self.schema = schema
+        self._symbols = symbols
+        self._submit = submit
+        self.epoch = 0
+        self.closed = False
+        self._buffer: list = []
+        self._lock = threading.Lock()
+        k = len(schema)
+        self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
+        # scheduler side
+        self._handle = self.trace.handle(logical=at_epoch(0))  # keeps the trace compacted to the last epoch
+        self._batcher = Batcher(k, 0, 1, workers)
+        self._incoming: list = []
+        self._target = at_epoch(0)
+        self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
+        self._report: BaseException | None = None   # raised once by the caller's next call
+
+    # -- caller side --------------------------------------------------------------------------------
+    def _check(self):
+        err, self._report = self._report, None
+        if err is not None:
+            raise EngineError(f"input {self.name!r}: {err} (nothing was lost: the rows are kept and applied "
+                              f"once sealing succeeds)") from err
+        if self.closed:
+            raise ValueError(f"input {self.name!r} is closed")
+
+    def _encode(self, rows) -> np.ndarray:
+        self._check()
+        return rows_to_columns(rows, self.schema, self._symbols)
+
+    def insert(self, rows):
+        """Add rows (list of tuples, dict of arrays, pandas/Arrow/Spark DataFrame) at the current epoch."""
+        data = self._encode(rows)
+        self._append(data, np.ones(data.shape[1], np.int64))
+
+    def remove(self, rows):
+        """Retract rows at the current epoch."""
+        data = self._encode(rows)
+        self._append(data, np.full(data.shape[1], -1, np.int64))
+
+    def update(self, rows, diffs):
+        """Add rows with explicit multiplicity changes (negative retracts)."""
+        data = self._encode(rows)
+        self._append(data, diffs_array(diffs, data.shape[1]))
+
+    def _append(self, data, diffs):
+        if data.shape[1]:
+            with self._lock:
+                self._buffer.append((data, diffs))
+
+    def advance_to(self, epoch: int):
+        """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+            raise TypeError(f"epoch must be an integer, not {type(epoch).__name__}")
+        epoch = int(epoch)
+        self._check()
+        with self._lock:
+            if epoch <= self.epoch:
+                if epoch == self.epoch:
+                    return
+                raise ValueError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
+                                 f"(asked for {epoch})")
+            self._send(at_epoch(epoch))
+            self.epoch = epoch
+
+    def flush(self):
+        """Advance to the next epoch."""
+        self.advance_to(self.epoch + 1)
+
+    def close(self):
+        """No more updates: seal the current epoch and close the input (its frontier becomes empty)."""
+        if self.closed:
+            return
+        with self._lock:
+            self._send(Antichain())
+            self.closed = True
+
+    def _send(self, upper: Antichain):
+        buf, self._buffer = self._buffer, []
+        chunks = [Chunk(data, diffs, self.epoch) for data, diffs in buf]
+        self._submit(Seal(self, chunks, upper, time.perf_counter()))
+
+    # -- scheduler side -----------------------------------------------------------------------------
+    def accept(self, seal: Seal):
+        """Take a seal's rows and target frontier (cannot fail)."""
+        self._incoming.extend(seal.chunks)
+        self._target = seal.upper
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._incoming) or self._target != self.trace.upper
+
+    def apply(self, run):
+        """Shard, form and append everything accepted so far as one batch per shard. On failure the rows
+        stay (in ``_incoming`` or the batcher) for the next try, and the failure is recorded."""
+        try:
+            if self._incoming:
+                self._batcher.push([(c.data, np.zeros((0, len(c.diffs)), np.int64),
+                                     np.full((len(c.diffs), 1), c.epoch, np.int64), c.diffs)
+                                    for c in self._incoming], run)
+                self._incoming = []
+            if self._target != self.trace.upper:
+                self.trace.append(self._batcher.seal(self.trace.upper, self._target, run))
+        except Exception as e:  # noqa: BLE001 - reported on the input, retried
+            self.failure = self._report = e
+            return
+        self.failure = None
+        if self._target.elements:
+            self._handle.set_logical_compaction(last_complete(self._target, self._handle.logical))
+        else:
+            self._handle.set_logical_compaction(Antichain())
+        try:
+            self.trace.maintain(run)
+        except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
+            self._report = e
+
+    def __repr__(self):
+        return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"

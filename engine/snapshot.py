@@ -1,0 +1,60 @@
+"""What the scheduler publishes for everyone else to read: one immutable :class:`EngineSnapshot` per
+scheduler step, swapped in by one assignment. ``wait``, ``dataflows()``, ``catalog()`` and ``stats()``
+read the latest snapshot only, so they never block the scheduler and never see a half-done step.
+Traces are referenced weakly: a snapshot never keeps an arrangement alive."""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+from .lattice import Antichain
+
+
+@dataclass(frozen=True)
+class DataflowInfo:
+    name: str
+    status: str                      # running | failed | cancelled | dropped (kept while its exports are read)
+    error: BaseException | None
+    frontier: Antichain              # the meet of its top-level operators' output frontiers
+    sources: frozenset               # names of the inputs it reads, directly or through imports
+    exports: tuple
+    uses: tuple
+    operators: int
+    busy_s: float
+    steps: int
+    traces: tuple = ()               # (label, weakref to Trace) of the arrangements it maintains
+    views: tuple = ()                # (view name, weakref to the view's Trace)
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    name: str
+    sealed: Antichain                # the upper of the input's trace: epochs before it are in
+    closed: bool
+    failure: BaseException | None    # a seal that failed and is being retried
+
+
+@dataclass(frozen=True)
+class CatalogInfo:
+    name: str
+    dataflow: str
+    dropped: bool
+    schema: object
+    key: tuple
+    values: tuple
+    trace: weakref.ref
+
+    def live_trace(self):
+        return self.trace()
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    seq: int                         # every command submitted up to this number has been executed
+    quiet: bool                      # no dataflow had work left when this was published
+    dataflows: dict = field(default_factory=dict)
+    retired: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
+    catalog: dict = field(default_factory=dict)
+    error: BaseException | None = None   # an internal failure of the scheduler itself (sticky)
+    rounds: int = 0

@@ -1,0 +1,248 @@
+"""Views: maintained results, read from any thread while the engine keeps them current.
+
+Every read goes through one published snapshot of the view's trace, so it sees whole epochs only.
+``follow()`` and ``subscribe(fn)`` deliver the view's contents once and then every completed epoch's
+changes, registered on the scheduler thread so that nothing is missed or repeated, whenever a follower
+arrives.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import numpy as np
+
+from .columns import decode_column
+from .commands import Follow
+from .cursor import accumulate_batches
+from .errors import CompactedError, DataflowError, KpgnbError
+from .lattice import Antichain
+from .scope import epoch_of
+
+
+class View:
+    """A maintained result, readable from the notebook while the engine keeps it current."""
+
+    def __init__(self, engine, dataflow: str, name: str, op, schema):
+        self.engine = engine
+        self.dataflow = dataflow
+        self.name = name
+        self.op = op
+        self.schema = schema
+
+    def _trace(self):
+        h = self.op.handle
+        return h.trace if h is not None and h.alive else None
+
+    @property
+    def frontier(self) -> Antichain:
+        """Every epoch before this frontier is final in the view."""
+        t = self._trace()
+        return t.snapshot.upper if t is not None else Antichain()
+
+    @property
+    def epoch(self):
+        """The first epoch not yet final (None when every input is closed)."""
+        return epoch_of(self.frontier)
+
+    def _check(self):
+        info = self.engine.snapshot().dataflows.get(self.dataflow)
+        if self.op.handle is None:
+            raise ValueError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
+        if info is None or not any(n == self.name for n, _ in info.views) and info.error is None:
+            raise ValueError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+        if info.error is not None:
+            raise_failure(self.dataflow, info.error)
+
+    def columns(self, at=None, diffs: bool = False) -> dict:
+        """The view's rows as a dict of NumPy arrays (decoded), as of epoch ``at`` (default: latest)."""
+        self._check()
+        trace = self._trace()
+        if trace is None:
+            raise ValueError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+        snap = trace.snapshot
+        if at is not None:
+            up = snap.upper
+            if up.elements and at >= epoch_of(up):
+                raise ValueError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
+                                 f"call eng.wait(view) or read an earlier epoch")
+        try:
+            keys, vals, cnt = self.op.handle.accumulate(at, snapshot=snap)
+        except CompactedError as e:
+            raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: {e}. Keep more history "
+                                 f"with .view(name, history=...)") from None
+        data = np.concatenate([keys, vals], axis=0)
+        if not diffs:
+            if (cnt < 0).any():
+                raise ValueError(f"view {self.name!r} holds rows with negative multiplicity; read it with "
+                                 f"diffs=True")
+            if not (cnt == 1).all():
+                idx = np.repeat(np.arange(len(cnt)), cnt)
+                data, cnt = data[:, idx], cnt[idx]
+        out = self._decode(data)
+        if diffs:
+            out["diff"] = cnt
+        return out
+
+    def _decode(self, data) -> dict:
+        return {n: decode_column(data[i], d, self.engine.symbols)
+                for i, (n, d) in enumerate(zip(self.schema.names, self.schema.dtypes))}
+
+    def to_pandas(self, at=None, diffs: bool = False):
+        """The view as a pandas DataFrame (rows repeated by multiplicity, or with a ``diff`` column)."""
+        import pandas as pd
+        return pd.DataFrame(self.columns(at, diffs))
+
+    def __len__(self):
+        self._check()
+        _, _, cnt = self.op.handle.accumulate(None)
+        return int(cnt.sum())
+
+    # -- following ------------------------------------------------------------------------------------
+    def follow(self, timeout: float | None = None) -> "Follower":
+        """An iterator of change DataFrames (the view's columns, ``time`` and ``diff``): first the contents
+        at the current frontier (``time`` = its last complete epoch), then each completed epoch's changes in
+        order. It ends when the view is dropped or every input is closed; it raises if the dataflow fails.
+        ``timeout`` bounds each wait for the next item (TimeoutError)."""
+        f = Follower(self, timeout)
+        self.engine.call(Follow(self, f))
+        return f
+
+    def subscribe(self, fn) -> "Subscription":
+        """Call ``fn(changes)`` (a DataFrame as ``follow`` yields) for the contents and then every completed
+        epoch's changes, on a thread of the subscription's own; ``.close()`` stops it."""
+        return Subscription(self.follow(), fn)
+
+    def __repr__(self):
+        return f"View({self.name!r} in {self.dataflow!r}, {self.schema}, frontier={self.frontier})"
+
+    def _repr_html_(self):
+        try:
+            df = self.to_pandas()
+        except Exception as e:  # noqa: BLE001 - rendering must not raise
+            return f"<b>view {self.name}</b>: {type(e).__name__}: {e}"
+        head = df.head(20).to_html(index=False)
+        return (f"<div><b>view {self.name}</b> &middot; frontier {self.frontier} &middot; {len(df)} rows</div>"
+                + head)
+
+
+def raise_failure(dataflow: str, error: BaseException):
+    """Raise the error a dataflow ended with, as its own type when it is one of ours."""
+    if isinstance(error, KpgnbError) and not isinstance(error, DataflowError):
+        raise type(error)(str(error)) from error
+    raise DataflowError(f"dataflow {dataflow!r} failed: {error}") from error
+
+
+class Follower:
+    """The receiving end of ``View.follow``. The scheduler calls ``start``, ``deliver`` and ``end``;
+    the consumer iterates. Decoding happens on the consumer's thread."""
+
+    def __init__(self, view: View, timeout: float | None = None):
+        self.view = view
+        self.timeout = timeout
+        self.frontier = Antichain([(0,)])
+        self._items: deque = deque()
+        self._cond = threading.Condition()
+        self._ended = False
+        self._error: BaseException | None = None
+        self._closed = False
+
+    # scheduler side
+    def start(self, snap):
+        t = self.view.op.handle.trace
+        keys, vals, cnt = accumulate_batches(snap.all_batches(), t.kk, t.kv, t.depth)
+        last = epoch_of(snap.upper)
+        epoch = max(last - 1, 0) if last is not None else None
+        self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
+
+    def deliver(self, batches, lower, upper):
+        parts = [b for b in batches if len(b)]
+        self._put(("changes", parts, None, None, upper))
+
+    def end(self, error: BaseException | None):
+        with self._cond:
+            self._ended = True
+            self._error = error
+            self._cond.notify_all()
+
+    def _put(self, item):
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify_all()
+
+    # consumer side
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        import pandas as pd
+        while True:
+            with self._cond:
+                while not self._items and not self._ended and not self._closed:
+                    if not self._cond.wait(self.timeout):
+                        raise TimeoutError(f"no change of view {self.view.name!r} within {self.timeout} s")
+                if self._closed:
+                    raise StopIteration
+                if not self._items:
+                    if self._error is not None:
+                        raise_failure(self.view.dataflow, self._error)
+                    raise StopIteration
+                kind, data, cnt, epoch, upper = self._items.popleft()
+            self.frontier = upper
+            if kind == "contents":
+                cols = self.view._decode(data)
+                cols["time"] = np.full(len(cnt), -1 if epoch is None else epoch, np.int64)
+                cols["diff"] = cnt
+                return pd.DataFrame(cols)
+            if not data:
+                if not upper.elements:
+                    self.end(self._error)
+                continue
+            keys = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in data], axis=1)
+            times = np.concatenate([b.times[:, 0] for b in data])
+            diffs = np.concatenate([b.diffs for b in data])
+            order = np.argsort(times, kind="stable")
+            cols = self.view._decode(keys[:, order])
+            cols["time"] = times[order]
+            cols["diff"] = diffs[order]
+            if not upper.elements:
+                self.end(self._error)
+            return pd.DataFrame(cols)
+
+    def close(self):
+        """Stop following (the scheduler forgets this follower once it is garbage)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Subscription:
+    """Calls a function with every item of a Follower, on a thread of its own. An exception in the
+    function stops the subscription and is kept in ``error``."""
+
+    def __init__(self, follower: Follower, fn):
+        self.follower = follower
+        self.fn = fn
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"kpgnb-subscription-{follower.view.name}",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            for item in self.follower:
+                self.fn(item)
+        except BaseException as e:  # noqa: BLE001 - kept for the owner to inspect
+            self.error = e
+
+    def close(self, timeout: float = 5.0):
+        self.follower.close()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
