@@ -1,7 +1,7 @@
 """Arrangement throughput: batch formation and trace maintenance for random 64-bit keys, against the time
 NumPy takes merely to sort the same keys (the practical floor).
 
-    python -m bench.arrange [--batches 100] [--batch-size 100000] [--keys 10000000]
+    python -m bench.arrange [--batches 100] [--batch-size 100000] [--keys 10000000] [--quick]
 """
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import time
 
 import numpy as np
 
-from .common import table, write_result
+from .common import parse_args, table, write_result
+
+QUICK = {"batches": 20, "batch_size": 10_000, "keys": 1_000_000}
 
 
 def run(batches: int, size: int, keyspace: int, seed: int = 0) -> dict:
@@ -67,7 +69,7 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=100_000)
     p.add_argument("--keys", type=int, default=10_000_000)
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
+    a = parse_args(p, argv, QUICK)
     res = run(a.batches, a.batch_size, a.keys, a.seed)
     rows = [{"effort": k, "formation/s": v["formation_updates_per_s"], "maintenance/s": v["maintenance_updates_per_s"],
              "total/s": v["total_updates_per_s"], "x sort floor": v["ratio_to_sort_floor"],
@@ -76,7 +78,7 @@ def main(argv=None):
     rows.append({"effort": "numpy sort (floor)", "total/s": res["sort_floor_updates_per_s"], "x sort floor": 1.0})
     print(table(rows, ["effort", "formation/s", "maintenance/s", "total/s", "x sort floor", "worst insert ms",
                        "batches"]))
-    print("wrote", write_result("arrange", res))
+    print("wrote", write_result("arrange", res, a.quick))
     return res
 
 

@@ -14,10 +14,23 @@ def machine() -> dict:
             "processor": platform.processor() or platform.machine()}
 
 
-def write_result(name: str, payload: dict) -> str:
+def parse_args(parser, argv, quick: dict):
+    """Parse ``argv`` with a ``--quick`` option that swaps the defaults for ``quick`` (small sizes that
+    finish well under a minute on 2 cores); options given explicitly still win."""
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes for a smoke run (explicit options still apply); writes "
+                             "bench/results/NAME-quick.json, leaving the full results alone")
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**quick)
+    return parser.parse_args(argv)
+
+
+def write_result(name: str, payload: dict, quick: bool = False) -> str:
+    """Write ``bench/results/NAME.json`` (``NAME-quick.json`` for a --quick run, also marked in the JSON)."""
     os.makedirs(RESULTS, exist_ok=True)
-    payload = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(), **payload}
-    path = os.path.join(RESULTS, f"{name}.json")
+    payload = {"benchmark": name, "quick": quick, "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "machine": machine(), **payload}
+    path = os.path.join(RESULTS, f"{name}-quick.json" if quick else f"{name}.json")
     with open(path, "w") as f:
         json.dump(payload, f, indent=2, default=str)
     return path

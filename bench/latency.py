@@ -1,7 +1,7 @@
 """Closed-loop single-update latency (insert one row, advance the epoch, wait for the view) and the
 install latency of a dataflow that imports an exported arrangement.
 
-    python -m bench.latency [--keys 1000000] [--updates 2000] [--import-records 10000000] [--workers 1]
+    python -m bench.latency [--keys 1000000] [--updates 2000] [--import-records 10000000] [--workers 1] [--quick]
 
 Measures: a count over --keys keys; BFS on the demo graph (100,000 nodes, 1,000,000 edges); installing a
 dataflow that joins 10 query keys with an exported --import-records arrangement, against building the
@@ -14,7 +14,10 @@ import time
 
 import numpy as np
 
-from .common import percentile, table, write_result
+from .common import parse_args, percentile, table, write_result
+
+QUICK = {"keys": 10_000, "updates": 200, "bfs_updates": 50, "nodes": 5_000, "edges": 50_000,
+         "import_records": 100_000}
 
 
 def count_latency(keys: int, updates: int, workers: int, seed: int = 0) -> dict:
@@ -115,7 +118,7 @@ def main(argv=None):
     p.add_argument("--edges", type=int, default=1_000_000)
     p.add_argument("--import-records", type=int, default=10_000_000)
     p.add_argument("--workers", type=int, default=1)
-    a = p.parse_args(argv)
+    a = parse_args(p, argv, QUICK)
     res = {"workers": a.workers,
            "count": count_latency(a.keys, a.updates, a.workers),
            "bfs": bfs_latency(a.nodes, a.edges, a.bfs_updates, a.workers),
@@ -130,7 +133,7 @@ def main(argv=None):
             {"measure": "install without export", "p50 ms": res["install"]["install_without_export_ms"],
              "target": f"speedup {res['install']['speedup']:,.0f}x (>= 100x)"}]
     print(table(rows, ["measure", "p50 ms", "p99 ms", "target"]))
-    print("wrote", write_result("latency", res))
+    print("wrote", write_result("latency", res, a.quick))
     return res
 
 

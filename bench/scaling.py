@@ -1,6 +1,7 @@
 """Multi-worker scaling: throughput of arrange + count and of a join-heavy BFS computation with W workers.
 
     python -m bench.scaling [--workers 1,2] [--updates 4000000] [--batch 200000] [--nodes 200000 --edges 2000000]
+                            [--quick]
 
 Reports updates/s (arrange + count) and edges/s (BFS from scratch) per W, and the speedup over W=1.
 """
@@ -12,7 +13,10 @@ import time
 
 import numpy as np
 
-from .common import table, write_result
+from .common import parse_args, table, write_result
+
+QUICK = {"workers": "1,2", "updates": 200_000, "batch": 20_000, "keys": 50_000, "nodes": 10_000,
+         "edges": 100_000, "repeats": 1}
 
 
 def count_throughput(workers: int, updates: int, batch: int, keys: int, seed: int = 0) -> float:
@@ -68,7 +72,7 @@ def main(argv=None):
     p.add_argument("--nodes", type=int, default=200_000)
     p.add_argument("--edges", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=3)
-    a = p.parse_args(argv)
+    a = parse_args(p, argv, QUICK)
     cores = os.cpu_count() or 1
     ws = [int(x) for x in a.workers.split(",")] if a.workers else [1, 2] + [w for w in (4, 8, 16) if w <= cores]
     # warm-up run compiles every kernel
@@ -88,7 +92,7 @@ def main(argv=None):
                      "speedup": r["count_speedup"], "BFS edges/s": r["bfs_edges_per_s"], "BFS speedup": r["bfs_speedup"]})
     print(table(rows, ["workers", "arrange+count updates/s", "speedup", "BFS edges/s", "BFS speedup"]))
     print("targets on 2 cores: arrange+count >= 1.6x, BFS >= 1.4x")
-    print("wrote", write_result("scaling", res))
+    print("wrote", write_result("scaling", res, a.quick))
     return res
 
 

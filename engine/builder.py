@@ -6,6 +6,8 @@ A block that raises installs nothing.
 """
 from __future__ import annotations
 
+import weakref
+
 from .collection import Arranged
 from .columns import SchemaError
 from .dataflow import Graph, Site
@@ -26,7 +28,7 @@ class DataflowBuilder:
         self.scope = self.graph.root
         self.views: dict = {}
         self.exports: dict = {}     # name -> Export
-        self.uses: dict = {}        # export name -> the Trace imported (checked again at install)
+        self.uses: dict = {}        # export name -> weakref to the Trace imported (checked at install)
         self.sources: set = set()
         self.variables: list = []
         self._inputs: dict = {}
@@ -92,7 +94,7 @@ class DataflowBuilder:
             if trace is None:
                 raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has {sorted(catalog)}")
             self._used[name] = self._import(name, trace, entry.schema, entry.key, entry.values)
-            self.uses[name] = trace
+            self.uses[name] = weakref.ref(trace)
         return self._used[name]
 
     def exported(self, name: str) -> bool:

@@ -47,4 +47,4 @@ class WorkerPool:
 
     def shutdown(self):
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)

@@ -158,7 +158,7 @@ class Engine:
     # -- waiting ------------------------------------------------------------------------------------
     def wait(self, target=None, timeout: float | None = None):
         """Block the caller until ``target`` is current: a View (reflects every epoch its inputs were
-        advanced to), an int epoch (every view has passed it), or None (every command sent so far is
+        advanced to), an int epoch e (every view is final for the epochs before e), or None (every command sent so far is
         done and no dataflow has work left). Raises what the dataflow, its inputs or the engine failed
         with, TimeoutError after ``timeout`` seconds; Ctrl-C cancels the computation it waited for."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -214,14 +214,16 @@ class Engine:
 
     def _view_done(self, snap, view: View, goal) -> bool:
         self._check_dataflow(snap, view.dataflow)
-        return _past(view.frontier, goal)
+        f = view.frontier
+        # a view released after this snapshot was taken: the next snapshot says why
+        return not view.released and _past(f, goal)
 
     def _epoch_done(self, snap, epoch: int) -> bool:
         for name, info in snap.dataflows.items():
             self._check_dataflow(snap, name)
             for _, ref in info.views:
                 tr = ref()
-                if tr is not None and not _past(tr.snapshot.upper, epoch + 1):
+                if tr is not None and not _past(tr.snapshot.upper, epoch):
                     return False
         return True
 

@@ -282,9 +282,9 @@ class Scheduler:
             if ename in self.catalog:
                 raise ValueError(f"an arrangement named {ename!r} is exported already "
                                  f"(by dataflow {self.catalog.get(ename).producer.name!r})")
-        for uname, trace in b.uses.items():
+        for uname, ref in b.uses.items():
             entry = self.catalog.get(uname)
-            if entry is None or entry.trace is not trace:
+            if entry is None or entry.trace is not ref():
                 raise ValueError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
         ops = b.graph.ops
         done = []

@@ -93,6 +93,11 @@ class Spine:
         self.append(batch)
         self.maintain(logical, physical)
 
+    @property
+    def owed(self) -> int:
+        """Rows appended since the last maintenance (the fuel they are owed)."""
+        return self._owed
+
     def maintain(self, logical: Antichain, physical: Antichain):
         """Spend the fuel owed by appended batches (at least MIN_FUEL) on merges."""
         size, self._owed = self._owed, 0
@@ -137,8 +142,8 @@ class Spine:
             if isinstance(newer, Batch) and isinstance(older, Batch) and newer.upper.less_equal(physical):
                 if len(newer) == 0 or len(older) == 0:
                     keep = older if len(newer) == 0 else newer
-                    es[i - 1:i + 1] = [Batch(*keep.arrays, older.lower, newer.upper,
-                                             _later(older.since, newer.since))]
+                    # the kept batch's times are advanced to its own since, not to the empty one's
+                    es[i - 1:i + 1] = [Batch(*keep.arrays, older.lower, newer.upper, keep.since)]
                     i -= 1
                     continue
                 if len(older) <= 2 * len(newer):

@@ -149,7 +149,7 @@ class Trace:
                     spine.maintain(logical, physical)
             else:
                 run(lambda s: self.spines[s].maintain(logical, physical), range(self.workers),
-                    rows=sum(s._owed for s in self.spines))
+                    rows=sum(s.owed for s in self.spines))
         finally:
             self.publish()
 

@@ -41,6 +41,11 @@ class View:
         return t.snapshot.upper if t is not None else Antichain()
 
     @property
+    def released(self) -> bool:
+        """Whether the view's dataflow let go of it (dropped, failed or cancelled)."""
+        return self._trace() is None
+
+    @property
     def epoch(self):
         """The first epoch not yet final (None when every input is closed)."""
         return epoch_of(self.frontier)
@@ -169,6 +174,11 @@ class Follower:
         with self._cond:
             self._items.append(item)
             self._cond.notify_all()
+
+    @property
+    def epoch(self):
+        """The first epoch this follower has not seen complete (None: the view's inputs are closed)."""
+        return epoch_of(self.frontier)
 
     # consumer side
     def __iter__(self):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 
 def warm_kernels(workers: int = 2) -> float:
     """Run the warm-up workload; returns the seconds it took."""
@@ -29,6 +31,7 @@ def warm_kernels(workers: int = 2) -> float:
                            .concat(d).min(by="node", col="dist"))
             nested = edges.iterate(lambda x: x.iterate(lambda y: y.concat(y.join(x, left_on="dst", right_on="src")
                                    .select("src", "dst_right").rename(dst_right="dst")).distinct()))
+            pos = edges.filter(lambda src: src > 0)
             views = [dist.view("dist"), nested.view("nested"),
                      edges.count(by="src").view("count"), edges.max(by="src", col="dst").view("max"),
                      edges.argmin(by="src", col="dst").view("argmin"),
@@ -36,10 +39,16 @@ def warm_kernels(workers: int = 2) -> float:
                      edges.semijoin(df.input("r"), left_on="src", right_on="node").view("semi"),
                      edges.antijoin(df.input("r"), left_on="src", right_on="node").view("anti"),
                      edges.select("src").threshold(lambda c: c).view("threshold"),
-                     df.input("f").sum(by="k", col="x").view("sum")]
+                     df.input("f").sum(by="k", col="x").view("sum"),
+                     pos.flat_map(lambda src, dst: ({"a": src, "b": dst}, 1 + 0 * src))
+                        .concat(pos.rename(src="a", dst="b").negate()).consolidate().view("misc")]
+            edges.arrange_by("dst").export("warm_by_dst")
         for v in views:
             eng.wait(v)
             v.to_pandas()
+        h = eng.trace("warm_by_dst")
+        h.cursor(0).seek_keys(np.array([[1, 2]], np.int64))
+        h.close()
         e.remove([(2, 3)])
         e.advance_to(2)
         r.advance_to(2)

@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kpgnb.engine.batch import Batch, form_arrays, merge_arrays
+from kpgnb.engine.cursor import probe_keys
 from kpgnb.engine.kernels import sort as sortk
 from kpgnb.engine.lattice import Antichain, leq, rep
-from kpgnb.engine.trace import CompactedError, Trace, TimeLens, probe_keys
+from kpgnb.engine.scope import TimeLens
+from kpgnb.engine.trace import CompactedError, Trace
 
 
 def updates_strategy(kk, kv, depth, max_size=40, key_range=6):
@@ -143,7 +145,44 @@ def trace_accumulate(handle, t):
     return {(tuple(keys[:, i].tolist()), tuple(vals[:, i].tolist())): int(diffs[i]) for i in range(len(diffs))}
 
 
+def least_preimage(t, low, since):
+    """The least t0 >= ``low`` with rep_since(t0) == t, or None if there is none.
+
+    rep_S is monotone and preserves meets (rep_S(a ^ b) = rep_S(a) ^ rep_S(b) in the product order), so
+    the times it maps to a fixed point t form a convex, meet-closed set containing t: its least element
+    above ``low`` is found one coordinate at a time, lowering that coordinate of t alone."""
+    if not leq(low, t):
+        return None
+    least = []
+    for i in range(len(t)):
+        lo, hi = low[i], t[i]  # the coordinates that keep rep == t form an interval ending at t[i]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if rep(t[:i] + (mid,) + t[i + 1:], since) == t:
+                hi = mid
+            else:
+                lo = mid + 1
+        least.append(lo)
+    return tuple(least)
+
+
+def check_batch_description(b):
+    """The batch description contract (K-Pg section 4.1, differential's Description): every update
+    was at a time t0 in [lower, upper) (in advance of lower, not in advance of upper) and is stored
+    at rep_since(t0). A fresh batch's since is the minimal time, so its times lie in [lower, upper)
+    exactly; after logical compaction a time may be in advance of upper (advanced to a since beyond
+    it) but must be a fixed point of rep_since with some preimage in [lower, upper)."""
+    for row in b.times.tolist():
+        t = tuple(row)
+        assert rep(t, b.since) == t, f"time {t} of {b} is not advanced to its since"
+        assert b.lower.dominates(t), f"time {t} of {b} is not in advance of its lower"
+        least = [least_preimage(t, low, b.since) for low in b.lower]
+        assert any(m is not None and not b.upper.dominates(m) for m in least), \
+            f"time {t} of {b} is not rep_since of any time in [lower, upper)"
+
+
 def check_spine(trace):
+    """Each shard's batches tile [spine lower, spine upper) and each meets its description."""
     for spine in trace.spines:
         batches, upper = spine.snapshot()
         prev = spine.lower
@@ -151,8 +190,54 @@ def check_spine(trace):
             assert b.lower == prev, (b.lower, prev)
             prev = b.upper
             check_invariants(b.arrays)
-            for t in b.times.tolist():
-                assert not b.upper.dominates(tuple(t)) or not b.since == b.lower
+            check_batch_description(b)
+        assert prev.less_equal(upper), (prev, upper)
+
+
+def _batch(times, lower, upper, since=None):
+    """A key-only batch of one update per time, described by the given frontiers."""
+    n = len(times)
+    arrs = form_arrays(np.arange(n, dtype=np.int64)[None, :], np.zeros((0, n), np.int64),
+                       np.array(times, np.int64).reshape(n, -1), np.ones(n, np.int64))
+    return Batch(*arrs, Antichain(lower), Antichain(upper), None if since is None else Antichain(since))
+
+
+@pytest.mark.parametrize("ok,times,lower,upper,since", [
+    (True, [(1,), (2,)], [(1,)], [(3,)], None),
+    (False, [(0,)], [(1,)], [(3,)], None),                       # before lower
+    (False, [(3,)], [(1,)], [(3,)], None),                       # at upper, not compacted
+    (True, [(3,)], [(1,)], [(3,)], [(3,)]),                      # advanced to a since at upper
+    (True, [(5,)], [(1,)], [(3,)], [(5,)]),                      # ... or beyond it
+    (False, [(1,)], [(0,)], [(3,)], [(2,)]),                     # not advanced to since
+    (False, [(5,)], [(3,)], [(4,)], [(2,)]),                     # its only preimage is past upper
+    (True, [(4, 1)], [(3, 0)], [(4, 0)], [(4, 2), (5, 0)]),      # (3, 1) advanced to (4, 1)
+    (True, [(4, 3)], [(3, 0)], [(4, 0)], [(4, 2), (5, 0)]),      # (3, 3) advanced to (4, 3)
+    (False, [(5, 0)], [(3, 0)], [(4, 0)], [(4, 2), (5, 0)]),     # (5, 0) is its own only preimage
+    (True, [(2, 5), (3, 0)], [(2, 5), (3, 0)], [(4, 0)], None),  # partially ordered lower
+    (False, [(2, 4)], [(2, 5), (3, 0)], [(4, 0)], None),
+])
+def test_batch_description_check(ok, times, lower, upper, since):
+    """check_batch_description accepts exactly the times its contract allows."""
+    b = _batch(times, lower, upper, since)
+    if ok:
+        check_batch_description(b)
+    else:
+        with pytest.raises(AssertionError):
+            check_batch_description(b)
+
+
+def test_folding_an_empty_batch_keeps_its_description():
+    """Two small batches cancel out when merged under a reader's compaction frontier; folding the empty
+    result into the big older batch must not claim a since its times were never advanced to."""
+    trace = Trace(1, 0, effort="eager")
+    h = trace.handle()
+    h.set_logical_compaction(Antichain([(10,)]))
+    for e, rows in enumerate([[(k, 1) for k in range(100)], [(1000, 1)], [(1000, -1)]]):
+        keys = np.array([[k for k, _ in rows]], np.int64)
+        trace.insert([Batch.form(keys, np.zeros((0, len(rows)), np.int64), np.full((len(rows), 1), e),
+                                 np.array([d for _, d in rows], np.int64), Antichain([(e,)]), Antichain([(e + 1,)]))])
+    assert trace_accumulate(h, (10,)) == {((k,), ()): 1 for k in range(100)}
+    check_spine(trace)
 
 
 @pytest.mark.parametrize("effort", ["eager", "default", "lazy"])
