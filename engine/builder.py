@@ -28,7 +28,7 @@ class DataflowBuilder:
         self.scope = self.graph.root
         self.views: dict = {}
         self.exports: dict = {}     # name -> Export
-        self.uses: dict = {}        # export name -> weakref to the Trace imported (checked at install)
+        self.uses: dict = {}        # export name -> (weakref to its Trace, producer): checked at install
         self.sources: set = set()
         self.variables: list = []
         self._inputs: dict = {}
@@ -94,7 +94,7 @@ class DataflowBuilder:
             if trace is None:
                 raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has {sorted(catalog)}")
             self._used[name] = self._import(name, trace, entry.schema, entry.key, entry.values)
-            self.uses[name] = weakref.ref(trace)
+            self.uses[name] = (weakref.ref(trace), entry.dataflow)
         return self._used[name]
 
     def exported(self, name: str) -> bool:

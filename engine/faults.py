@@ -9,15 +9,14 @@ an action (e.g. block until an event is set, to hold the scheduler at a known pl
 
 Points: ``seal`` (forming an epoch's batches, inputs and arrange), ``exchange`` (partitioning updates to
 shards), ``merge`` (a spine merge step), ``operator_step`` (before an operator runs), ``scheduler``
-(the scheduler loop itself, outside any dataflow or input), ``command`` (before the scheduler executes
-a command).
+(the scheduler loop itself, outside any dataflow or input, before it serves the waiting commands).
 """
 from __future__ import annotations
 
 import contextlib
 import threading
 
-POINTS = ("seal", "exchange", "merge", "operator_step", "scheduler", "command")
+POINTS = ("seal", "exchange", "merge", "operator_step", "scheduler")
 
 
 class InjectedFault(RuntimeError):

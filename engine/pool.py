@@ -14,7 +14,7 @@ class WorkerPool:
     """W persistent threads. ``run(fn, items, rows)`` runs fn over items, the first on the calling thread
     and the rest on the pool (when ``rows``, the work's size, is unknown or large enough); kernels release
     the GIL, so shards run concurrently. Exceptions raised in a worker surface in the caller with the
-    worker's traceback."""
+    worker's traceback, after every shard has stopped (so a failed step never leaves work running)."""
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -30,8 +30,19 @@ class WorkerPool:
         if self._pool is None or len(items) == 1 or (rows is not None and rows < PARALLEL_ROWS):
             return [timed(i) for i in items]
         futures = [self._pool.submit(timed, i) for i in items[1:]]
-        first = timed(items[0])
-        return [first] + [f.result() for f in futures]
+        results, error = [], None
+        try:
+            results.append(timed(items[0]))
+        except BaseException as e:  # noqa: BLE001 - raised once every shard has stopped
+            error = e
+        for f in futures:  # never leave a shard running behind the caller's back
+            try:
+                results.append(f.result())
+            except BaseException as e:  # noqa: BLE001
+                error = error or e
+        if error is not None:
+            raise error
+        return results
 
     def _timed(self, fn):
         busy = self.busy

@@ -194,9 +194,7 @@ class Engine:
         info = self.snapshot().dataflows.get(view.dataflow)
         if info is None:
             raise ValueError(f"dataflow {view.dataflow!r} is not installed")
-        inputs = self.inputs()
-        goals = [inputs[n].epoch for n in info.sources if n in inputs and not inputs[n].closed]
-        return min(goals) if goals else None  # None: every input closed
+        return self._goal_of(info)
 
     @staticmethod
     def _check_dataflow(snap, name: str):
@@ -237,23 +235,17 @@ class Engine:
     def _cancel_behind(self, target):
         """Ctrl-C in wait: cancel the computations the caller was waiting for that have not caught up."""
         snap = self.snapshot()
-        if isinstance(target, View):
-            names = [target.dataflow]
-        else:
-            names = list(snap.dataflows)
-        for name in names:
-            info = snap.dataflows.get(name)
-            if info is None or info.error is not None:
+        for name, info in snap.dataflows.items():
+            if info.error is not None or (isinstance(target, View) and name != target.dataflow):
                 continue
-            try:
-                behind = any(ref() is not None and not _past(ref().snapshot.upper, self._goal_of(info))
-                             for _, ref in info.views) or not snap.quiet
-            except Exception:  # noqa: BLE001 - best effort while interrupted
-                behind = True
-            if behind:
+            goal = target if isinstance(target, (int, np.integer)) and not isinstance(target, View) \
+                else self._goal_of(info)
+            if any(ref() is not None and not _past(ref().snapshot.upper, goal) for _, ref in info.views):
                 self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)"))
 
     def _goal_of(self, info):
+        """The epoch a dataflow's views must reach: the least its open inputs were advanced to (None:
+        every input closed, so the views' frontiers must become empty)."""
         inputs = self.inputs()
         goals = [inputs[n].epoch for n in info.sources if n in inputs and not inputs[n].closed]
         return min(goals) if goals else None

@@ -29,6 +29,8 @@ from .lattice import Antichain
 from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
 
 RETRY_S = 0.2  # how soon a failed seal is tried again when nothing else wakes the scheduler
+SLICE_S = 0.05  # a dataflow runs this long before the next one gets its turn
+PUBLISH_S = 0.5  # during a long computation, statistics are published this often
 
 
 class Dataflow:
@@ -97,6 +99,7 @@ class Scheduler:
         self.latencies: deque = deque(maxlen=100_000)
         self._lat_lock = threading.Lock()
         self._stop = False
+        self._slice_end = 0.0
         self.thread = threading.Thread(target=self._loop, name="kpgnb-scheduler", daemon=True)
         self.thread.start()
 
@@ -148,8 +151,8 @@ class Scheduler:
         return self.pool.run(fn, items, rows)
 
     def interrupted(self) -> bool:
-        """Whether a running graph should yield: a command is waiting."""
-        return bool(self._cmds) or self._stop
+        """Whether a running graph should yield: a command is waiting, or its time slice is over."""
+        return bool(self._cmds) or self._stop or time.perf_counter() > self._slice_end
 
     # -- the loop -----------------------------------------------------------------------------------
     def _loop(self):
@@ -172,6 +175,10 @@ class Scheduler:
                 err.__cause__ = e
                 self.error = err
                 more = False
+                try:
+                    self._execute_commands()  # callers waiting on a command still get their answer
+                except BaseException:  # noqa: BLE001 - the error above is what the engine reports
+                    more = bool(self._cmds)
             now = time.perf_counter()
             if self._sealed_at:
                 with self._lat_lock:
@@ -234,17 +241,20 @@ class Scheduler:
 
     # -- running ------------------------------------------------------------------------------------
     def _run_dataflows(self) -> bool:
-        """Run every live dataflow until all are quiet (True) or a command is waiting (False)."""
+        """Run every live dataflow, a time slice each in turn, until all are quiet (True), a command is
+        waiting or it is time to publish progress (False)."""
+        publish_at = time.perf_counter() + PUBLISH_S
         progressed = True
         while progressed:
             progressed = False
             for df in [d for d in list(self.dataflows.values()) + self.retired if d.error is None]:
+                self._slice_end = time.perf_counter() + SLICE_S
                 try:
                     if df.graph.run(self):
                         progressed = True
                 except Exception as e:  # noqa: BLE001 - one failing dataflow must not stop the others
                     self._fail(df, e)
-                if self.interrupted():
+                if self._cmds or self._stop or time.perf_counter() > publish_at:
                     return False
         return True
 
@@ -282,9 +292,13 @@ class Scheduler:
             if ename in self.catalog:
                 raise ValueError(f"an arrangement named {ename!r} is exported already "
                                  f"(by dataflow {self.catalog.get(ename).producer.name!r})")
-        for uname, ref in b.uses.items():
+        for uname, (ref, producer) in b.uses.items():
             entry = self.catalog.get(uname)
             if entry is None or entry.trace is not ref():
+                ended = self.dataflows.get(producer)
+                if ended is not None and ended.error is not None:
+                    raise DataflowError(f"dataflow {name!r} reads {uname!r} from dataflow {producer!r}, which "
+                                        f"{ended.ended}: {ended.error}") from ended.error
                 raise ValueError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
         ops = b.graph.ops
         done = []

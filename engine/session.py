@@ -58,8 +58,9 @@ class InputSession:
     def _check(self):
         err, self._report = self._report, None
         if err is not None:
-            raise EngineError(f"input {self.name!r}: {err} (nothing was lost: the rows are kept and applied "
-                              f"once sealing succeeds)") from err
+            raise EngineError(f"input {self.name!r} failed to seal or merge its epochs: {err}. The rows of the "
+                              f"epochs advanced so far are kept and applied once it succeeds; this call did "
+                              f"nothing, repeat it") from err
         if self.closed:
             raise ValueError(f"input {self.name!r} is closed")
 
@@ -110,6 +111,7 @@ class InputSession:
         """No more updates: seal the current epoch and close the input (its frontier becomes empty)."""
         if self.closed:
             return
+        self._check()
         with self._lock:
             self._send(Antichain())
             self.closed = True
