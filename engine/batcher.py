@@ -58,7 +58,11 @@ class Batcher:
                 if piece is not None:
                     self.buffers[s].append(piece)
         self.buffered += total
-        self.held = self.held.meet(antichain_of(np.concatenate([p[2] for p in parts], axis=0)))
+        if self.depth == 1:
+            first = min(int(p[2][:, 0].min()) for p in parts)
+            self.held = self.held.meet(Antichain([(first,)]))
+        else:
+            self.held = self.held.meet(antichain_of(np.concatenate([p[2] for p in parts], axis=0)))
 
     def seal(self, lower: Antichain, upper: Antichain, run=_serial) -> list:
         """One batch per shard of the buffered updates whose times are not in advance of ``upper``, each

@@ -175,6 +175,7 @@ class Graph:
         self.ops: list = []
         self.root = Scope(self)
         self.cyclic = False
+        self._resume = 0  # where an interrupted pass stopped
 
     def add(self, op: Operator) -> int:
         self.ops.append(op)
@@ -212,14 +213,19 @@ class Graph:
 
     def run(self, rt) -> bool:
         """Run operators until none has work, or until ``rt.interrupted()`` (checked between operator
-        steps) asks to yield. Returns whether anything ran."""
+        steps) asks to yield. A pass that yielded resumes at the operator it stopped before, so operators
+        late in the order are not starved by early ones that always have work. Returns whether anything
+        ran."""
         did = False
         while True:
             self.compute_frontiers()
             ran = False
-            for op in self.ops:
+            start, self._resume = self._resume, 0
+            for i in range(start, len(self.ops)):
+                op = self.ops[i]
                 if op.has_work():
                     if ran and rt.interrupted():
+                        self._resume = i
                         return True
                     op.last_frontier = op.frontier
                     t0 = time.perf_counter()
@@ -234,6 +240,8 @@ class Graph:
                     op.steps += 1
                     ran = True
             if not ran:
+                if start:
+                    continue  # a resumed pass saw only the tail: look at every operator before concluding
                 return did
             did = True
             if rt.interrupted():

@@ -48,6 +48,7 @@ class Dataflow:
         self.dropped = False
         self.pruned = False
         self.followers = weakref.WeakSet()
+        self._shape = None
 
     @property
     def status(self) -> str:
@@ -68,10 +69,14 @@ class Dataflow:
 
     def info(self) -> DataflowInfo:
         ops = self.graph.ops
-        traces = tuple((getattr(t, "name", None) or f"{op.kind}#{op.index}", weakref.ref(t))
-                       for op in ops for t in [op.owned_trace()] if t is not None)
-        views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
-                      if v.op.handle is not None and v.op.handle.alive)
+        shape = (len(ops), len(self.views), self.ended, self.dropped)
+        if self._shape != shape:  # the arrangements and views only change with the graph's shape
+            self._shape = shape
+            self._traces = tuple((getattr(t, "name", None) or f"{op.kind}#{op.index}", weakref.ref(t))
+                                 for op in ops for t in [op.owned_trace()] if t is not None)
+            self._views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
+                                if v.op.handle is not None and v.op.handle.alive)
+        traces, views = self._traces, self._views
         return DataflowInfo(self.name, self.status, self.error, self.frontier(),
                             frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
                             len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views)

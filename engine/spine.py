@@ -50,6 +50,9 @@ class Spine:
         self.effort = effort
         self.lower = lower
         self.entries: list = []  # batches and merges in progress, oldest first
+        self.version = 0         # bumped whenever entries change (readers' snapshots are rebuilt then)
+        self._readable = None
+        self._merging = None
         self.upper = lower
         self._owed = 0  # rows appended since the last maintenance
         self.merges_completed = 0
@@ -57,14 +60,22 @@ class Spine:
     # -- reading (owner only) ------------------------------------------------------------------
     def batches(self) -> tuple:
         """The readable batches, oldest first: merges in progress show as their two inputs."""
-        out = []
-        for e in self.entries:
-            if isinstance(e, _Merging):
-                out.append(e.older)
-                out.append(e.newer)
-            elif len(e):
-                out.append(e)
-        return tuple(out)
+        if self._readable is None:
+            out = []
+            for e in self.entries:
+                if isinstance(e, _Merging):
+                    out.append(e.older)
+                    out.append(e.newer)
+                elif len(e):
+                    out.append(e)
+            self._readable = tuple(out)
+        return self._readable
+
+    def _changed(self):
+        """The entries changed: readers' view and statistics must be recomputed."""
+        self.version += 1
+        self._readable = None
+        self._merging = None
 
     def snapshot(self):
         """(batches, upper) as one consistent pair."""
@@ -72,8 +83,10 @@ class Spine:
 
     def merging(self) -> tuple:
         """(merges in progress, bytes of their output buffers)."""
-        ms = [e for e in self.entries if isinstance(e, _Merging)]
-        return len(ms), sum(m.merger.nbytes for m in ms)
+        if self._merging is None:
+            ms = [e for e in self.entries if isinstance(e, _Merging)]
+            self._merging = (len(ms), sum(m.merger.nbytes for m in ms))
+        return self._merging
 
     # -- writing ------------------------------------------------------------------------------
     def append(self, batch: Batch):
@@ -86,6 +99,7 @@ class Spine:
                 batch = batch.relabel(stored, batch.upper)
             self.entries.append(batch)
         self.upper = batch.upper
+        self._changed()
         self._owed += len(batch)
 
     def insert(self, batch: Batch, logical: Antichain, physical: Antichain):
@@ -144,17 +158,20 @@ class Spine:
                     keep = older if len(newer) == 0 else newer
                     # the kept batch's times are advanced to its own since, not to the empty one's
                     es[i - 1:i + 1] = [Batch(*keep.arrays, older.lower, newer.upper, keep.since)]
+                    self._changed()
                     i -= 1
                     continue
                 if len(older) <= 2 * len(newer):
                     since = _later(logical, _later(older.since, newer.since))
                     es[i - 1:i + 1] = [_Merging(older, newer, since)]
+                    self._changed()
                     i -= 2
                     continue
             i -= 1
         if len(es) == 1 and isinstance(es[0], Batch) and len(es[0]) == 0:
             self.lower = es[0].upper
             es.clear()
+            self._changed()
 
     def _work(self, fuel) -> bool:
         """Give ``fuel`` to every merge in progress; returns whether any completed."""
@@ -165,6 +182,7 @@ class Spine:
             if isinstance(e, _Merging) and e.merger.work(fuel):
                 self.entries[i] = e.result()
                 self.merges_completed += 1
+                self._changed()
                 completed = True
         return completed
 
@@ -174,6 +192,7 @@ class Spine:
                 e.merger.work(None)
                 self.entries[i] = e.result()
                 self.merges_completed += 1
+                self._changed()
                 return
 
 

@@ -88,6 +88,7 @@ class Trace:
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
         self._listeners = weakref.WeakSet()  # objects whose deliver(batches, lower, upper) sees every append
         self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
+        self._versions = tuple(s.version for s in self.spines)
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
@@ -159,6 +160,11 @@ class Trace:
         self.maintain(run)
 
     def publish(self):
+        """Swap in a new snapshot if any shard changed since the last one."""
+        versions = tuple(s.version for s in self.spines)
+        if versions == self._versions:
+            return
+        self._versions = versions
         shards, merges, mbytes = [], [], []
         upper = None
         for s in self.spines:
