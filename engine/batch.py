@@ -1,6 +1,18 @@
 """Arranged batches: immutable, consolidated updates in (key hash, key, val, time) order with a
 per-key index, described by lower/upper/since frontiers (K-Pg section 4.1).
 
+What the three frontiers mean (differential dataflow's ``trace/description.rs``):
+
+- ``lower`` and ``upper``: the batch holds exactly the updates whose original times t are in advance of
+  ``lower`` and not in advance of ``upper`` (t in [lower, upper)). Consecutive batches of a trace chain:
+  each one's ``lower`` is the previous one's ``upper``, so together they cover [first lower, last upper)
+  with nothing missing and nothing twice. An upper also says "no more updates before it will come".
+- ``since``: the batch's times have been advanced by the compaction frontier ``since``: each stored time
+  is rep_since(t) of an original time t (DESIGN.md section 2). The batch accumulates correctly only as of
+  times in advance of ``since``; a fresh batch has the minimal ``since`` (its times are exact). Advancing
+  may move a stored time past ``upper`` (rep is an upper bound of t), so "in [lower, upper)" holds for the
+  original times, and for stored times only when the batch is fresh.
+
 Layout: ``kh`` (int64[nk], 40-bit key hashes, sorted), ``keys`` (int64[kk, nk], distinct keys),
 ``koff`` (int64[nk+1], row offsets per key), ``vals`` (int64[kv, n]), ``times`` (int64[n, d]),
 ``diffs`` (int64[n]). A key-only batch has kv == 0.

@@ -119,5 +119,4 @@ class Follow:
 
 @dataclass
 class Collect:
-    """Forget exports whose last reader went away (sent when a handle closes)."""
-    reply: Reply | None = None
+    """Forget exports whose last reader went away (sent when a handle closes; no reply)."""

@@ -227,8 +227,6 @@ class Scheduler:
             return
         if isinstance(cmd, Collect):
             self._collect()
-            if cmd.reply is not None and cmd.reply.take():
-                cmd.reply.finish()
             return
         handler = {Install: self._install, Drop: self._drop_cmd, OpenHandle: self._open_handle,
                    Follow: self._follow}[type(cmd)]
