@@ -164,6 +164,8 @@ class SymbolTable:
 # -- encoding and decoding of columns -----------------------------------------------------------
 
 _NAN_BITS = np.array([np.nan], dtype=np.float64).view(np.int64)[0]
+_INT64_MAX = 2 ** 63 - 1
+_RANGE = "outside int64's range [-2**63, 2**63 - 1]"
 
 
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
@@ -172,13 +174,27 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
         return symbols.intern_array(_as_object(values, name))
     arr = np.asarray(values)
     if dtype == "int64":
-        if arr.dtype.kind in "iub":
+        if not isinstance(values, np.ndarray) and arr.dtype.kind in "fuO":
+            # Python values that NumPy would turn into floats or uint64 (ints beyond int64, or ints mixed
+            # with floats): convert one by one, exactly
+            return _convert_object(_as_object(values, name), name, "int64", int)
+        if arr.dtype.kind in "ib":
             return arr.astype(np.int64, copy=False)
-        if arr.dtype.kind == "f":
-            bad = ~np.isfinite(arr) | (np.floor(arr) != arr)
+        if arr.dtype.kind == "u":
+            bad = arr > np.uint64(_INT64_MAX)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                raise SchemaError(f"column {name!r} is int64 but row {i} holds {arr[i].item()!r}")
+                raise SchemaError(f"column {name!r} is int64 but row {i} holds {arr[i].item()!r} "
+                                  f"({arr.dtype}), {_RANGE}")
+            return arr.astype(np.int64)
+        if arr.dtype.kind == "f":
+            with np.errstate(invalid="ignore"):
+                bad = ~np.isfinite(arr) | (np.floor(arr) != arr) | (arr >= 2.0 ** 63) | (arr < -2.0 ** 63)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                v = arr[i].item()
+                why = _RANGE if np.isfinite(v) and float(v).is_integer() else "which is not an integer"
+                raise SchemaError(f"column {name!r} is int64 but row {i} holds {v!r} ({arr.dtype}), {why}")
             return arr.astype(np.int64)
         return _convert_object(arr, name, "int64", int)
     if dtype == "float64":
@@ -215,14 +231,24 @@ def _convert_object(arr, name, dtype, conv):
     arr = np.asarray(arr, dtype=object).reshape(-1)
     out = np.empty(len(arr), dtype=np.float64 if dtype == "float64" else np.int64)
     for i, v in enumerate(arr.tolist()):
+        why = ""
         try:
             if dtype == "int64" and isinstance(v, float) and not v.is_integer():
+                why = ", which is not an integer"
                 raise ValueError
             if isinstance(v, str) and dtype != "str":
                 raise ValueError
-            out[i] = conv(v)
+            if dtype == "int64":
+                v_int = conv(v)
+                if not -2 ** 63 <= v_int <= _INT64_MAX:
+                    why = ", " + _RANGE
+                    raise OverflowError
+                out[i] = v_int
+            else:
+                out[i] = conv(v)
         except (TypeError, ValueError, OverflowError):
-            raise SchemaError(f"column {name!r} is {dtype} but row {i} holds {v!r} ({type(v).__name__})") from None
+            raise SchemaError(f"column {name!r} is {dtype} but row {i} holds {v!r} "
+                              f"({type(v).__name__}){why}") from None
     return out
 
 

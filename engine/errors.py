@@ -28,5 +28,17 @@ class Cancelled(KpgnbError):
     """A computation was cancelled (dropped, or interrupted while a caller waited for it)."""
 
 
+class UsageError(KpgnbError, ValueError):
+    """A call that cannot be made as asked (a name taken already, an input that is closed, epochs that go
+    back, a view of another engine); nothing was changed. Also a ValueError."""
+
+
+class UnknownNameError(KpgnbError, KeyError):
+    """No dataflow or arrangement by that name; the message lists the ones there are. Also a KeyError."""
+
+    def __str__(self):  # a KeyError would print its message quoted
+        return str(self.args[0]) if self.args else ""
+
+
 class DatalogError(KpgnbError, ValueError):
     """A Datalog program that cannot be parsed or compiled; the message names the rule."""

@@ -48,7 +48,9 @@ def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
         if extra:
             parts.append(f"unexpected columns {extra}")
         raise SchemaError(f"{what} does not match the schema {list(schema.names)}: " + "; ".join(parts))
-    cols = [np.asarray(mapping[n]) for n in schema.names]
+    # lists stay lists, so that Python ints are converted exactly (NumPy would make floats of a list mixing
+    # ints beyond int64 with negative ones)
+    cols = [mapping[n] if isinstance(mapping[n], (list, tuple)) else np.asarray(mapping[n]) for n in schema.names]
     lengths = {len(c) for c in cols}
     if len(lengths) > 1:
         raise SchemaError(f"columns of {what} have different lengths: "
@@ -90,6 +92,9 @@ def diffs_array(diffs, n: int) -> np.ndarray:
         d = np.full(n, int(d), np.int64)
     if d.shape != (n,):
         raise SchemaError(f"diffs must be one integer per row ({n}), got shape {d.shape}")
+    if d.dtype.kind == "u" and (d > np.uint64(2 ** 63 - 1)).any():
+        i = int(np.flatnonzero(d > np.uint64(2 ** 63 - 1))[0])
+        raise SchemaError(f"diffs must fit in int64, but row {i} has diff {d[i].item()}")
     if d.dtype.kind not in "iu":
         if d.dtype.kind == "f" and np.all(np.floor(d) == d):
             d = d.astype(np.int64)

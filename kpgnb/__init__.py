@@ -13,7 +13,7 @@ if _os.path.isdir(_os.path.join(_root, "engine")) and _os.path.isfile(_os.path.j
         __path__.append(_root)
 
 __all__ = ["Engine", "Variable", "Antichain", "Schema", "KpgnbError", "SchemaError", "DataflowError", "CompactedError",
-           "EngineError", "Cancelled", "DatalogError", "engine"]
+           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "engine"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -32,6 +32,8 @@ _LAZY = {
     "EngineError": ("kpgnb.engine.errors", "EngineError"),
     "Cancelled": ("kpgnb.engine.errors", "Cancelled"),
     "DatalogError": ("kpgnb.engine.errors", "DatalogError"),
+    "UsageError": ("kpgnb.engine.errors", "UsageError"),
+    "UnknownNameError": ("kpgnb.engine.errors", "UnknownNameError"),
 }
 
 
