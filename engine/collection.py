@@ -149,15 +149,19 @@ class Collection:
             return Schema.of(list(out), list(out.values()))
         from .columns import user_column
         names = params if params is not None else list(self.schema.names)
-        error = None
-        for n_rows in (0, 1):  # an empty batch first; functions that index their input get one zero row
+
+        def trial_call(n_rows):
             trial = {}
             for n in names:
                 d = self.schema.dtype(n)
                 trial[n] = np.full(n_rows, "", object) if d == "str" else user_column(np.zeros(n_rows, np.int64), d)
+            with np.errstate(all="ignore"):
+                return fn(**trial)
+
+        error = None
+        for n_rows in (0, 1):  # an empty batch first; functions that index their input get one zero row
             try:
-                with np.errstate(all="ignore"):
-                    res = fn(**trial)
+                res = trial_call(n_rows)
                 break
             except Exception as err:  # noqa: BLE001 - explained below if no trial works
                 error = err
@@ -165,7 +169,26 @@ class Collection:
             raise SchemaError(f"could not learn the output columns of the {who} function at {site} by calling it "
                               f"on a trial batch ({type(error).__name__}: {error}); pass out={{name: dtype, ...}}"
                               ) from error
-        return _out_schema_of(res, who, site)
+        schema = _out_schema_of(res, who, site, n_rows)
+        if n_rows == 0 and _ambiguous(res):
+            # an empty list or object array says nothing of its type (np.asarray([]) is float64): ask a
+            # one-row batch, and keep what the empty one said where that fails or disagrees
+            try:
+                one = trial_call(1)
+            except Exception:  # noqa: BLE001 - the empty trial's answer stands
+                one = None
+            if isinstance(one, dict) and list(one) == list(schema.names):
+                dtypes = list(schema.dtypes)
+                for i, n in enumerate(schema.names):
+                    if n in _ambiguous(res):
+                        arr = np.asarray(one[n])
+                        if arr.ndim == 1 and arr.size:
+                            try:
+                                dtypes[i] = infer_dtype(arr)
+                            except SchemaError:
+                                pass
+                schema = Schema(schema.names, tuple(dtypes))
+        return schema
 
     # -- stateless operators ------------------------------------------------------------------
     def map(self, fn, out: dict | None = None) -> "Collection":
@@ -175,6 +198,7 @@ class Collection:
         params = self._params(fn, "map")
         schema = self._out_schema(fn, params, out, "map", site)
         op = MapOp(self.scope, self._stream(), fn, params, self.schema, schema, self.builder.engine.symbols, site)
+        op.inferred = out is None
         return self._derive(op, schema)
 
     def filter(self, fn) -> "Collection":
@@ -199,6 +223,7 @@ class Collection:
         schema = self._out_schema(cols_only, params, out, "flat_map", site)
         op = FlatMapOp(self.scope, self._stream(), fn, params, self.schema, schema, self.builder.engine.symbols,
                        site, repeat)
+        op.inferred = out is None
         return self._derive(op, schema)
 
     def inspect(self, fn) -> "Collection":
@@ -599,16 +624,27 @@ class Variable(Collection):
         return result
 
 
-def _out_schema_of(result, who, site) -> Schema:
+def _out_schema_of(result, who, site, n_rows: int) -> Schema:
     if not isinstance(result, dict):
         raise SchemaError(f"the {who} function at {site} must return a dict of columns, "
                           f"got {type(result).__name__}")
     names, dtypes = [], []
     for n, v in result.items():
         arr = np.asarray(v)
+        if arr.ndim == 0:
+            raise SchemaError(f"the {who} function at {site} returned a scalar ({v!r}) for column {n!r}; "
+                              f"expected a column array with one value per row (called on a trial batch of "
+                              f"{n_rows} rows); for a constant use np.full(len(<a column>), value)")
         names.append(n)
-        dtypes.append(infer_dtype(arr) if arr.dtype.kind != "U" else "str")
+        dtypes.append(infer_dtype(arr))
     return Schema(tuple(names), tuple(dtypes))
+
+
+def _ambiguous(result) -> set:
+    """Columns of a trial result on an empty batch whose dtype says nothing: empty float64 arrays (what
+    NumPy makes of an empty list) and empty object arrays."""
+    return {n for n, v in result.items()
+            if np.asarray(v).size == 0 and np.asarray(v).dtype.kind in "fO"}
 
 
 def _compile_user_reduce(spec: ReduceSpec, kv: int, site):

@@ -273,7 +273,16 @@ def user_column(ints: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def infer_dtype(arr: np.ndarray) -> str:
+    """The column dtype for an array a user function returned (object arrays by their first value)."""
     kind = arr.dtype.kind
+    if kind == "O" and arr.size:
+        first = arr.reshape(-1)[0]
+        if isinstance(first, (bool, np.bool_)):
+            return "bool"
+        if isinstance(first, (int, np.integer)):
+            return "int64"
+        if isinstance(first, (float, np.floating)):
+            return "float64"
     if kind == "b":
         return "bool"
     if kind in "iu":

@@ -41,8 +41,9 @@ class UserFunctionOp(Operator):
         return self.fn(**self.user_columns(batch))
 
 
-def encode_outputs(result, schema, n: int, symbols, who: str) -> np.ndarray:
-    """Turn a user function's dict of output columns into the engine's int64 column matrix."""
+def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = False) -> np.ndarray:
+    """Turn a user function's dict of output columns into the engine's int64 column matrix. ``inferred``:
+    the schema was learnt from a trial call (no out=), which the errors say."""
     if not isinstance(result, dict):
         raise SchemaError(f"{who} must return a dict of columns, got {type(result).__name__}")
     missing = [c for c in schema.names if c not in result]
@@ -55,12 +56,19 @@ def encode_outputs(result, schema, n: int, symbols, who: str) -> np.ndarray:
         col = result[name]
         arr = np.asarray(col)
         if arr.ndim == 0:
-            arr = np.broadcast_to(arr, (n,))
+            raise SchemaError(f"{who} returned a scalar ({col!r}) for column {name!r}; expected a column array "
+                              f"of length {n} (one value per row); for a constant use np.full({n}, value)")
         if arr.shape != (n,):
             raise SchemaError(f"{who} returned column {name!r} of shape {arr.shape}; expected ({n},)")
         got = infer_dtype(arr) if arr.size else dtype
         if got != dtype and not (dtype == "float64" and got in ("int64", "bool")) \
                 and not (dtype == "int64" and got == "bool"):
+            if inferred:
+                hint = ", ".join(f"{c!r}: {got if c == name else d!r}" for c, d in zip(schema.names, schema.dtypes))
+                hint = hint.replace(f"{name!r}: {got}", f"{name!r}: {got!r}")
+                raise SchemaError(f"{who} returned {got} values for column {name!r}, but no dtype was declared "
+                                  f"for it: {dtype} was inferred from a trial call on an empty batch; pass "
+                                  f"out={{{hint}}} to declare the output columns")
             raise SchemaError(f"{who} returned {got} values for column {name!r}, which the dataflow declared "
                               f"{dtype}; pass out={{'{name}': '{got}'}} to declare it")
         data[i] = encode_column(arr, dtype, symbols, name)
@@ -69,6 +77,7 @@ def encode_outputs(result, schema, n: int, symbols, who: str) -> np.ndarray:
 
 class MapOp(UserFunctionOp):
     kind = "map"
+    inferred = False  # the output schema came from a trial call, not from out=
 
     def __init__(self, scope, input, fn, params, in_schema, out_schema, symbols, site):
         super().__init__(scope, input, fn, params, in_schema, symbols, site)
@@ -77,7 +86,8 @@ class MapOp(UserFunctionOp):
     def step(self, rt):
         for msg in self.take():
             def one(b):
-                data = encode_outputs(self.call(b), self.out_schema, len(b), self.symbols, "the map function")
+                data = encode_outputs(self.call(b), self.out_schema, len(b), self.symbols, "the map function",
+                                     self.inferred)
                 return UpdateBatch(data, b.times, b.diffs)
             self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
 
@@ -105,6 +115,7 @@ class FlatMapOp(UserFunctionOp):
     row), and when both lengths agree, all-ones counts (one row each) are the only counts read as such."""
 
     kind = "flat_map"
+    inferred = False  # the output schema came from a trial call, not from out=
 
     def __init__(self, scope, input, fn, params, in_schema, out_schema, symbols, site, repeat=None):
         super().__init__(scope, input, fn, params, in_schema, symbols, site)
@@ -141,7 +152,8 @@ class FlatMapOp(UserFunctionOp):
                 lengths = {len(np.atleast_1d(v)) for v in cols.values()}
                 n_out = max(lengths) if lengths else 0
                 idx = self._rows(how, len(b), n_out)
-                data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function")
+                data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function",
+                                      self.inferred)
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])
             self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
 
