@@ -18,7 +18,7 @@ import numpy as np
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable
 from .commands import Cancel, Collect, Drop, Install, OpenHandle
-from .errors import DataflowError, EngineError
+from .errors import DataflowError, EngineError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler
@@ -35,10 +35,10 @@ class Engine:
 
     def __init__(self, workers: int | None = None, effort: str = "default"):
         if effort not in EFFORT:
-            raise ValueError(f"effort must be one of {sorted(EFFORT)}")
+            raise UsageError(f"effort must be one of {sorted(EFFORT)}")
         self.workers = int(workers) if workers else (os.cpu_count() or 1)
         if self.workers < 1:
-            raise ValueError("workers must be at least 1")
+            raise UsageError("workers must be at least 1")
         self.effort = effort
         self.symbols = SymbolTable()
         self._lock = threading.Lock()
@@ -50,13 +50,16 @@ class Engine:
     # -- inputs and dataflows -------------------------------------------------------------------------
     def input(self, name: str, columns, dtypes=None) -> InputSession:
         """Create an input collection with named columns (dtypes default to int64; str is interned)."""
+        self._live()
         if isinstance(columns, str):
             columns = [columns]
         schema = Schema.of(columns, dtypes)
         with self._lock:
+            self._live()
             if name in self._inputs:
-                raise ValueError(f"an input named {name!r} exists already")
-            session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit)
+                raise UsageError(f"an input named {name!r} exists already")
+            session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
+                                   lambda: self._closed)
             self._inputs[name] = session
         return session
 
@@ -66,11 +69,13 @@ class Engine:
 
     def dataflow(self, name: str) -> DataflowBuilder:
         """A builder for a new dataflow, installed atomically when its ``with`` block ends."""
+        self._live()
         if name in self.snapshot().dataflows:
-            raise ValueError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first")
+            raise UsageError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first")
         return DataflowBuilder(self, name, self._install)
 
     def _install(self, builder):
+        self._live()
         return self._scheduler.call(Install(builder))
 
     def drop(self, name: str, cascade: bool = False):
@@ -78,15 +83,18 @@ class Engine:
         exported stay alive, maintained, as long as other dataflows (or handles from ``trace``) read them;
         only the operators feeding those are kept running. ``cascade=True`` drops the dataflows that
         import its exports as well."""
+        self._live()
         self._scheduler.call(Drop(name, cascade))
 
     def cancel(self, name: str, reason: str = "cancelled by the user"):
         """Stop a dataflow's computation (between operator steps); it stays listed as ``cancelled`` and its
         waits raise ``Cancelled`` until it is dropped."""
+        self._live()
         self._scheduler.submit(Cancel(name, reason))
 
     def call(self, cmd):
         """Send a command and wait for its reply (used by views)."""
+        self._live()
         return self._scheduler.call(cmd)
 
     # -- reading published state --------------------------------------------------------------------
@@ -114,6 +122,7 @@ class Engine:
     def trace(self, name: str):
         """A TraceHandle on a named arrangement, for reading it directly (cursors, ``accumulate``). It keeps
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
+        self._live()
         return self._scheduler.call(OpenHandle(name, self._handle_closed))
 
     def _handle_closed(self):
@@ -161,8 +170,12 @@ class Engine:
         advanced to), an int epoch e (every view is final for the epochs before e), or None (every command sent so far is
         done and no dataflow has work left). Raises what the dataflow, its inputs or the engine failed
         with, TimeoutError after ``timeout`` seconds; Ctrl-C cancels the computation it waited for."""
+        self._live()
         deadline = None if timeout is None else time.monotonic() + timeout
         if isinstance(target, View):
+            if target.engine is not self:
+                raise UsageError(f"eng.wait({target!r}): the view belongs to another engine; wait on it with "
+                                 f"that engine")
             goal = self._view_goal(target)
             done = lambda snap: self._view_done(snap, target, goal)  # noqa: E731
         elif target is None:
@@ -175,6 +188,7 @@ class Engine:
             raise TypeError("wait() takes a View, an epoch or nothing")
         try:
             while True:
+                self._live()
                 snap = self.snapshot()
                 if snap.error is not None:
                     raise EngineError(f"the engine failed: {snap.error}") from snap.error
@@ -193,14 +207,14 @@ class Engine:
     def _view_goal(self, view: View):
         info = self.snapshot().dataflows.get(view.dataflow)
         if info is None:
-            raise ValueError(f"dataflow {view.dataflow!r} is not installed")
+            raise UsageError(f"dataflow {view.dataflow!r} is not installed")
         return self._goal_of(info)
 
     @staticmethod
     def _check_dataflow(snap, name: str):
         info = snap.dataflows.get(name)
         if info is None:
-            raise ValueError(f"dataflow {name!r} was dropped")
+            raise UsageError(f"dataflow {name!r} was dropped")
         if info.error is not None:
             raise_failure(name, info.error)
         for src in info.sources:
@@ -251,6 +265,16 @@ class Engine:
         return min(goals) if goals else None
 
     # -- lifecycle ------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called: every call but the introspection ones (``stats``, ``dataflows``,
+        ``catalog``, ``inputs``, ``snapshot``) then raises EngineError("the engine is closed")."""
+        return self._closed
+
+    def _live(self):
+        if self._closed:
+            raise EngineError("the engine is closed")
+
     def close(self):
         """Stop the scheduler and worker threads; every dataflow is released."""
         if self._closed:

@@ -24,7 +24,7 @@ from collections import deque
 from . import faults
 from .catalog import Catalog, CatalogEntry
 from .commands import Cancel, Collect, Drop, Follow, Install, OpenHandle, Seal
-from .errors import Cancelled, DataflowError, EngineError, KpgnbError
+from .errors import Cancelled, DataflowError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
 
@@ -290,10 +290,10 @@ class Scheduler:
         b = cmd.builder
         name = b.name
         if name in self.dataflows:
-            raise ValueError(f"a dataflow named {name!r} is installed already")
+            raise UsageError(f"a dataflow named {name!r} is installed already")
         for ename in b.exports:
             if ename in self.catalog:
-                raise ValueError(f"an arrangement named {ename!r} is exported already "
+                raise UsageError(f"an arrangement named {ename!r} is exported already "
                                  f"(by dataflow {self.catalog.get(ename).producer.name!r})")
         for uname, (ref, producer) in b.uses.items():
             entry = self.catalog.get(uname)
@@ -302,7 +302,7 @@ class Scheduler:
                 if ended is not None and ended.error is not None:
                     raise DataflowError(f"dataflow {name!r} reads {uname!r} from dataflow {producer!r}, which "
                                         f"{ended.ended}: {ended.error}") from ended.error
-                raise ValueError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
+                raise UsageError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
         ops = b.graph.ops
         done = []
         try:
@@ -336,7 +336,7 @@ class Scheduler:
     def _drop(self, name: str, cascade: bool):
         df = self.dataflows.pop(name, None)
         if df is None:
-            raise KeyError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows)}")
+            raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows)}")
         if cascade:
             for dep in [d.name for d in self.dataflows.values() if d.uses & set(df.exports)]:
                 if dep in self.dataflows:
@@ -355,7 +355,7 @@ class Scheduler:
     def _open_handle(self, cmd: OpenHandle):
         entry = self.catalog.get(cmd.name)
         if entry is None:
-            raise KeyError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
+            raise UnknownNameError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
         h = entry.trace.handle(on_close=cmd.on_close)
         entry.handles.add(h)
         return h
@@ -364,7 +364,7 @@ class Scheduler:
         view = cmd.view
         df = self.dataflows.get(view.dataflow)
         if df is None or view.name not in df.views:
-            raise ValueError(f"view {view.name!r}: dataflow {view.dataflow!r} has been dropped")
+            raise UsageError(f"view {view.name!r}: dataflow {view.dataflow!r} has been dropped")
         if df.error is not None:
             raise df.error
         trace = view.op.handle.trace

@@ -23,7 +23,7 @@ import numpy as np
 from .batcher import Batcher
 from .columns import Schema
 from .commands import Chunk, Seal
-from .errors import EngineError
+from .errors import EngineError, UsageError
 from .inputs import diffs_array, rows_to_columns
 from .lattice import Antichain
 from .scope import at_epoch, last_complete
@@ -35,11 +35,13 @@ class InputSession:
     current epoch; ``advance_to(e)`` closes every epoch before ``e`` and makes them visible to the
     dataflows."""
 
-    def __init__(self, name: str, schema: Schema, symbols, workers: int, effort: str, submit):
+    def __init__(self, name: str, schema: Schema, symbols, workers: int, effort: str, submit,
+                 engine_closed=lambda: False):
         self.name = name
         self.schema = schema
         self._symbols = symbols
         self._submit = submit
+        self._engine_closed = engine_closed
         self.epoch = 0
         self.closed = False
         self._buffer: list = []
@@ -56,13 +58,15 @@ class InputSession:
 
     # -- caller side --------------------------------------------------------------------------------
     def _check(self):
+        if self._engine_closed():
+            raise EngineError("the engine is closed")
         err, self._report = self._report, None
         if err is not None:
             raise EngineError(f"input {self.name!r} failed to seal or merge its epochs: {err}. The rows of the "
                               f"epochs advanced so far are kept and applied once it succeeds; this call did "
                               f"nothing, repeat it") from err
         if self.closed:
-            raise ValueError(f"input {self.name!r} is closed")
+            raise UsageError(f"input {self.name!r} is closed")
 
     def _encode(self, rows) -> np.ndarray:
         self._check()
@@ -98,7 +102,7 @@ class InputSession:
             if epoch <= self.epoch:
                 if epoch == self.epoch:
                     return
-                raise ValueError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
+                raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
             self._send(at_epoch(epoch))
             self.epoch = epoch
@@ -117,9 +121,12 @@ class InputSession:
             self.closed = True
 
     def _send(self, upper: Antichain):
-        buf, self._buffer = self._buffer, []
+        """Hand the buffered rows to the scheduler; if it refuses (a closed engine) they stay buffered and
+        the caller leaves the epoch as it was."""
+        buf = self._buffer
         chunks = [Chunk(data, diffs, self.epoch) for data, diffs in buf]
         self._submit(Seal(self, chunks, upper, time.perf_counter()))
+        self._buffer = []
 
     # -- scheduler side -----------------------------------------------------------------------------
     def accept(self, seal: Seal):

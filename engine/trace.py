@@ -20,7 +20,7 @@ import threading
 import weakref
 
 from .cursor import Cursor, accumulate_batches
-from .errors import CompactedError
+from .errors import CompactedError, UsageError
 from .lattice import Antichain
 from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
@@ -251,7 +251,7 @@ class TraceHandle:
     @property
     def trace(self) -> Trace:
         if self._trace is None:
-            raise ValueError("this trace handle is closed")
+            raise UsageError("this trace handle is closed")
         return self._trace
 
     def close(self):

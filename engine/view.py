@@ -15,7 +15,7 @@ import numpy as np
 from .columns import decode_column
 from .commands import Follow
 from .cursor import accumulate_batches
-from .errors import CompactedError, DataflowError, KpgnbError
+from .errors import CompactedError, DataflowError, EngineError, KpgnbError, UsageError
 from .lattice import Antichain
 from .scope import epoch_of
 
@@ -51,11 +51,13 @@ class View:
         return epoch_of(self.frontier)
 
     def _check(self):
+        if self.engine.closed:
+            raise EngineError("the engine is closed")
         info = self.engine.snapshot().dataflows.get(self.dataflow)
         if self.op.handle is None:
-            raise ValueError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
+            raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
         if info is None or not any(n == self.name for n, _ in info.views) and info.error is None:
-            raise ValueError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+            raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
         if info.error is not None:
             raise_failure(self.dataflow, info.error)
 
@@ -64,12 +66,12 @@ class View:
         self._check()
         trace = self._trace()
         if trace is None:
-            raise ValueError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+            raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
         snap = trace.snapshot
         if at is not None:
             up = snap.upper
             if up.elements and at >= epoch_of(up):
-                raise ValueError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
+                raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
                                  f"call eng.wait(view) or read an earlier epoch")
         try:
             keys, vals, cnt = self.op.handle.accumulate(at, snapshot=snap)
@@ -79,7 +81,7 @@ class View:
         data = np.concatenate([keys, vals], axis=0)
         if not diffs:
             if (cnt < 0).any():
-                raise ValueError(f"view {self.name!r} holds rows with negative multiplicity; read it with "
+                raise UsageError(f"view {self.name!r} holds rows with negative multiplicity; read it with "
                                  f"diffs=True")
             if not (cnt == 1).all():
                 idx = np.repeat(np.arange(len(cnt)), cnt)
@@ -109,6 +111,7 @@ class View:
         at the current frontier (``time`` = its last complete epoch), then each completed epoch's changes in
         order. It ends when the view is dropped or every input is closed; it raises if the dataflow fails.
         ``timeout`` bounds each wait for the next item (TimeoutError)."""
+        self._check()
         f = Follower(self, timeout)
         self.engine.call(Follow(self, f))
         return f
