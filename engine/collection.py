@@ -393,7 +393,8 @@ class Collection:
 
     def _extreme(self, op, by, col, name):
         by, col = self._by_col(by, col, name)
-        spec = ReduceSpec(op, 1, 0, self._mode(col), symbols=self.builder.engine.symbols)
+        spec = ReduceSpec(op, 1, 0, self._mode(col), symbols=self.builder.engine.symbols,
+                          modes=[self._mode(col)])
         return self._reduce(by, [col], spec, [col], [self.schema.dtype(col)], name)
 
     def min(self, by=(), col: str | None = None) -> "Arranged":
@@ -408,7 +409,7 @@ class Collection:
         by, col = self._by_col(by, col, name)
         rest = [n for n in self.schema.names if n not in by]
         spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col), k=k, desc=desc,
-                          symbols=self.builder.engine.symbols)
+                          symbols=self.builder.engine.symbols, modes=[self._mode(n) for n in rest])
         return self._reduce(by, rest, spec, rest, [self.schema.dtype(n) for n in rest], name)
 
     def argmin(self, by=(), col: str | None = None) -> "Arranged":
@@ -453,7 +454,8 @@ class Collection:
             fn = njit(fn)
         by = _names(by, "by")
         spec = ReduceSpec(USER, len(out_schema), fn=fn, user_cols=list(range(len(columns))),
-                          user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"})
+                          user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"},
+                          symbols=self.builder.engine.symbols, modes=[self._mode(c) for c in columns])
         _compile_user_reduce(spec, len(columns), site)
         return self._reduce(by, columns, spec, list(out_schema.names), list(out_schema.dtypes), "reduce")
 
