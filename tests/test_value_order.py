@@ -267,3 +267,21 @@ def test_random_value_order(workers, kind):
                 if op == "reduce":
                     got = Counter({(a, b, int(i)): m for (a, b, i), m in got.items()})
                 assert got == +want, (kind, workers, epoch, spec, sorted(live.items()))
+
+
+def test_nan_orders_after_inf():
+    with kp.Engine(workers=1) as eng:
+        x = eng.input("X", ["k", "f"], {"f": "float64"})
+        x.insert([(0, np.nan), (0, np.inf), (0, -1.0), (1, np.nan)])
+        x.advance_to(1)
+        with eng.dataflow("d") as df:
+            X = df.input("X")
+            lo = X.min(by="k", col="f").view("lo")
+            hi = X.max(by="k", col="f").view("hi")
+            t = X.top_k(by="k", order_by="f", k=2).view("t")
+        for v in (lo, hi, t):
+            eng.wait(v)
+        lo_, hi_, t_ = (v.to_pandas().sort_values(["k", "f"]) for v in (lo, hi, t))
+        assert lo_["f"].tolist()[0] == -1.0 and np.isnan(lo_["f"].tolist()[1])
+        assert np.isnan(hi_["f"].tolist()).tolist() == [True, True]
+        assert t_["k"].tolist() == [0, 0, 1] and t_["f"].tolist()[0] == np.inf
