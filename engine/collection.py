@@ -372,16 +372,20 @@ class Collection:
         return {"int64": rk.MODE_INT, "bool": rk.MODE_INT, "float64": rk.MODE_FLOAT, "str": rk.MODE_RANK}[d]
 
     def count(self, by=()) -> "Arranged":
-        """Number of rows per group, in a column ``count``."""
+        """Number of rows per group, in a column ``count``: the group's net multiplicity. A group whose
+        count is 0 (its rows cancel) has no row; a negative count (more removals than insertions) is
+        output as it is."""
         return self._reduce(by, [], ReduceSpec(rk.COUNT, 1), ["count"], ["int64"], "count")
 
     def distinct(self) -> "Arranged":
-        """Each row once (rows with positive multiplicity)."""
+        """Each row once: the rows whose multiplicity is positive (zero or negative ones are absent)."""
         return self._reduce(list(self.schema.names), [], ReduceSpec(rk.DISTINCT, 0), [], [], "distinct")
 
     def threshold(self, by=None, fn=None) -> "Arranged":
         """Rows of the ``by`` columns (default: all) with multiplicity fn(count); fn is vectorized over an
-        int64 array of counts (``threshold(fn)`` works too)."""
+        int64 array of counts (``threshold(fn)`` works too). fn sees every row's non-zero net count,
+        negative counts included (never 0); rows for which it returns 0 are absent. With ``by=[]`` the
+        result has no columns and ``to_pandas()`` one empty row per unit of multiplicity."""
         if callable(by) and fn is None:
             by, fn = None, by
         if not callable(fn):
@@ -407,7 +411,9 @@ class Collection:
         return by, col
 
     def sum(self, by=(), col: str | None = None) -> "Arranged":
-        """Sum of ``col`` (weighted by multiplicity) per group of the ``by`` columns."""
+        """Sum of ``col`` (weighted by multiplicity, negative multiplicities included) per group of the
+        ``by`` columns. A group has a row while any of its rows has a non-zero net multiplicity, even when
+        the sum is 0; a group whose rows all cancel has none."""
         by, col = self._by_col(by, col, "sum")
         d = self.schema.dtype(col)
         if d == "str":
@@ -418,35 +424,45 @@ class Collection:
 
     def _extreme(self, op, by, col, name):
         by, col = self._by_col(by, col, name)
-        spec = ReduceSpec(op, 1, 0, self._mode(col), symbols=self.builder.engine.symbols)
+        spec = ReduceSpec(op, 1, 0, self._mode(col), symbols=self.builder.engine.symbols,
+                          modes=[self._mode(col)])
         return self._reduce(by, [col], spec, [col], [self.schema.dtype(col)], name)
 
     def min(self, by=(), col: str | None = None) -> "Arranged":
-        """Smallest ``col`` per group (strings compare lexicographically)."""
+        """Smallest ``col`` per group, among the rows of positive multiplicity (a group with none has no
+        row). Values compare by value: numbers numerically (NaN after +inf), strings lexicographically
+        (by code point), False < True."""
         return self._extreme(rk.MIN, by, col, "min")
 
     def max(self, by=(), col: str | None = None) -> "Arranged":
-        """Largest ``col`` per group."""
+        """Largest ``col`` per group, among the rows of positive multiplicity (value order as in ``min``)."""
         return self._extreme(rk.MAX, by, col, "max")
 
     def _rows(self, op, by, col, name, k=0, desc=False):
         by, col = self._by_col(by, col, name)
         rest = [n for n in self.schema.names if n not in by]
         spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col), k=k, desc=desc,
-                          symbols=self.builder.engine.symbols)
+                          symbols=self.builder.engine.symbols, modes=[self._mode(n) for n in rest])
         return self._reduce(by, rest, spec, rest, [self.schema.dtype(n) for n in rest], name)
 
     def argmin(self, by=(), col: str | None = None) -> "Arranged":
-        """The whole row with the smallest ``col`` per group (ties: the smallest row)."""
+        """The whole row with the smallest ``col`` per group, once whatever its multiplicity, among the
+        rows of positive multiplicity. Ties on ``col`` go to the smallest row: the one whose other columns
+        are smallest by value, compared in column order (value order as in ``min``), whatever the
+        history of the data."""
         return self._rows(rk.ARGMIN, by, col, "argmin")
 
     def argmax(self, by=(), col: str | None = None) -> "Arranged":
-        """The whole row with the largest ``col`` per group."""
+        """The whole row with the largest ``col`` per group, once whatever its multiplicity, among the rows
+        of positive multiplicity. Ties on ``col`` go to the smallest row, as for ``argmin`` (so argmax is
+        ``top_k(k=1)`` and argmin ``top_k(k=1, descending=False)`` on sets)."""
         return self._rows(rk.ARGMAX, by, col, "argmax")
 
     def top_k(self, by=(), order_by: str = None, k: int = 1, descending: bool = True) -> "Arranged":
         """The k rows with the largest (or, descending=False, smallest) ``order_by`` per group, counting
-        multiplicity."""
+        multiplicity: a row of multiplicity m fills up to m of the k places, and comes out with that
+        multiplicity. Only rows of positive multiplicity take part; ties on ``order_by`` go to the smaller
+        rows first (value order and tie-break as in ``argmin``)."""
         if order_by is None:
             raise SchemaError("top_k needs order_by=")
         if not isinstance(k, (int, np.integer)) or k < 1:
@@ -456,8 +472,12 @@ class Collection:
     def reduce(self, by, fn, columns, out: dict | None = None) -> "Arranged":
         """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),
         counts (p,)), a numba ``@njit`` function called once per group and time with the group's distinct
-        values (sorted) and their multiplicities. ``out`` maps output column names to dtypes; by default
-        the output has the input ``columns``' names and dtypes."""
+        values and their net multiplicities. Every value whose multiplicity is non-zero is passed, negative
+        ones included; a group with none is not called and has no output. Rows come sorted by value,
+        lexicographically over ``columns``: int64 and float64 numerically (float64 arrive as float64, NaN
+        last), bool as 0 < 1, and str columns as their int64 interned ids, ordered by the strings'
+        lexicographic order (not by id). ``out`` maps output column names to dtypes; by default the output
+        has the input ``columns``' names and dtypes."""
         from numba.core.dispatcher import Dispatcher
         self._live()
         site = Site.capture()
@@ -478,14 +498,17 @@ class Collection:
             fn = njit(fn)
         by = _names(by, "by")
         spec = ReduceSpec(USER, len(out_schema), fn=fn, user_cols=list(range(len(columns))),
-                          user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"})
+                          user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"},
+                          symbols=self.builder.engine.symbols, modes=[self._mode(c) for c in columns])
         _compile_user_reduce(spec, len(columns), site)
         return self._reduce(by, columns, spec, list(out_schema.names), list(out_schema.dtypes), "reduce")
 
     # -- loops --------------------------------------------------------------------------------
     def iterate(self, body, max_rounds: int | None = None) -> "Collection":
         """The fixed point of ``body`` applied repeatedly, starting from this collection. Inside the body,
-        collections and arrangements from outside may be used directly."""
+        collections and arrangements from outside may be used directly. With ``max_rounds=n`` the result
+        is ``body`` applied n times to this collection (body(body(...(self)))), or the fixed point if the
+        loop converges in fewer rounds: rounds from n on are dropped, whether or not it converged."""
         self._live()
         scope = self.scope.loop()
         var = Variable(scope, self)

@@ -63,6 +63,10 @@ class View:
 
     def columns(self, at=None, diffs: bool = False) -> dict:
         """The view's rows as a dict of NumPy arrays (decoded), as of epoch ``at`` (default: latest)."""
+        return self._read(at, diffs)[0]
+
+    def _read(self, at, diffs):
+        """(columns as columns() gives them, number of rows): the count matters for a view of no columns."""
         self._check()
         trace = self._trace()
         if trace is None:
@@ -89,16 +93,18 @@ class View:
         out = self._decode(data)
         if diffs:
             out["diff"] = cnt
-        return out
+        return out, len(cnt)
 
     def _decode(self, data) -> dict:
         return {n: decode_column(data[i], d, self.engine.symbols)
                 for i, (n, d) in enumerate(zip(self.schema.names, self.schema.dtypes))}
 
     def to_pandas(self, at=None, diffs: bool = False):
-        """The view as a pandas DataFrame (rows repeated by multiplicity, or with a ``diff`` column)."""
+        """The view as a pandas DataFrame (rows repeated by multiplicity, or with a ``diff`` column). A view
+        with no columns (e.g. ``threshold(by=[], ...)``) gives a frame of no columns and one row per row."""
         import pandas as pd
-        return pd.DataFrame(self.columns(at, diffs))
+        out, n = self._read(at, diffs)
+        return pd.DataFrame(out, index=pd.RangeIndex(n))
 
     def __len__(self):
         self._check()

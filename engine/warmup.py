@@ -40,6 +40,7 @@ def warm_kernels(workers: int = 2) -> float:
                      edges.antijoin(df.input("r"), left_on="src", right_on="node").view("anti"),
                      edges.select("src").threshold(lambda c: c).view("threshold"),
                      df.input("f").sum(by="k", col="x").view("sum"),
+                     df.input("f").argmax(by="k", col="x").view("argmax_f"),  # order keys of floats
                      pos.flat_map(lambda src, dst: ({"a": src, "b": dst}, 1 + 0 * src))
                         .concat(pos.rename(src="a", dst="b").negate()).consolidate().view("misc")]
             edges.arrange_by("dst").export("warm_by_dst")

@@ -235,7 +235,8 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
 def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only):
     """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
     at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
-    multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1]; (f_key, f_time) is future work."""
+    multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1], listed in the signed lexicographic order of
+    ``ivals`` (pass order keys, see order_keys, for value order); (f_key, f_time) is future work."""
     m = ioff.shape[0] - 1
     d = itimes.shape[1]
     cap = max(16, soff[m] + soff[m] // 4)
@@ -281,20 +282,68 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
             acc_cnt[:na].copy(), f_key[:nf].copy(), f_time[:nf].copy())
 
 
-@kernel
-def _before(mode, ivals, fvals, rank, col, r1, r2):
-    """Whether row r1's `col` value orders strictly before row r2's."""
-    if mode == MODE_FLOAT:
-        return fvals[col, r1] < fvals[col, r2]
-    if mode == MODE_RANK:
-        return rank[ivals[col, r1]] < rank[ivals[col, r2]]
-    return ivals[col, r1] < ivals[col, r2]
+# -- value order ---------------------------------------------------------------------------------
+# Columns are stored as int64 (floats by their bit pattern, strings as interned ids), which does not order
+# floats below zero or strings. Kernels that need value order work on *order keys*: int64 columns whose
+# signed order is the value order. int64 and bool map to themselves; a string id maps to the string's
+# lexicographic rank (SymbolTable.ranks()); a float's bits map by the classic transform below.
+
+_LOW63 = 0x7FFFFFFFFFFFFFFF
+_INF_BITS = 0x7FF0000000000000
+
+
+@helper
+def float_key(b):
+    """Order-preserving int64 key of a float64 given by its int64 bit pattern b: for b >= 0 (positive
+    floats, +0.0, +inf) the bits themselves, which order positive floats already; for negative floats the
+    63 low bits flipped, so a larger magnitude gives a smaller key and every negative key is below every
+    non-negative one. -0.0 maps to +0.0's key (0); every NaN, whatever its sign or payload, maps to the
+    largest int64, after +inf (as numpy's sort places NaN last)."""
+    mag = b & _LOW63
+    if mag > _INF_BITS:
+        return _LOW63
+    if mag == 0:
+        return 0
+    if b < 0:
+        return b ^ _LOW63
+    return b
 
 
 @kernel
-def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, rank, mode, col, k, desc, out, outf):
+def order_keys(vals, modes, rank):
+    """Order keys (kv x n) of value columns ``vals`` (kv x n); ``modes[c]`` is column c's MODE_INT,
+    MODE_FLOAT or MODE_RANK, ``rank[id]`` a string id's lexicographic rank."""
+    kv = vals.shape[0]
+    n = vals.shape[1]
+    out = np.empty((kv, n), np.int64)
+    for c in range(kv):
+        m = modes[c]
+        if m == MODE_FLOAT:
+            for i in range(n):
+                out[c, i] = float_key(vals[c, i])
+        elif m == MODE_RANK:
+            for i in range(n):
+                out[c, i] = rank[vals[c, i]]
+        else:
+            for i in range(n):
+                out[c, i] = vals[c, i]
+    return out
+
+
+@helper
+def _before(okeys, col, r1, r2):
+    """Whether row r1's `col` value orders strictly before row r2's (by their order keys)."""
+    return okeys[col, r1] < okeys[col, r2]
+
+
+@kernel
+def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k, desc, out, outf):
     """Phase 2 for built-in reductions. ``out`` (ko x len(acc_row)) receives output values (``outf`` is
-    its float64 view); returns (des_off, des_cnt, rows used)."""
+    its float64 view); returns (des_off, des_cnt, rows used). ``okeys`` are the order keys of ``ivals``
+    (see order_keys; only read by MIN, MAX, ARGMIN, ARGMAX and TOPK). Phase 1 listed each group's rows in
+    order-key order (lexicographic over the value columns), so taking the first row that is strictly
+    better on ``col`` breaks ties by the smallest row, for argmin and argmax alike, and TOPK's stable sort
+    keeps tied rows smallest first."""
     G = g_off.shape[0] - 1
     A = acc_row.shape[0]
     kv = ivals.shape[0]
@@ -338,9 +387,9 @@ def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, rank, mode, col, k, 
                 if best < 0:
                     best = r
                 elif op == MIN or op == ARGMIN:
-                    if _before(mode, ivals, fvals, rank, col, r, best):
+                    if _before(okeys, col, r, best):
                         best = r
-                elif _before(mode, ivals, fvals, rank, col, best, r):
+                elif _before(okeys, col, best, r):
                     best = r
             if best >= 0:
                 if op == MIN or op == MAX:
@@ -370,9 +419,9 @@ def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, rank, mode, col, k, 
                 y = x - 1
                 while y >= 0:
                     if desc:
-                        later = _before(mode, ivals, fvals, rank, col, acc_row[cand[y]], acc_row[v])
+                        later = _before(okeys, col, acc_row[cand[y]], acc_row[v])
                     else:
-                        later = _before(mode, ivals, fvals, rank, col, acc_row[v], acc_row[cand[y]])
+                        later = _before(okeys, col, acc_row[v], acc_row[cand[y]])
                     if not later:
                         break
                     cand[y + 1] = cand[y]

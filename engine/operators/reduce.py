@@ -25,8 +25,9 @@ from .reader import ArrangedInput
 @dataclass
 class ReduceSpec:
     """What to compute per key. ``op`` is a kernels.reduce op code; ``col`` indexes the input value
-    columns; ``mode`` says how to order that column (int, float, or string rank); ``out_kv`` is the
-    number of output value columns."""
+    columns; ``mode`` is that column's kind (int, float, or string rank; SUM reads it); ``modes`` gives
+    every input value column's kind, from which the ops that need value order (min, max, argmin, argmax,
+    top_k, user reduce) compute order keys; ``out_kv`` is the number of output value columns."""
 
     op: int
     out_kv: int
@@ -40,6 +41,11 @@ class ReduceSpec:
     user_float: bool = False
     out_float: bool = False        # USER: output buffer dtype
     symbols: object = None
+    modes: list = field(default_factory=list)  # per input value column: MODE_INT, MODE_FLOAT or MODE_RANK
+
+    def ordered(self) -> bool:
+        """Whether the op reads its groups' rows in value order (order keys)."""
+        return self.op in (rk.MIN, rk.MAX, rk.ARGMIN, rk.ARGMAX, rk.TOPK, USER)
 
 
 USER = 100
@@ -154,20 +160,33 @@ class ReduceOp(Operator):
         hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
         up = upper.matrix(d)
         counts_only = spec.op == rk.COUNT
+        okeys = self._order_keys(hin.vals)
         g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time = rk.reduce_times(
-            hin.off, hin.vals, hin.times, hin.diffs, hout.off, hout.times, soff, stimes, up, counts_only)
+            hin.off, okeys, hin.times, hin.diffs, hout.off, hout.times, soff, stimes, up, counts_only)
         if len(f_key):
             self._add_pending(s, pkh[f_key], pkeys[:, f_key], f_time)
         if not len(g_key):
             return empty
-        des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals)
+        des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals, okeys)
         c_key, c_vals, c_time, c_diff = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
                                                        hout.off, hout.vals, hout.times, hout.diffs)
         if not len(c_key):
             return empty
         return Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
 
-    def _apply(self, g_off, acc_row, acc_cnt, ivals):
+    def _order_keys(self, vals):
+        """Order keys of the input's value columns (their value order as signed int64), for the ops that
+        read rows in value order; the stored values themselves otherwise (or when all are int64/bool)."""
+        spec = self.spec
+        modes = spec.modes
+        if not spec.ordered() or not any(m != rk.MODE_INT for m in modes):
+            return vals
+        if len(modes) != vals.shape[0]:
+            raise AssertionError(f"reduce spec has {len(modes)} column modes for {vals.shape[0]} value columns")
+        rank = spec.symbols.ranks() if rk.MODE_RANK in modes else np.zeros(0, np.int64)
+        return rk.order_keys(np.ascontiguousarray(vals), np.asarray(modes, np.int64), rank)
+
+    def _apply(self, g_off, acc_row, acc_cnt, ivals, okeys):
         spec = self.spec
         if spec.op == USER:
             uv = ivals[spec.user_cols]
@@ -182,8 +201,7 @@ class ReduceOp(Operator):
         A = len(acc_row)
         out = np.zeros((spec.out_kv, max(A, 1)), np.int64)
         fvals = ivals.view(np.float64)
-        rank = spec.symbols.ranks() if spec.mode == rk.MODE_RANK else np.zeros(0, np.int64)
-        des_off, des_cnt, n = rk.reduce_apply(spec.op, g_off, acc_row, acc_cnt, ivals, fvals, rank, spec.mode,
+        des_off, des_cnt, n = rk.reduce_apply(spec.op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, spec.mode,
                                               spec.col, spec.k, spec.desc, out, out.view(np.float64))
         des_vals = out[:, :n]
         if spec.float_out:
