@@ -615,10 +615,10 @@ def test_drop_during_a_long_computation(eng2):
     S.advance()
     v = long_computation(eng)
     running_behind(eng, v)
-    t0 = time.monotonic()
-    eng.drop("long")
-    elapsed = time.monotonic() - t0
-    assert elapsed < LIVENESS, f"drop took {elapsed:.1f} s"
+    dropper = threading.Thread(target=eng.drop, args=("long",), daemon=True)
+    dropper.start()
+    dropper.join(LIVENESS)  # a hang bound, not a benchmark: the drop must not wait for the computation
+    assert not dropper.is_alive(), "drop waited for the long computation to finish"
     assert "long" not in eng.dataflows()
     assert "long" not in eng.snapshot().retired
     w = small(eng, "small", "S")
@@ -734,15 +734,31 @@ def test_ctrl_c_in_wait_cancels_what_was_behind(eng2, target):
     eng.wait(timeout=T)
 
 
+def with_small(eng):
+    """An input S with 2,000 rows and a small dataflow on it, caught up."""
+    S = Feed(eng.input("S", ["k", "v"]), 3)
+    S.insert(2000)
+    S.advance()
+    w = small(eng, "small", "S")
+    eng.wait(w, timeout=T)
+    return S, w
+
+
+def reinstall_and_check(eng, S, w):
+    """The interrupted install left nothing: "x" installs again, and both views follow later epochs."""
+    x = small(eng, "x", "S")
+    S.insert(100)
+    S.advance()
+    for view in (w, x):
+        eng.wait(view, timeout=T)
+        check_counts(view, S)
+
+
 @pytest.mark.parametrize("workers", WORKERS, ids=lambda w: f"W{w}")
 def test_ctrl_c_during_install_while_the_scheduler_is_busy(workers):
     """The install command is still queued (the scheduler is held) when Ctrl-C arrives: it is skipped."""
     with kp.Engine(workers=workers) as eng:
-        S = Feed(eng.input("S", ["k", "v"]), 3)
-        S.insert(2000)
-        S.advance()
-        w = small(eng, "small", "S")
-        eng.wait(w, timeout=T)
+        S, w = with_small(eng)
         release = threading.Event()
         try:
             with faults.armed("scheduler", times=1, action=release.wait):
@@ -757,25 +773,14 @@ def test_ctrl_c_during_install_while_the_scheduler_is_busy(workers):
         eng.wait(timeout=T)
         assert "x" not in eng.dataflows()
         assert eng.dataflows() == {"small": "running"}
-        x = small(eng, "x", "S")
-        eng.wait(x, timeout=T)
-        check_counts(x, S)
-        S.insert(100)
-        S.advance()
-        for view in (w, x):
-            eng.wait(view, timeout=T)
-            check_counts(view, S)
+        reinstall_and_check(eng, S, w)
 
 
 @pytest.mark.parametrize("workers", WORKERS, ids=lambda w: f"W{w}")
 def test_ctrl_c_during_install_while_it_executes(workers):
     """Ctrl-C arrives while the scheduler is executing the install: it is undone."""
     with kp.Engine(workers=workers) as eng:
-        S = Feed(eng.input("S", ["k", "v"]), 3)
-        S.insert(2000)
-        S.advance()
-        w = small(eng, "small", "S")
-        eng.wait(w, timeout=T)
+        S, w = with_small(eng)
         sched = eng._scheduler
         entered, release = threading.Event(), threading.Event()
         real_install = sched._install
@@ -797,9 +802,7 @@ def test_ctrl_c_during_install_while_it_executes(workers):
         del sched._install
         assert eng.dataflows() == {"small": "running"}
         assert "x_counts" not in eng.catalog()
-        x = small(eng, "x", "S")
-        eng.wait(x, timeout=T)
-        check_counts(x, S)
+        reinstall_and_check(eng, S, w)
 
 
 # -- 5. error classes --------------------------------------------------------------------------------
