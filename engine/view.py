@@ -56,10 +56,10 @@ class View:
         info = self.engine.snapshot().dataflows.get(self.dataflow)
         if self.op.handle is None:
             raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
-        if info is None or not any(n == self.name for n, _ in info.views) and info.error is None:
-            raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
-        if info.error is not None:
+        if info is not None and info.error is not None:
             raise_failure(self.dataflow, info.error)
+        if info is None or all(n != self.name for n, _ in info.views):
+            raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
 
     def columns(self, at=None, diffs: bool = False) -> dict:
         """The view's rows as a dict of NumPy arrays (decoded), as of epoch ``at`` (default: latest)."""
