@@ -51,7 +51,7 @@ def form_arrays(keys, vals, times, diffs):
 class Batch:
     """An immutable arranged batch (see the module docstring for its arrays)."""
 
-    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since")
+    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since", "n", "_balance", "_range")
 
     def __init__(self, kh, keys, koff, vals, times, diffs, lower: Antichain, upper: Antichain,
                  since: Antichain | None = None):
@@ -61,10 +61,13 @@ class Batch:
         self.vals = vals
         self.times = times
         self.diffs = diffs
+        self.n = diffs.shape[0]
         self.lower = lower
         self.upper = upper
         # times of a fresh batch are exact: it is compacted to nothing beyond the minimal time
         self.since = since if since is not None else Antichain([(0,) * times.shape[1]])
+        self._balance = None
+        self._range = None
 
     @classmethod
     def form(cls, keys, vals, times, diffs, lower: Antichain, upper: Antichain) -> "Batch":
@@ -80,14 +83,16 @@ class Batch:
 
     def relabel(self, lower: Antichain, upper: Antichain) -> "Batch":
         """The same updates described by other (wider) frontiers."""
-        return Batch(self.kh, self.keys, self.koff, self.vals, self.times, self.diffs, lower, upper, self.since)
+        b = Batch(self.kh, self.keys, self.koff, self.vals, self.times, self.diffs, lower, upper, self.since)
+        b._balance, b._range = self._balance, self._range
+        return b
 
     @property
     def arrays(self):
         return self.kh, self.keys, self.koff, self.vals, self.times, self.diffs
 
     def __len__(self):
-        return self.diffs.shape[0]
+        return self.n
 
     @property
     def nkeys(self) -> int:
@@ -108,6 +113,23 @@ class Batch:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays)
+
+    @property
+    def balance(self) -> int:
+        """Records with a positive diff minus records with a negative one (for the spine's estimate of
+        its live records: each retraction of a set's row cancels one insertion)."""
+        if self._balance is None:
+            self._balance = 2 * int(np.count_nonzero(self.diffs > 0)) - len(self)
+        return self._balance
+
+    @property
+    def time_range(self) -> tuple:
+        """(the least, the greatest) stored time, coordinate by coordinate."""
+        if self._range is None:
+            lo = self.times.min(axis=0) if len(self) else np.zeros(self.depth, np.int64)
+            hi = self.times.max(axis=0) if len(self) else lo
+            self._range = (tuple(lo.tolist()), tuple(hi.tolist()))
+        return self._range
 
     def key_rows(self) -> np.ndarray:
         """The key columns repeated once per row (``kk x n``)."""

@@ -26,7 +26,7 @@ from .scope import epoch_of
 from .session import InputSession
 from .snapshot import EngineSnapshot
 from .spine import EFFORT
-from .trace import trace_stats
+from .trace import live_records, trace_stats
 from .view import View, raise_failure
 
 
@@ -131,21 +131,29 @@ class Engine:
         except EngineError:
             pass  # closed engine
 
-    def stats(self) -> dict:
-        """Sizes and frontiers of every arrangement, dataflow status, latencies and worker load."""
+    def stats(self, live: bool = False) -> dict:
+        """Sizes and frontiers of every arrangement, dataflow status, latencies and worker load. With
+        ``live=True`` each arrangement also reports ``live``: the records it would hold if fully merged
+        and compacted to its readers' frontier (exact, and costs a pass over every trace)."""
         snap = self.snapshot()
         arrs = []
+
+        def add(tr, **labels):
+            ts = tr.snapshot
+            row = dict(trace_stats(ts, tr.readers, tr.logical), **labels)
+            if live:
+                row["live"] = live_records(ts, tr.kk, tr.kv, tr.depth, tr.logical)
+            arrs.append(row)
+
         for name, s in self.inputs().items():
-            tr = s.trace
-            arrs.append(dict(trace_stats(tr.snapshot, tr.readers, tr.logical), name=f"input:{name}", dataflow=None))
+            add(s.trace, name=f"input:{name}", dataflow=None)
         for infos in (snap.dataflows, snap.retired):
             for info in infos.values():
                 label = info.name + (" (dropped)" if info.name in snap.retired else "")
                 for tname, ref in info.traces:
                     tr = ref()
                     if tr is not None:
-                        arrs.append(dict(trace_stats(tr.snapshot, tr.readers, tr.logical), name=tname,
-                                         dataflow=label))
+                        add(tr, name=tname, dataflow=label)
         lat = np.array(self._scheduler.latency_samples()) * 1e3
         return {
             "workers": self.workers,

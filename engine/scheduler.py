@@ -31,6 +31,8 @@ from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
 RETRY_S = 0.2  # how soon a failed seal is tried again when nothing else wakes the scheduler
 SLICE_S = 0.05  # a dataflow runs this long before the next one gets its turn
 PUBLISH_S = 0.5  # during a long computation, statistics are published this often
+IDLE_S = 0.02  # merges are finished after this long without commands (a closed loop of updates never waits for it)
+IDLE_FUEL = 20_000  # rows of merging per shard per idle maintenance step (a fraction of a millisecond)
 
 
 class Dataflow:
@@ -162,35 +164,52 @@ class Scheduler:
     # -- the loop -----------------------------------------------------------------------------------
     def _loop(self):
         more = False
+        settle_at = None  # when idle merging may run (None: nothing happened since it last ran out of work)
         while True:
+            quiet = True
             if not more:
-                self._wake.wait(RETRY_S if self._failing else None)
+                timeout = RETRY_S if self._failing else None
+                if settle_at is not None:
+                    wait = max(0.0, settle_at - time.perf_counter())
+                    timeout = wait if timeout is None else min(timeout, wait)
+                self._wake.wait(timeout)
             self._wake.clear()
             if self._stop:
                 return
             try:
                 faults.point("scheduler")
+                busy = bool(self._cmds)
                 self._execute_commands()
                 for s in list(self._failing):
                     self._apply(s)
                 more = not self._run_dataflows()
                 self._collect()
+                quiet = not more
+                now = time.perf_counter()
+                if busy or more:
+                    settle_at = now + IDLE_S
+                if quiet and not self._cmds:
+                    settled = not busy and settle_at is not None and now >= settle_at
+                    more = self._idle_maintenance(merges=settled, every=busy)
+                    if settled and not more:
+                        settle_at = None
             except BaseException as e:  # noqa: BLE001 - the scheduler must survive anything
                 err = EngineError(f"the engine's scheduler failed: {type(e).__name__}: {e}")
                 err.__cause__ = e
                 self.error = err
-                more = False
+                more, quiet = False, True
                 try:
                     self._execute_commands()  # callers waiting on a command still get their answer
                 except BaseException:  # noqa: BLE001 - the error above is what the engine reports
                     more = bool(self._cmds)
+                    quiet = not more
             now = time.perf_counter()
             if self._sealed_at:
                 with self._lat_lock:
                     self.latencies.extend(now - t0 for t0 in self._sealed_at)
                 self._sealed_at = []
             self.rounds += 1
-            self._publish(not more)
+            self._publish(quiet)
 
     def _execute_commands(self):
         while self._cmds:
@@ -260,6 +279,35 @@ class Scheduler:
                 if self._cmds or self._stop or time.perf_counter() > publish_at:
                     return False
         return True
+
+    def _idle_maintenance(self, merges: bool, every: bool = False) -> bool:
+        """While nothing else is to do, tidy bloated traces and, once idle for ``IDLE_S`` (``merges``),
+        finish merges in progress (K-Pg's idle merging). Right after a step (``every``) each trace whose
+        readers' frontiers moved gets one tidying slice before the step is published, so a published
+        snapshot does not show what compaction has just made removable; otherwise one trace gets one
+        slice, so a command waits at most one slice. Returns whether any trace may have more to do. A
+        failure is its owner's: an input reports it from its next call, a dataflow fails."""
+        found = False
+        for s in list(self.inputs.values()):
+            if s.trace.idle_work(merges):
+                s.tidy(IDLE_FUEL, self.run)
+                if not every:
+                    return True
+                found = True
+        for df in list(self.dataflows.values()) + self.retired:
+            for op in df.graph.ops:
+                if df.error is not None:
+                    break
+                t = op.owned_trace()
+                if t is not None and t.idle_work(merges):
+                    try:
+                        t.exert(IDLE_FUEL, self.run)
+                    except Exception as e:  # noqa: BLE001 - the dataflow's state failed, as in a step
+                        self._fail(df, e)
+                    if not every:
+                        return True
+                    found = True
+        return found
 
     def _fail(self, df: Dataflow, error: BaseException, how: str = "failed"):
         """End a dataflow: record the error, free its state, and fail the dataflows reading its exports."""

@@ -162,5 +162,12 @@ class InputSession:
         except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
             self._report = e
 
+    def tidy(self, fuel: int, run):
+        """Idle maintenance of the input's trace; a failure is reported like a failed merge in ``apply``."""
+        try:
+            self.trace.exert(fuel, run)
+        except Exception as e:  # noqa: BLE001 - the batches are intact; merging resumes next time
+            self._report = e
+
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"

@@ -6,10 +6,25 @@ Merges respect two frontiers supplied by the trace's readers: the logical compac
 advanced to rep_F while merging) and the physical one (a batch is only merged once its upper is at or
 before it, so readers that read "through" a frontier still find a batch boundary there).
 
-Owner: a spine is written by the scheduler thread only (or by the one pool worker it hands this shard to
-for the length of a step); ``append`` cannot fail and ``maintain`` may fail (a merge error) without
-losing or duplicating anything: a merge in progress is resumable. Readers outside the scheduler never
-look at a spine: they read the trace's published snapshot.
+Size classes alone do not bound memory under churn: retractions sit in young batches while the records
+they cancel sit in the oldest, which size-based merging reaches rarely, and a batch merged while the
+readers' frontier lagged keeps times that later became indistinguishable. So a spine also *tidies*:
+
+- when its records exceed ``BLOAT`` times an estimate of its live records, it folds its two oldest
+  batches together (once the logical frontier has reached the younger one, so its retractions can
+  cancel). The estimate is the balance (records with positive diffs minus those with negative ones)
+  over all batches, plus the oldest batch's records that its balance does not explain if compacting it
+  further cannot merge them (it is consolidated, so they are distinct live pairs: negative rows, or
+  times readers still tell apart, as in an iteration's history). For a set whose times have been
+  compacted it is exact;
+- when the oldest batch's ``since`` lags the logical frontier and advancing its times could merge some
+  of them (its times differ in a coordinate the frontier has passed), it re-compacts that batch alone
+  if the next one cannot be folded in yet.
+
+Tidying merges get ``BOOST`` times the usual fuel, so one ends before new records bloat the spine again.
+One that did not shrink its input is not retried before the logical frontier moves or the spine grows by
+``BLOAT`` again, so a wrong estimate costs bounded work. The scheduler also lets spines finish merges and
+tidy while it is idle (``exert``).
 """
 from __future__ import annotations
 
@@ -19,17 +34,22 @@ from .lattice import Antichain
 
 EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
 MIN_FUEL = 1024  # every insertion, even of an empty batch, moves merges along a little
+BLOAT = 1.5      # tidy when records exceed this multiple of the estimated live records
+BOOST = 4        # fuel multiplier while bloated: a tidying merge ends before new records re-bloat
+TIDY_ROUNDS = 3  # tidying merges one maintenance call may start and fuel, one after another
+SHRINK = 0.9     # a tidying merge whose output keeps more than this share of its input did not help
 
 
 class _Merging:
     """Two adjacent batches being merged; readers keep seeing both until the merge completes."""
 
-    __slots__ = ("older", "newer", "merger", "since")
+    __slots__ = ("older", "newer", "merger", "since", "tidy_at")
 
-    def __init__(self, older: Batch, newer: Batch, since: Antichain):
+    def __init__(self, older: Batch, newer: Batch, since: Antichain, tidy_at: Antichain | None = None):
         self.older = older
         self.newer = newer
         self.since = since
+        self.tidy_at = tidy_at  # for a tidying merge: the logical frontier it started at
         f = since.matrix(older.depth) if since.elements else None
         self.merger = Merger(older.arrays, newer.arrays, f)
 
@@ -53,8 +73,11 @@ class Spine:
         self.version = 0         # bumped whenever entries change (readers' snapshots are rebuilt then)
         self._readable = None
         self._merging = None
+        self._records = 0        # updates held (both inputs of merges in progress)
+        self._balance = 0        # the sum of the held batches' balances
         self.upper = lower
         self._owed = 0  # rows appended since the last maintenance
+        self._guard = (0, None)  # (records, logical frontier): a failed tidy is not retried before either changes
         self.merges_completed = 0
 
     # -- reading (owner only) ------------------------------------------------------------------
@@ -81,6 +104,39 @@ class Spine:
         """(batches, upper) as one consistent pair."""
         return self.batches(), self.upper
 
+    @property
+    def records(self) -> int:
+        """Updates held, counting both inputs of every merge in progress."""
+        return self._records
+
+    def live_estimate(self, logical: Antichain) -> int:
+        """An estimate of the records left once everything is merged and compacted to ``logical``
+        (module docstring)."""
+        if not self.entries:
+            return 0
+        first = self.entries[0]
+        first = first.older if isinstance(first, _Merging) else first
+        hidden = 0 if _collapsible(first, logical) else len(first) - abs(first.balance)
+        return abs(self._balance) + hidden
+
+    def bloated(self, logical: Antichain) -> bool:
+        """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and
+        no failed tidy at this size and frontier says it will not help."""
+        r = self._records
+        if r <= BLOAT * self.live_estimate(logical):
+            return False
+        limit, at = self._guard
+        return r > limit or at != logical
+
+    def tidy_work(self, logical: Antichain, physical: Antichain) -> bool:
+        """Whether tidying has work now: a tidying merge in progress, or one that could start."""
+        return (any(isinstance(e, _Merging) and e.tidy_at is not None for e in self.entries)
+                or (self.bloated(logical) and self._tidy_pair(logical, physical) is not None))
+
+    def idle_work(self, logical: Antichain, physical: Antichain) -> bool:
+        """Whether maintenance would do anything now: a merge in progress, or tidying."""
+        return self._merging_count() > 0 or self.tidy_work(logical, physical)
+
     def merging(self) -> tuple:
         """(merges in progress, bytes of their output buffers)."""
         if self._merging is None:
@@ -98,6 +154,8 @@ class Spine:
             if stored != batch.lower:
                 batch = batch.relabel(stored, batch.upper)
             self.entries.append(batch)
+            self._records += len(batch)
+            self._balance += batch.balance
         self.upper = batch.upper
         self._changed()
         self._owed += len(batch)
@@ -118,8 +176,8 @@ class Spine:
         self._maintain(size, logical, physical)
 
     def exert(self, logical: Antichain, physical: Antichain, fuel: int = MIN_FUEL):
-        """Spend fuel without inserting (idle maintenance)."""
-        self._maintain(fuel, logical, physical)
+        """Spend about ``fuel`` rows of merging without inserting (idle maintenance)."""
+        self._maintain(fuel, logical, physical, idle=True)
 
     def _last_upper(self) -> Antichain:
         if not self.entries:
@@ -127,17 +185,20 @@ class Spine:
         e = self.entries[-1]
         return e.newer.upper if isinstance(e, _Merging) else e.upper
 
-    def _maintain(self, size: int, logical: Antichain, physical: Antichain):
+    def _maintain(self, size: int, logical: Antichain, physical: Antichain, idle: bool = False):
         coef = EFFORT[self.effort]
-        self._start_merges(logical, physical)
+        bloated = self._start_merges(logical, physical)
         if coef is None:
             while self._work(None):
                 self._start_merges(logical, physical)
         else:
-            fuel = int(coef * max(size, MIN_FUEL))
+            fuel = size if idle else int(coef * max(size, MIN_FUEL) * (BOOST if bloated else 1))
+            rounds = 0
             while self._work(fuel):
-                self._start_merges(logical, physical)
-                fuel = 0  # later merges get fuel from later insertions
+                bloated = self._start_merges(logical, physical)
+                rounds += 1
+                if not bloated or rounds >= TIDY_ROUNDS:
+                    fuel = 0  # later merges get fuel from later insertions
             if self._merging_count() > 2 * max(1, len(self.entries).bit_length()):
                 # lazy settings must not let merges pile up: finish the oldest
                 self._finish_oldest()
@@ -146,32 +207,57 @@ class Spine:
     def _merging_count(self) -> int:
         return sum(isinstance(e, _Merging) for e in self.entries)
 
-    def _start_merges(self, logical: Antichain, physical: Antichain):
-        """Merge adjacent complete batches of similar size (the older at most twice the newer), and fold
-        empty batches into a neighbour, wherever the newer batch lies at or before ``physical``."""
+    def _tidy_pair(self, logical: Antichain, physical: Antichain):
+        """The tidying merge a bloated spine can start now, as (older, newer), or None: the two oldest
+        batches once the logical frontier has reached the younger (so its retractions can cancel),
+        else the oldest alone (with an empty batch) if compacting it to ``logical`` could merge times."""
         es = self.entries
+        if not es or not isinstance(es[0], Batch):
+            return None
+        older = es[0]
+        if len(es) > 1:
+            newer = es[1]
+            if isinstance(newer, Batch) and newer.upper.less_equal(physical) and newer.lower.less_equal(logical):
+                return older, newer
+        if _collapsible(older, logical):
+            return older, Batch.empty(self.kk, self.kv, self.depth, older.upper, older.upper, older.since)
+        return None
+
+    def _start_merges(self, logical: Antichain, physical: Antichain) -> bool:
+        """Tidy if bloated; merge adjacent complete batches of similar size (the older at most twice the
+        newer), and fold empty batches into a neighbour, wherever the newer batch lies at or before
+        ``physical``. Returns whether the spine is bloated."""
+        es = self.entries
+        bloated = self.bloated(logical)
+        pair = self._tidy_pair(logical, physical) if bloated else None
+        if pair is not None:
+            older, newer = pair
+            since = _later(logical, _later(older.since, newer.since))
+            es[:2 if len(es) > 1 and es[1] is newer else 1] = [_Merging(older, newer, since, tidy_at=logical)]
+            self._changed()
         i = len(es) - 1
         while i >= 1:
             newer, older = es[i], es[i - 1]
             if isinstance(newer, Batch) and isinstance(older, Batch) and newer.upper.less_equal(physical):
-                if len(newer) == 0 or len(older) == 0:
-                    keep = older if len(newer) == 0 else newer
+                if newer.n == 0 or older.n == 0:
+                    keep = older if newer.n == 0 else newer
                     # the kept batch's times are advanced to its own since, not to the empty one's
-                    es[i - 1:i + 1] = [Batch(*keep.arrays, older.lower, newer.upper, keep.since)]
+                    es[i - 1:i + 1] = [keep.relabel(older.lower, newer.upper)]
                     self._changed()
                     i -= 1
                     continue
-                if len(older) <= 2 * len(newer):
+                if older.n <= 2 * newer.n:
                     since = _later(logical, _later(older.since, newer.since))
                     es[i - 1:i + 1] = [_Merging(older, newer, since)]
                     self._changed()
                     i -= 2
                     continue
             i -= 1
-        if len(es) == 1 and isinstance(es[0], Batch) and len(es[0]) == 0:
+        if len(es) == 1 and isinstance(es[0], Batch) and es[0].n == 0:
             self.lower = es[0].upper
             es.clear()
             self._changed()
+        return bloated
 
     def _work(self, fuel) -> bool:
         """Give ``fuel`` to every merge in progress; returns whether any completed."""
@@ -180,9 +266,7 @@ class Spine:
             if isinstance(e, _Merging):
                 faults.point("merge")
             if isinstance(e, _Merging) and e.merger.work(fuel):
-                self.entries[i] = e.result()
-                self.merges_completed += 1
-                self._changed()
+                self._complete(i, e)
                 completed = True
         return completed
 
@@ -190,10 +274,27 @@ class Spine:
         for i, e in enumerate(self.entries):
             if isinstance(e, _Merging):
                 e.merger.work(None)
-                self.entries[i] = e.result()
-                self.merges_completed += 1
-                self._changed()
+                self._complete(i, e)
                 return
+
+    def _complete(self, i: int, m: _Merging):
+        out = m.result()
+        self.entries[i] = out
+        self._records += len(out) - len(m)
+        self._balance += out.balance - m.older.balance - m.newer.balance
+        self.merges_completed += 1
+        self._changed()
+        if m.tidy_at is not None and len(out) > SHRINK * len(m):
+            self._guard = (int(BLOAT * self.records), m.tidy_at)
+
+
+def _collapsible(batch: Batch, logical: Antichain) -> bool:
+    """Whether advancing the batch's times to ``logical`` could make two of them equal: its ``since``
+    lags ``logical`` and its times differ in a coordinate where the least of them is behind it."""
+    if len(batch) < 2 or not logical.elements or _later(logical, batch.since) == batch.since:
+        return False
+    lo, hi = batch.time_range
+    return any(lo[c] < hi[c] and lo[c] < f[c] for f in logical.elements for c in range(len(lo)))
 
 
 def _later(a: Antichain, b: Antichain) -> Antichain:

@@ -19,9 +19,12 @@ import itertools
 import threading
 import weakref
 
+import numpy as np
+
+from .batch import form_arrays
 from .cursor import Cursor, accumulate_batches
 from .errors import CompactedError, UsageError
-from .lattice import Antichain
+from .lattice import Antichain, rep_matrix
 from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
 
@@ -87,6 +90,7 @@ class Trace:
         self.logical = lower        # meet of the readers' logical frontiers
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
         self._listeners = weakref.WeakSet()  # objects whose deliver(batches, lower, upper) sees every append
+        self._unsettled = True  # appended to, or readers' frontiers moved, since tidying last had nothing to do
         self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
         self._versions = tuple(s.version for s in self.spines)
 
@@ -103,11 +107,13 @@ class Trace:
         with self._lock:
             self._readers[key] = (logical, physical)
             self._recompute()
+            self._unsettled = True
 
     def _drop_reader(self, key):
         with self._lock:
             self._readers.pop(key, None)
             self._recompute()
+            self._unsettled = True
 
     def _recompute(self):
         logical = None
@@ -134,6 +140,7 @@ class Trace:
         lower = self.snapshot.upper
         for spine, b in zip(self.spines, batches):
             spine.append(b)
+        self._unsettled = True
         self.publish()
         upper = self.snapshot.upper
         for listener in list(self._listeners):
@@ -153,6 +160,40 @@ class Trace:
                     rows=sum(s.owed for s in self.spines))
         finally:
             self.publish()
+
+    def idle_work(self, merges: bool = True) -> bool:
+        """Whether idle maintenance would do anything: tidy a bloated shard, or (``merges``) finish a
+        merge in progress."""
+        with self._lock:
+            logical, physical = self.logical, self.physical
+            if not merges and not self._unsettled:
+                return False
+            self._unsettled = False
+        if any(s.tidy_work(logical, physical) for s in self.spines):
+            self._unsettled = True
+            return True
+        return merges and any(s.idle_work(logical, physical) for s in self.spines)
+
+    def exert(self, fuel: int, run=None):
+        """Idle maintenance: about ``fuel`` rows of merging in every shard (in parallel when ``run`` is the
+        pool's), then publish. Like ``maintain``, a failure loses nothing."""
+        with self._lock:
+            logical, physical = self.logical, self.physical
+        try:
+            if run is None or self.workers == 1:
+                for spine in self.spines:
+                    spine.exert(logical, physical, fuel)
+            else:
+                run(lambda s: self.spines[s].exert(logical, physical, fuel), range(self.workers),
+                    rows=fuel * self.workers)
+        finally:
+            self.publish()
+
+    def live(self) -> int:
+        """The exact number of distinct (data, time) pairs the readers can still tell apart: the records
+        left if every shard were merged into one batch compacted to the readers' logical frontier. Costs
+        a consolidation of the whole trace (for measurements, not for hot paths)."""
+        return live_records(self.snapshot, self.kk, self.kv, self.depth, self.logical)
 
     def insert(self, batches, run=None):
         """Append and maintain."""
@@ -193,6 +234,23 @@ def trace_stats(snap: TraceSnapshot, readers: int, logical: Antichain, name=None
     if name is not None:
         out["name"] = name
     return out
+
+
+def live_records(snap: TraceSnapshot, kk: int, kv: int, depth: int, logical: Antichain) -> int:
+    """Records of ``snap`` once each shard is consolidated with its times advanced to ``logical``."""
+    total = 0
+    for batches in snap.shards:
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            continue
+        times = np.concatenate([b.times for b in batches], axis=0)
+        if logical.elements:
+            times = rep_matrix(times, logical)
+        arrays = form_arrays(np.concatenate([b.key_rows() for b in batches], axis=1),
+                             np.concatenate([b.vals for b in batches], axis=1), times,
+                             np.concatenate([b.diffs for b in batches]))
+        total += len(arrays[5])
+    return total
 
 
 def _release(trace: Trace, key, on_close):
