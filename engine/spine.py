@@ -13,10 +13,10 @@ readers' frontier lagged keeps times that later became indistinguishable. So a s
 - when its records exceed ``BLOAT`` times an estimate of its live records, it folds its two oldest
   batches together (once the logical frontier has reached the younger one, so its retractions can
   cancel). The estimate is the balance (records with positive diffs minus those with negative ones)
-  over all batches, plus the oldest batch's records that its balance does not explain if compacting it
-  further cannot merge them (it is consolidated, so they are distinct live pairs: negative rows, or
-  times readers still tell apart, as in an iteration's history). For a set whose times have been
-  compacted it is exact;
+  over the batches whose times are all at or before the logical frontier, plus every record of the
+  younger batches (times readers still tell apart), plus the oldest batch's records that its balance
+  does not explain if compacting it further cannot merge them (it is consolidated, so they are distinct
+  live pairs: negative rows, or rounds of an iteration's history). For a set it is exact once compacted;
 - when the oldest batch's ``since`` lags the logical frontier and advancing its times could merge some
   of them (its times differ in a coordinate the frontier has passed), it re-compacts that batch alone
   if the next one cannot be folded in yet.
@@ -112,12 +112,18 @@ class Spine:
     def live_estimate(self, logical: Antichain) -> int:
         """An estimate of the records left once everything is merged and compacted to ``logical``
         (module docstring)."""
-        if not self.entries:
+        bs = self.batches()
+        if not bs:
             return 0
-        first = self.entries[0]
-        first = first.older if isinstance(first, _Merging) else first
-        hidden = 0 if _collapsible(first, logical) else len(first) - abs(first.balance)
-        return abs(self._balance) + hidden
+        balance, window = self._balance, 0
+        for b in reversed(bs[1:]):  # the youngest batches hold times readers still tell apart
+            if _behind(b, logical):
+                break
+            balance -= b.balance
+            window += b.n
+        first = bs[0]
+        hidden = 0 if _collapsible(first, logical) else first.n - abs(first.balance)
+        return abs(balance) + hidden + window
 
     def bloated(self, logical: Antichain) -> bool:
         """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and
@@ -129,9 +135,13 @@ class Spine:
         return r > limit or at != logical
 
     def tidy_work(self, logical: Antichain, physical: Antichain) -> bool:
-        """Whether tidying has work now: a tidying merge in progress, or one that could start."""
-        return (any(isinstance(e, _Merging) and e.tidy_at is not None for e in self.entries)
-                or (self.bloated(logical) and self._tidy_pair(logical, physical) is not None))
+        """Whether tidying has work now: a tidying merge in progress, or a bloated spine whose oldest
+        batch is being merged or could start a tidying merge."""
+        es = self.entries
+        if any(isinstance(e, _Merging) and e.tidy_at is not None for e in es):
+            return True
+        return bool(es) and self.bloated(logical) and (
+            isinstance(es[0], _Merging) or self._tidy_pair(logical, physical) is not None)
 
     def idle_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether maintenance would do anything now: a merge in progress, or tidying."""
@@ -295,6 +305,12 @@ def _collapsible(batch: Batch, logical: Antichain) -> bool:
         return False
     lo, hi = batch.time_range
     return any(lo[c] < hi[c] and lo[c] < f[c] for f in logical.elements for c in range(len(lo)))
+
+
+def _behind(batch: Batch, logical: Antichain) -> bool:
+    """Whether the batch starts at or before the logical frontier, so compaction can merge its times
+    with older ones (a batch that starts beyond it holds times readers still tell apart)."""
+    return batch.lower.less_equal(logical)
 
 
 def _later(a: Antichain, b: Antichain) -> Antichain:

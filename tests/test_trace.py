@@ -12,6 +12,7 @@ from kpgnb.engine.batch import Batch, form_arrays, merge_arrays
 from kpgnb.engine.cursor import probe_keys
 from kpgnb.engine.kernels import sort as sortk
 from kpgnb.engine.lattice import Antichain, leq, rep
+from kpgnb.engine.scheduler import IDLE_FUEL
 from kpgnb.engine.scope import TimeLens
 from kpgnb.engine.trace import CompactedError, Trace
 
@@ -316,6 +317,104 @@ def test_trace_does_not_grow_under_churn():
     assert max(sizes[200:]) <= max(sizes[:200])
 
 
+def churn_trace(depth, workers, effort, live_n, churn, epochs, sign, lag, seed=0):
+    """A trace fed ``live_n`` live rows, then ``churn`` retractions of live rows and as many insertions
+    per epoch, with a reader ``lag`` epochs behind. After each epoch, as the scheduler does after each
+    step, a trace whose reader moved gets one slice of tidying. Yields the trace after every epoch."""
+    rng = np.random.default_rng(seed)
+    trace = Trace(1, 1, depth=depth, workers=workers, effort=effort)
+    h = trace.handle()
+    zero = (0,) * (depth - 1)
+    keys, vals = rng.integers(0, 10 * live_n, live_n), rng.integers(0, 4, live_n)
+    rest = rng.integers(0, 3, (live_n, depth - 1))
+    signs = {"pos": np.ones(live_n, np.int64), "neg": np.full(live_n, -1),
+             "mixed": rng.choice([-1, 1], live_n), "multi": np.full(live_n, 2)}[sign]
+    for epoch in range(epochs):
+        if epoch == 0:
+            k, v, r, d = keys, vals, rest, signs
+        else:
+            i = rng.choice(live_n, churn, replace=False)
+            nk, nv, nr = rng.integers(0, 10 * live_n, churn), rng.integers(0, 4, churn), rng.integers(0, 3, (churn, depth - 1))
+            k, v, r = np.concatenate([keys[i], nk]), np.concatenate([vals[i], nv]), np.concatenate([rest[i], nr])
+            d = np.concatenate([-signs[i], signs[i]])
+            keys[i], vals[i], rest[i] = nk, nv, nr
+        times = np.concatenate([np.full((len(k), 1), epoch), r], axis=1).astype(np.int64)
+        K, V = k[None, :].astype(np.int64), v[None, :].astype(np.int64)
+        shards = sortk.hash_keys(K) * workers >> sortk.HASH_BITS
+        lower, upper = Antichain([(epoch,) + zero]), Antichain([(epoch + 1,) + zero])
+        trace.insert([Batch.form(K[:, shards == s], V[:, shards == s], times[shards == s], d[shards == s],
+                                 lower, upper) for s in range(workers)])
+        h.set_logical_compaction(Antichain([(max(0, epoch + 1 - lag),) + zero]))
+        if trace.idle_work(merges=False):
+            trace.exert(IDLE_FUEL)
+        yield trace
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("effort", ["eager", "default", "lazy"])
+@pytest.mark.parametrize("churn", [10, 300])
+@pytest.mark.parametrize("sign,lag", [("pos", 1), ("neg", 1), ("mixed", 3), ("multi", 2)])
+def test_trace_stays_within_twice_its_live_records_under_churn(depth, workers, effort, churn, sign, lag):
+    """Steady churn (1% or 30% of 1,000 live rows per epoch, sets, negative and mixed-sign collections,
+    multiplicities of 2; at depth 2 the second coordinate keeps rows at different rounds apart): after
+    warm-up the trace holds at most twice the (data, time) pairs its reader can still tell apart."""
+    worst = 0.0
+    for epoch, trace in enumerate(churn_trace(depth, workers, effort, 1000, churn, 120, sign, lag)):
+        if epoch >= 30:
+            worst = max(worst, trace.stats()["records"] / trace.live())
+    check_spine(trace)
+    assert worst <= 2.0, worst
+
+
+def test_idle_exert_recompacts_a_batch_merged_while_the_frontier_lagged():
+    """Forty epochs of churn arrive as one batch while the reader is still at epoch 0; once it moves past
+    them, idle maintenance alone (no more insertions) shrinks the trace to its live records."""
+    rng = np.random.default_rng(3)
+    trace = Trace(1, 0)
+    h = trace.handle()
+    keys = rng.integers(0, 10**6, 500)
+    rows, times, diffs = [keys.copy()], [np.zeros(500, np.int64)], [np.ones(500, np.int64)]
+    for e in range(1, 40):
+        i = rng.choice(500, 50, replace=False)
+        new = rng.integers(0, 10**6, 50)
+        rows += [keys[i], new]
+        times += [np.full(100, e)]
+        diffs += [np.r_[-np.ones(50, np.int64), np.ones(50, np.int64)]]
+        keys[i] = new
+    K = np.concatenate(rows)[None, :]
+    trace.insert([Batch.form(K, np.zeros((0, K.shape[1]), np.int64), np.concatenate(times)[:, None],
+                             np.concatenate(diffs), Antichain([(0,)]), Antichain([(40,)]))])
+    assert trace.stats()["records"] == K.shape[1] == 500 + 39 * 100
+    h.set_logical_compaction(Antichain([(40,)]))
+    assert trace.idle_work()
+    while trace.idle_work():
+        trace.exert(1000)
+    assert trace.stats()["records"] == trace.live() == 500
+    assert trace_accumulate(h, (40,)) == {((int(k),), ()): c for k, c in zip(*np.unique(keys, return_counts=True))}
+    check_spine(trace)
+
+
+def test_a_tidy_that_cannot_shrink_is_not_repeated():
+    """A lone batch of rows with both signs at two times looks bloated (its balance is zero); one
+    re-compaction shows nothing cancels, and no more merges happen until the frontier moves."""
+    trace = Trace(1, 0)
+    h = trace.handle()
+    n = 400
+    K = np.arange(n, dtype=np.int64)[None, :]
+    times = (np.arange(n) % 2).astype(np.int64)[:, None]
+    diffs = np.where(np.arange(n) % 4 < 2, 1, -1).astype(np.int64)
+    trace.insert([Batch.form(K, np.zeros((0, n), np.int64), times, diffs, Antichain([(0,)]), Antichain([(2,)]))])
+    h.set_logical_compaction(Antichain([(1,)]))
+    spine = trace.spines[0]
+    for _ in range(20):
+        trace.exert(10_000)
+    assert spine.merges_completed == 1
+    assert not trace.idle_work()
+    assert trace.stats()["records"] == trace.live() == n
+    check_spine(trace)
+
+
 def test_cursor_gathers_histories():
     rng = np.random.default_rng(5)
     trace = Trace(2, 1, depth=2)
@@ -385,7 +484,8 @@ def spine_ops(depth):
     advance = st.tuples(st.just("advance"), st.integers(0, 2), st.tuples(*[st.integers(0, 2)] * (depth - 1)),
                         st.booleans())
     query = st.tuples(st.just("query"), st.integers(0, 3), st.tuples(*[st.integers(0, 3)] * (depth - 1)))
-    return st.lists(st.one_of(insert, insert, advance, query), min_size=1, max_size=40)
+    exert = st.tuples(st.just("exert"), st.sampled_from([1, 8, 10_000]))
+    return st.lists(st.one_of(insert, insert, advance, query, exert), min_size=1, max_size=40)
 
 
 @settings(max_examples=150, deadline=None)
@@ -417,6 +517,8 @@ def test_spine_model_hypothesis(data, depth, effort, workers):
                 F.insert((e + 1, 0))
             if handle.logical.less_equal(F):
                 handle.set_logical_compaction(F)
+        elif op[0] == "exert":
+            trace.exert(op[1])  # idle maintenance: finish merges, tidy
         else:
             _, bump, rest = op
             base = handle.logical.elements[0]
