@@ -22,8 +22,8 @@ readers' frontier lagged keeps times that later became indistinguishable. So a s
   if the next one cannot be folded in yet.
 
 Tidying merges get ``BOOST`` times the usual fuel, so one ends before new records bloat the spine again.
-One that did not shrink its input is not retried before the logical frontier moves or the spine grows by
-``BLOAT`` again, so a wrong estimate costs bounded work. The scheduler also lets spines finish merges and
+One that did not shrink its input is not retried before the spine grows by ``BLOAT`` or the logical
+frontier passes every time of its output, so a wrong estimate costs bounded work. The scheduler also lets spines finish merges and
 tidy while it is idle (``exert``).
 """
 from __future__ import annotations
@@ -43,13 +43,13 @@ SHRINK = 0.9     # a tidying merge whose output keeps more than this share of it
 class _Merging:
     """Two adjacent batches being merged; readers keep seeing both until the merge completes."""
 
-    __slots__ = ("older", "newer", "merger", "since", "tidy_at")
+    __slots__ = ("older", "newer", "merger", "since", "tidy")
 
-    def __init__(self, older: Batch, newer: Batch, since: Antichain, tidy_at: Antichain | None = None):
+    def __init__(self, older: Batch, newer: Batch, since: Antichain, tidy: bool = False):
         self.older = older
         self.newer = newer
         self.since = since
-        self.tidy_at = tidy_at  # for a tidying merge: the logical frontier it started at
+        self.tidy = tidy  # a tidying merge (module docstring), not one of similar sizes
         f = since.matrix(older.depth) if since.elements else None
         self.merger = Merger(older.arrays, newer.arrays, f)
 
@@ -77,7 +77,7 @@ class Spine:
         self._balance = 0        # the sum of the held batches' balances
         self.upper = lower
         self._owed = 0  # rows appended since the last maintenance
-        self._guard = (0, None)  # (records, logical frontier): a failed tidy is not retried before either changes
+        self._guard = (0, None)  # (records, time): a failed tidy waits for more records or the frontier past time
         self.merges_completed = 0
 
     # -- reading (owner only) ------------------------------------------------------------------
@@ -131,14 +131,14 @@ class Spine:
         r = self._records
         if r <= BLOAT * self.live_estimate(logical):
             return False
-        limit, at = self._guard
-        return r > limit or at != logical
+        limit, hi = self._guard
+        return r > limit or _passed(hi, logical)
 
     def tidy_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether tidying has work now: a tidying merge in progress, or a bloated spine whose oldest
         batch is being merged or could start a tidying merge."""
         es = self.entries
-        if any(isinstance(e, _Merging) and e.tidy_at is not None for e in es):
+        if any(isinstance(e, _Merging) and e.tidy for e in es):
             return True
         return bool(es) and self.bloated(logical) and (
             isinstance(es[0], _Merging) or self._tidy_pair(logical, physical) is not None)
@@ -199,19 +199,19 @@ class Spine:
         coef = EFFORT[self.effort]
         bloated = self._start_merges(logical, physical)
         if coef is None:
-            while self._work(None):
+            while self._work(None, logical):
                 self._start_merges(logical, physical)
         else:
             fuel = size if idle else int(coef * max(size, MIN_FUEL) * (BOOST if bloated else 1))
             rounds = 0
-            while self._work(fuel):
+            while self._work(fuel, logical):
                 bloated = self._start_merges(logical, physical)
                 rounds += 1
                 if not bloated or rounds >= TIDY_ROUNDS:
                     fuel = 0  # later merges get fuel from later insertions
             if self._merging_count() > 2 * max(1, len(self.entries).bit_length()):
                 # lazy settings must not let merges pile up: finish the oldest
-                self._finish_oldest()
+                self._finish_oldest(logical)
                 self._start_merges(logical, physical)
 
     def _merging_count(self) -> int:
@@ -243,7 +243,7 @@ class Spine:
         if pair is not None:
             older, newer = pair
             since = _later(logical, _later(older.since, newer.since))
-            es[:2 if len(es) > 1 and es[1] is newer else 1] = [_Merging(older, newer, since, tidy_at=logical)]
+            es[:2 if len(es) > 1 and es[1] is newer else 1] = [_Merging(older, newer, since, tidy=True)]
             self._changed()
         i = len(es) - 1
         while i >= 1:
@@ -269,33 +269,34 @@ class Spine:
             self._changed()
         return bloated
 
-    def _work(self, fuel) -> bool:
+    def _work(self, fuel, logical: Antichain) -> bool:
         """Give ``fuel`` to every merge in progress; returns whether any completed."""
         completed = False
         for i, e in enumerate(self.entries):
             if isinstance(e, _Merging):
                 faults.point("merge")
             if isinstance(e, _Merging) and e.merger.work(fuel):
-                self._complete(i, e)
+                self._complete(i, e, logical)
                 completed = True
         return completed
 
-    def _finish_oldest(self):
+    def _finish_oldest(self, logical: Antichain):
         for i, e in enumerate(self.entries):
             if isinstance(e, _Merging):
                 e.merger.work(None)
-                self._complete(i, e)
+                self._complete(i, e, logical)
                 return
 
-    def _complete(self, i: int, m: _Merging):
+    def _complete(self, i: int, m: _Merging, logical: Antichain):
         out = m.result()
         self.entries[i] = out
         self._records += len(out) - len(m)
         self._balance += out.balance - m.older.balance - m.newer.balance
         self.merges_completed += 1
         self._changed()
-        if m.tidy_at is not None and len(out) > SHRINK * len(m):
-            self._guard = (int(BLOAT * self.records), m.tidy_at)
+        if m.tidy and len(out) > SHRINK * len(m):
+            # retried once the spine grew, or once the frontier passed every time of the result
+            self._guard = (int(BLOAT * self._records), out.time_range[1])
 
 
 def _collapsible(batch: Batch, logical: Antichain) -> bool:
@@ -311,6 +312,11 @@ def _behind(batch: Batch, logical: Antichain) -> bool:
     """Whether the batch starts at or before the logical frontier, so compaction can merge its times
     with older ones (a batch that starts beyond it holds times readers still tell apart)."""
     return batch.lower.less_equal(logical)
+
+
+def _passed(t, logical: Antichain) -> bool:
+    """Whether time ``t`` is at or before an element of ``logical``."""
+    return t is not None and any(all(x <= f for x, f in zip(t, e)) for e in logical.elements)
 
 
 def _later(a: Antichain, b: Antichain) -> Antichain:

@@ -91,6 +91,7 @@ class Trace:
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
         self._listeners = weakref.WeakSet()  # objects whose deliver(batches, lower, upper) sees every append
         self._unsettled = True  # appended to, or readers' frontiers moved, since tidying last had nothing to do
+        self._stalled = False   # idle maintenance failed: not offered again before the next such change
         self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
         self._versions = tuple(s.version for s in self.spines)
 
@@ -166,9 +167,9 @@ class Trace:
         merge in progress."""
         with self._lock:
             logical, physical = self.logical, self.physical
-            if not merges and not self._unsettled:
+            if (self._stalled or not merges) and not self._unsettled:
                 return False
-            self._unsettled = False
+            self._unsettled = self._stalled = False
         if any(s.tidy_work(logical, physical) for s in self.spines):
             self._unsettled = True
             return True
@@ -176,7 +177,8 @@ class Trace:
 
     def exert(self, fuel: int, run=None):
         """Idle maintenance: about ``fuel`` rows of merging in every shard (in parallel when ``run`` is the
-        pool's), then publish. Like ``maintain``, a failure loses nothing."""
+        pool's), then publish. Like ``maintain``, a failure loses nothing; idle maintenance then leaves
+        the trace alone until it is appended to or its readers move, rather than retry in a loop."""
         with self._lock:
             logical, physical = self.logical, self.physical
         try:
@@ -186,6 +188,10 @@ class Trace:
             else:
                 run(lambda s: self.spines[s].exert(logical, physical, fuel), range(self.workers),
                     rows=fuel * self.workers)
+        except BaseException:
+            with self._lock:
+                self._stalled, self._unsettled = True, False
+            raise
         finally:
             self.publish()
 

@@ -865,3 +865,33 @@ def test_every_deliberate_error_is_a_kpgnb_error():
         assert isinstance(raised[what], cls), f"{what}: {type(raised[what]).__name__}: {raised[what]}"
         assert isinstance(raised[what], kp.KpgnbError)
     assert caused_by(raised["dataflow"], ZeroDivisionError)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_failing_idle_maintenance_does_not_spin_the_scheduler(workers):
+    """Churn leaves an input's trace with tidying to do; while every merge fails, idle maintenance tries
+    once and then leaves that trace alone (no busy loop) until new data arrives; the input reports the
+    failure once, nothing is lost, and tidying resumes once merges work again."""
+    with kp.Engine(workers=workers) as eng:
+        x = eng.input("x", ["k"])
+        keys = np.random.default_rng(0).permutation(100_000)[:20_000]
+        x.insert({"k": keys})
+        x.advance_to(1)
+        with eng.dataflow("v") as df:
+            v = df.input("x").view("xs")
+        eng.wait()
+        with faults.armed("merge", times=None):
+            for e in range(1, 30):
+                x.remove({"k": keys[(e - 1) * 600:e * 600]})
+                x.advance_to(e + 1)
+            time.sleep(0.5)  # every seal done, idle maintenance tried and failed
+            rounds = eng.snapshot().rounds
+            time.sleep(1.0)
+            assert eng.snapshot().rounds - rounds <= 5
+        with pytest.raises(kp.EngineError):
+            x.insert([(1,)])               # the failed merge, reported once
+        x.advance_to(31)                   # new data: maintenance resumes
+        eng.wait(v)
+        assert sorted(v.to_pandas()["k"]) == sorted(keys[29 * 600:].tolist())
+        until(lambda: eng.stats()["arrangements"][0]["records"] <= 2 * (20_000 - 29 * 600),
+              what="tidying after the fault")
