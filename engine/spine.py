@@ -13,8 +13,8 @@ readers' frontier lagged keeps times that later became indistinguishable. So a s
 - when its records exceed ``BLOAT`` times an estimate of its live records, it folds its two oldest
   batches together (once the logical frontier has reached the younger one, so its retractions can
   cancel). The estimate is the balance (records with positive diffs minus those with negative ones)
-  over the batches whose times are all at or before the logical frontier, plus every record of the
-  younger batches (times readers still tell apart), plus the oldest batch's records that its balance
+  over the batches that start at or before the logical frontier, plus every record of the batches
+  that start past it (times readers still tell apart), plus the oldest batch's records that its balance
   does not explain if compacting it further cannot merge them (it is consolidated, so they are distinct
   live pairs: negative rows, or rounds of an iteration's history). For a set it is exact once compacted;
 - when the oldest batch's ``since`` lags the logical frontier and advancing its times could merge some
@@ -23,8 +23,13 @@ readers' frontier lagged keeps times that later became indistinguishable. So a s
 
 Tidying merges get ``BOOST`` times the usual fuel, so one ends before new records bloat the spine again.
 One that did not shrink its input is not retried before the spine grows by ``BLOAT`` or the logical
-frontier passes every time of its output, so a wrong estimate costs bounded work. The scheduler also lets spines finish merges and
-tidy while it is idle (``exert``).
+frontier passes every time of its output, so a wrong estimate costs bounded work. The scheduler tidies
+right after each step and finishes merges while idle (``exert``).
+
+Owner: a spine is written by the scheduler thread only (or by the one pool worker it hands this shard to
+for the length of a step); ``append`` cannot fail and ``maintain`` may fail (a merge error) without
+losing or duplicating anything: a merge in progress is resumable. Readers outside the scheduler never
+look at a spine: they read the trace's published snapshot.
 """
 from __future__ import annotations
 
@@ -116,8 +121,8 @@ class Spine:
         if not bs:
             return 0
         balance, window = self._balance, 0
-        for b in reversed(bs[1:]):  # the youngest batches hold times readers still tell apart
-            if _behind(b, logical):
+        for b in reversed(bs[1:]):  # batches starting past the frontier hold times readers tell apart
+            if b.lower.less_equal(logical):
                 break
             balance -= b.balance
             window += b.n
@@ -127,7 +132,7 @@ class Spine:
 
     def bloated(self, logical: Antichain) -> bool:
         """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and
-        no failed tidy at this size and frontier says it will not help."""
+        no failed tidy says it will not help yet (module docstring)."""
         r = self._records
         if r <= BLOAT * self.live_estimate(logical):
             return False
@@ -306,12 +311,6 @@ def _collapsible(batch: Batch, logical: Antichain) -> bool:
         return False
     lo, hi = batch.time_range
     return any(lo[c] < hi[c] and lo[c] < f[c] for f in logical.elements for c in range(len(lo)))
-
-
-def _behind(batch: Batch, logical: Antichain) -> bool:
-    """Whether the batch starts at or before the logical frontier, so compaction can merge its times
-    with older ones (a batch that starts beyond it holds times readers still tell apart)."""
-    return batch.lower.less_equal(logical)
 
 
 def _passed(t, logical: Antichain) -> bool:
