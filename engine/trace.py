@@ -150,15 +150,20 @@ class Trace:
     def maintain(self, run=None):
         """Spend the fuel the appended batches owe on merges (per shard, in parallel when ``run`` is the
         pool's), then publish."""
+        self._each_shard(lambda spine, logical, physical: spine.maintain(logical, physical), run,
+                         sum(s.owed for s in self.spines))
+
+    def _each_shard(self, work, run, rows: int):
+        """``work(spine, logical, physical)`` on every shard (in parallel when ``run`` is the pool's and
+        there are several), with the readers' frontiers as of now; then publish, whatever happens."""
         with self._lock:
             logical, physical = self.logical, self.physical
         try:
             if run is None or self.workers == 1:
                 for spine in self.spines:
-                    spine.maintain(logical, physical)
+                    work(spine, logical, physical)
             else:
-                run(lambda s: self.spines[s].maintain(logical, physical), range(self.workers),
-                    rows=sum(s.owed for s in self.spines))
+                run(lambda s: work(self.spines[s], logical, physical), range(self.workers), rows=rows)
         finally:
             self.publish()
 
@@ -179,21 +184,13 @@ class Trace:
         """Idle maintenance: about ``fuel`` rows of merging in every shard (in parallel when ``run`` is the
         pool's), then publish. Like ``maintain``, a failure loses nothing; idle maintenance then leaves
         the trace alone until it is appended to or its readers move, rather than retry in a loop."""
-        with self._lock:
-            logical, physical = self.logical, self.physical
         try:
-            if run is None or self.workers == 1:
-                for spine in self.spines:
-                    spine.exert(logical, physical, fuel)
-            else:
-                run(lambda s: self.spines[s].exert(logical, physical, fuel), range(self.workers),
-                    rows=fuel * self.workers)
+            self._each_shard(lambda spine, logical, physical: spine.exert(logical, physical, fuel), run,
+                             fuel * self.workers)
         except BaseException:
             with self._lock:
                 self._stalled, self._unsettled = True, False
             raise
-        finally:
-            self.publish()
 
     def live(self) -> int:
         """The exact number of distinct (data, time) pairs the readers can still tell apart: the records
