@@ -202,6 +202,15 @@ def until(cond, timeout: float = LIVENESS, what: str = "condition"):
         time.sleep(0.01)
 
 
+def recover_a(eng, s, n: int):
+    """After a seal fault on A was disarmed: the next retry (every RETRY_S while failing) succeeds, until
+    then waits still report the failure; then A takes ``n`` more rows in a new epoch."""
+    until(lambda: eng.snapshot().inputs["A"].failure is None, what="the retried seal succeeding")
+    eng.wait(s.va_raw, timeout=T)
+    insert_after_report(s.A, n)
+    s.A.advance()
+
+
 def insert_after_report(feed: Feed, n: int):
     """After a persistent input fault was cleared, the input may still report its last failure once:
     the next call raises it (chained to the fault), the call after succeeds."""
@@ -261,11 +270,7 @@ def test_input_fault_persisting_then_cleared(eng, point):
         assert eng.dataflows() == {"da": "running", "db": "running", "dc": "running"}
     finally:
         faults.disarm(point)
-    # the next retry (every RETRY_S while failing) succeeds; until then waits still report the failure
-    until(lambda: eng.snapshot().inputs["A"].failure is None, what="the retried seal succeeding")
-    eng.wait(s.va_raw, timeout=T)
-    insert_after_report(s.A, 700)
-    s.A.advance()
+    recover_a(eng, s, 700)
     s.B.insert(700)
     s.B.advance()
     s.wait_all()
@@ -295,11 +300,7 @@ def test_input_fault_is_confined_to_its_input(eng, point):
         assert eng.dataflows() == {"da": "running", "db": "running", "dc": "running"}
     finally:
         faults.disarm(point)
-    # the next retry (every RETRY_S while failing) succeeds; until then waits still report the failure
-    until(lambda: eng.snapshot().inputs["A"].failure is None, what="the retried seal succeeding")
-    eng.wait(s.va_raw, timeout=T)
-    insert_after_report(s.A, 100)
-    s.A.advance()
+    recover_a(eng, s, 100)
     s.wait_all()
     s.check_all()
 
