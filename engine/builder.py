@@ -19,9 +19,10 @@ class DataflowBuilder:
     """Builds one dataflow (``with eng.dataflow(name) as df``); installed atomically when the block ends
     without an exception, and not at all otherwise."""
 
-    def __init__(self, engine, name: str, install):
+    def __init__(self, engine, name: str, install, replace: bool = False):
         self.engine = engine
         self.name = name
+        self.replace = replace      # may take over the exports of the installed dataflow of this name
         self._install_fn = install
         self.graph = Graph()
         self.graph.builder = self
@@ -98,8 +99,11 @@ class DataflowBuilder:
         return self._used[name]
 
     def exported(self, name: str) -> bool:
-        """Whether ``name`` is taken in the catalog or by this dataflow."""
-        return name in self.exports or name in self.engine.snapshot().catalog
+        """Whether ``name`` is taken in the catalog (by another dataflow than the one this replaces) or by
+        this dataflow."""
+        entry = self.engine.snapshot().catalog.get(name)
+        taken = entry is not None and not (self.replace and entry.dataflow == self.name and not entry.dropped)
+        return name in self.exports or taken
 
     def _import(self, name, trace, schema, keys, vals) -> Arranged:
         op = ImportOp(self.scope, trace, Site.capture(), name)

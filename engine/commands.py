@@ -83,7 +83,10 @@ class Seal:
 
 @dataclass
 class Install:
+    """Install a built dataflow; ``replace`` swaps out an installed one of the same name (see
+    ``Scheduler._replace``)."""
     builder: object
+    replace: bool = False
     reply: Reply = field(default_factory=Reply)
 
 

@@ -67,16 +67,21 @@ class Engine:
         with self._lock:
             return dict(self._inputs)
 
-    def dataflow(self, name: str) -> DataflowBuilder:
-        """A builder for a new dataflow, installed atomically when its ``with`` block ends."""
+    def dataflow(self, name: str, replace: bool = False) -> DataflowBuilder:
+        """A builder for a new dataflow, installed atomically when its ``with`` block ends. With
+        ``replace=True`` it takes the place of an installed dataflow of that name in the same step: the old
+        one's views end, its exports that the new one defines again pass to the new one for later
+        readers, while dataflows already reading them keep the old arrangement (renamed ``NAME~k``, kept
+        while read)."""
         self._live()
-        if name in self.snapshot().dataflows:
-            raise UsageError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first")
-        return DataflowBuilder(self, name, self._install)
+        if not replace and name in self.snapshot().dataflows:
+            raise UsageError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first "
+                             f"or replace it (eng.dataflow({name!r}, replace=True))")
+        return DataflowBuilder(self, name, lambda b: self._install(b, replace), replace=replace)
 
-    def _install(self, builder):
+    def _install(self, builder, replace: bool = False):
         self._live()
-        return self._scheduler.call(Install(builder))
+        return self._scheduler.call(Install(builder, replace))
 
     def drop(self, name: str, cascade: bool = False):
         """Uninstall a dataflow, stopping any computation in flight: its views go at once. Arrangements it
@@ -173,11 +178,12 @@ class Engine:
         }
 
     # -- waiting ------------------------------------------------------------------------------------
-    def wait(self, target=None, timeout: float | None = None):
+    def wait(self, target=None, timeout: float | None = None, cancel_on_interrupt: bool = True):
         """Block the caller until ``target`` is current: a View (reflects every epoch its inputs were
         advanced to), an int epoch e (every view is final for the epochs before e), or None (every command sent so far is
         done and no dataflow has work left). Raises what the dataflow, its inputs or the engine failed
-        with, TimeoutError after ``timeout`` seconds; Ctrl-C cancels the computation it waited for."""
+        with, TimeoutError after ``timeout`` seconds. Ctrl-C cancels the computation it waited for, unless
+        ``cancel_on_interrupt=False`` (then it only stops waiting: the notebook's ``%dataflow wait``)."""
         self._live()
         deadline = None if timeout is None else time.monotonic() + timeout
         if isinstance(target, View):
@@ -209,7 +215,8 @@ class Engine:
                         raise TimeoutError(f"eng.wait({target!r}) timed out after {timeout} s")
                 self._scheduler.wait_published(snap, left)
         except KeyboardInterrupt:
-            self._cancel_behind(target)
+            if cancel_on_interrupt:
+                self._cancel_behind(target)
             raise
 
     def _view_goal(self, view: View):

@@ -26,6 +26,7 @@ from .catalog import Catalog, CatalogEntry
 from .commands import Cancel, Collect, Drop, Follow, Install, OpenHandle, Seal
 from .errors import Cancelled, DataflowError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
+from .scope import epoch_of
 from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
 
 RETRY_S = 0.2  # how soon a failed seal is tried again when nothing else wakes the scheduler
@@ -51,6 +52,10 @@ class Dataflow:
         self.pruned = False
         self.followers = weakref.WeakSet()
         self._shape = None
+        self._epoch = 0             # its frontier's epoch when last published
+        self._installed = time.perf_counter()
+        self.latency_s = None
+        self.updated_at = None
 
     @property
     def status(self) -> str:
@@ -69,6 +74,21 @@ class Dataflow:
                 out = out.meet(op.out_frontier)
         return out
 
+    def note_progress(self, frontier: Antichain, now: float):
+        """When the frontier moved, the latency of its newest epoch: from the first ``advance_to`` that
+        let each source reach it (the latest of those, or the install) to now."""
+        e = epoch_of(frontier)
+        if e == self._epoch:
+            return
+        self._epoch = e
+        sealed = [self._installed]
+        for s in self.sources:
+            t = next((t0 for ep, t0 in s.seals if ep is None or (e is not None and ep >= e)), None)
+            if t is not None:
+                sealed.append(t)
+        self.latency_s = now - max(sealed)
+        self.updated_at = time.time()
+
     def info(self) -> DataflowInfo:
         ops = self.graph.ops
         shape = (len(ops), len(self.views), self.ended, self.dropped)
@@ -79,9 +99,12 @@ class Dataflow:
             self._views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
                                 if v.op.handle is not None and v.op.handle.alive)
         traces, views = self._traces, self._views
-        return DataflowInfo(self.name, self.status, self.error, self.frontier(),
+        frontier = self.frontier()
+        self.note_progress(frontier, time.perf_counter())
+        return DataflowInfo(self.name, self.status, self.error, frontier,
                             frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
-                            len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views)
+                            len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views,
+                            self.latency_s, self.updated_at)
 
 
 class Scheduler:
@@ -96,6 +119,7 @@ class Scheduler:
         self.snapshot = EngineSnapshot(seq=0, quiet=True)
         self.dataflows: dict = {}
         self.retired: list = []        # dropped dataflows still maintaining exports that others read
+        self._replaced = 0             # dataflows replaced so far (numbers their retired names)
         self.catalog = Catalog()
         self.inputs: dict = {}         # sessions that have sent a seal
         self._dirty: dict = {}         # sessions with accepted, unapplied seals (ordered)
@@ -337,12 +361,16 @@ class Scheduler:
     def _install(self, cmd: Install):
         b = cmd.builder
         name = b.name
-        if name in self.dataflows:
+        old = self.dataflows.get(name)
+        if old is not None and not cmd.replace:
             raise UsageError(f"a dataflow named {name!r} is installed already")
         for ename in b.exports:
-            if ename in self.catalog:
+            entry = self.catalog.get(ename)
+            if entry is not None and (old is None or entry.producer is not old):
                 raise UsageError(f"an arrangement named {ename!r} is exported already "
-                                 f"(by dataflow {self.catalog.get(ename).producer.name!r})")
+                                 f"(by dataflow {entry.producer.name!r})")
+            if ename in b.uses:
+                raise UsageError(f"dataflow {name!r} both imports and exports {ename!r}")
         for uname, (ref, producer) in b.uses.items():
             entry = self.catalog.get(uname)
             if entry is None or entry.trace is not ref():
@@ -363,6 +391,8 @@ class Scheduler:
             raise
         for op in ops:
             op.finish_install()
+        if old is not None:
+            self._replace(old, set(b.exports))
         sources = set(b.sources)
         for uname in b.uses:
             sources |= self.catalog.get(uname).producer.sources
@@ -399,6 +429,29 @@ class Scheduler:
         df.dropped = True
         self.retired.append(df)
         self._collect()
+
+    def _replace(self, old: Dataflow, exports: set):
+        """Retire ``old`` in favour of a new dataflow of its name (installed in this same step). It is
+        renamed ``NAME~k``, and so are its exports the new one defines again, in the catalog and in the
+        ``uses`` of their readers: those readers keep the old arrangement, later ``use``s get the new one.
+        Then it is dropped as usual (kept, pruned, while its exports are read)."""
+        self._replaced += 1
+        k = self._replaced
+        for e in sorted(set(old.exports) & exports):
+            entry = self.catalog.get(e)
+            self.catalog.remove(e)
+            entry.name = f"{e}~{k}"
+            self.catalog.add(entry)
+            old.exports[old.exports.index(e)] = entry.name
+            for d in list(self.dataflows.values()) + self.retired:
+                if e in d.uses:
+                    d.uses = (d.uses - {e}) | {entry.name}
+        name = old.name
+        old.name = f"{name}~{k}"
+        for v in old.views.values():
+            v.dataflow = old.name
+        self.dataflows[old.name] = self.dataflows.pop(name)
+        self._drop(old.name, cascade=False)
 
     def _open_handle(self, cmd: OpenHandle):
         entry = self.catalog.get(cmd.name)

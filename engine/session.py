@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from .commands import Chunk, Seal
 from .errors import EngineError, UsageError
 from .inputs import diffs_array, rows_to_columns
 from .lattice import Antichain
-from .scope import at_epoch, last_complete
+from .scope import at_epoch, epoch_of, last_complete
 from .trace import Trace
 
 
@@ -54,6 +55,7 @@ class InputSession:
         self._incoming: list = []
         self._target = at_epoch(0)
         self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
+        self.seals: deque = deque(maxlen=256)       # (epoch sealed to or None, submitted): for latencies
         self._report: BaseException | None = None   # raised once by the caller's next call
 
     # -- caller side --------------------------------------------------------------------------------
@@ -133,6 +135,7 @@ class InputSession:
         """Take a seal's rows and target frontier (cannot fail)."""
         self._incoming.extend(seal.chunks)
         self._target = seal.upper
+        self.seals.append((epoch_of(seal.upper), seal.submitted))
 
     @property
     def pending(self) -> bool:

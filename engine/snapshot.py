@@ -24,6 +24,8 @@ class DataflowInfo:
     steps: int
     traces: tuple = ()               # (label, weakref to Trace) of the arrangements it maintains
     views: tuple = ()                # (view name, weakref to the view's Trace)
+    latency_s: float | None = None   # its last epoch: from the input's advance_to to the dataflow's frontier
+    updated_at: float | None = None  # wall-clock time (time.time()) its frontier last moved
 
 
 @dataclass(frozen=True)

@@ -130,14 +130,47 @@ class View:
     def __repr__(self):
         return f"View({self.name!r} in {self.dataflow!r}, {self.schema}, frontier={self.frontier})"
 
-    def _repr_html_(self):
+    HEAD = 20  # rows a notebook rendering shows
+
+    def summary(self) -> str:
+        """One line for a notebook: dataflow, frontier, rows and the latency of the last update."""
+        info = self.engine.snapshot().dataflows.get(self.dataflow)
+        e = self.epoch
+        parts = [f"view {self.name!r} of dataflow {self.dataflow!r}",
+                 "all inputs closed" if e is None else f"final before epoch {e}"]
+        if info is not None and info.latency_s is not None:
+            parts.append(f"last update {_duration(info.latency_s)}")
+        return " · ".join(parts)
+
+    def _render(self):
+        """(summary, the first rows in sorted order as a DataFrame, row count), or (summary, None, error
+        text). Sorted so that the same contents always render the same, whatever the workers' order."""
         try:
             df = self.to_pandas()
         except Exception as e:  # noqa: BLE001 - rendering must not raise
-            return f"<b>view {self.name}</b>: {type(e).__name__}: {e}"
-        head = df.head(20).to_html(index=False)
-        return (f"<div><b>view {self.name}</b> &middot; frontier {self.frontier} &middot; {len(df)} rows</div>"
-                + head)
+            return f"view {self.name!r}", None, f"{type(e).__name__}: {e}"
+        head = df.sort_values(list(df.columns), kind="stable").head(self.HEAD) if len(df.columns) else df.head(self.HEAD)
+        return f"{self.summary()} · {len(df)} rows", head, len(df)
+
+    def _repr_pretty_(self, p, cycle):
+        head, df, n = self._render()
+        if df is None:
+            p.text(f"{head}: {n}")
+            return
+        more = f"\n... {n - len(df)} more rows" if n > len(df) else ""
+        p.text(f"{head}\n{df.to_string(index=False) if len(df) else '(empty)'}{more}")
+
+    def _repr_html_(self):
+        import html
+        head, df, n = self._render()
+        if df is None:
+            return f"<div><b>{html.escape(head)}</b>: {html.escape(n)}</div>"
+        more = f"<div>&hellip; {n - len(df)} more rows</div>" if n > len(df) else ""
+        return f"<div><b>{html.escape(head)}</b></div>" + df.to_html(index=False) + more
+
+
+def _duration(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
 def raise_failure(dataflow: str, error: BaseException):
