@@ -7,6 +7,7 @@ by it, so an interrupted install leaves nothing behind.
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 from dataclasses import dataclass, field
 
@@ -84,9 +85,12 @@ class Seal:
 @dataclass
 class Install:
     """Install a built dataflow; ``replace`` swaps out an installed one of the same name (see
-    ``Scheduler._replace``)."""
+    ``Scheduler._replace``). The dataflow's steps run in ``context`` (a copy of the installing thread's
+    context variables), so what its user functions print or warn goes where the installer's output goes
+    (in Jupyter: the cell that installed it, never whichever cell runs when an epoch is computed)."""
     builder: object
     replace: bool = False
+    context: contextvars.Context | None = None   # the installer's, for the dataflow's user code
     reply: Reply = field(default_factory=Reply)
 
 

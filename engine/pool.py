@@ -2,6 +2,7 @@
 release the GIL, so shards really run at once; the first shard runs on the calling (scheduler) thread."""
 from __future__ import annotations
 
+import contextvars
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +30,8 @@ class WorkerPool:
         timed = self._timed(fn)
         if self._pool is None or len(items) == 1 or (rows is not None and rows < PARALLEL_ROWS):
             return [timed(i) for i in items]
-        futures = [self._pool.submit(timed, i) for i in items[1:]]
+        ctx = contextvars.copy_context()  # the dataflow's (see commands.Install), one copy per thread
+        futures = [self._pool.submit(ctx.copy().run, timed, i) for i in items[1:]]
         results, error = [], None
         try:
             results.append(timed(items[0]))

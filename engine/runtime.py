@@ -9,6 +9,7 @@ snapshots. The registry of input sessions is the one piece of state written outs
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
@@ -81,7 +82,7 @@ class Engine:
 
     def _install(self, builder, replace: bool = False):
         self._live()
-        return self._scheduler.call(Install(builder, replace))
+        return self._scheduler.call(Install(builder, replace, contextvars.copy_context()))
 
     def drop(self, name: str, cascade: bool = False):
         """Uninstall a dataflow, stopping any computation in flight: its views go at once. Arrangements it
@@ -180,7 +181,7 @@ class Engine:
     # -- waiting ------------------------------------------------------------------------------------
     def wait(self, target=None, timeout: float | None = None, cancel_on_interrupt: bool = True):
         """Block the caller until ``target`` is current: a View (reflects every epoch its inputs were
-        advanced to), an int epoch e (every view is final for the epochs before e), or None (every command sent so far is
+        advanced to), a dataflow's name (all of it has), an int epoch e (every view is final for the epochs before e), or None (every command sent so far is
         done and no dataflow has work left). Raises what the dataflow, its inputs or the engine failed
         with, TimeoutError after ``timeout`` seconds. Ctrl-C cancels the computation it waited for, unless
         ``cancel_on_interrupt=False`` (then it only stops waiting: the notebook's ``%dataflow wait``)."""
@@ -192,6 +193,10 @@ class Engine:
                                  f"that engine")
             goal = self._view_goal(target)
             done = lambda snap: self._view_done(snap, target, goal)  # noqa: E731
+        elif isinstance(target, str):
+            info = self._check_dataflow(self.snapshot(), target)
+            goal = self._goal_of(info)
+            done = lambda snap: _past(self._check_dataflow(snap, target).frontier, goal)  # noqa: E731
         elif target is None:
             seq = self._scheduler.submitted
             done = lambda snap: self._idle(snap, seq)  # noqa: E731
@@ -199,7 +204,7 @@ class Engine:
             e = int(target)
             done = lambda snap: self._epoch_done(snap, e)  # noqa: E731
         else:
-            raise TypeError("wait() takes a View, an epoch or nothing")
+            raise TypeError("wait() takes a View, a dataflow name, an epoch or nothing")
         try:
             while True:
                 self._live()
@@ -265,10 +270,10 @@ class Engine:
         """Ctrl-C in wait: cancel the computations the caller was waiting for that have not caught up."""
         snap = self.snapshot()
         for name, info in snap.dataflows.items():
-            if info.error is not None or (isinstance(target, View) and name != target.dataflow):
+            if info.error is not None or (isinstance(target, View) and name != target.dataflow) or \
+                    (isinstance(target, str) and name != target):
                 continue
-            goal = target if isinstance(target, (int, np.integer)) and not isinstance(target, View) \
-                else self._goal_of(info)
+            goal = target if isinstance(target, (int, np.integer)) else self._goal_of(info)
             if any(ref() is not None and not _past(ref().snapshot.upper, goal) for _, ref in info.views):
                 self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)"))
 

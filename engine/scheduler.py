@@ -16,6 +16,7 @@ between operator steps, so drops, cancels and installs are served while a long c
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 import weakref
@@ -39,8 +40,9 @@ IDLE_FUEL = 20_000  # rows of merging per shard per idle maintenance step (a fra
 class Dataflow:
     """An installed dataflow (scheduler-owned)."""
 
-    def __init__(self, name, graph, views, exports, uses, sources):
+    def __init__(self, name, graph, views, exports, uses, sources, context=None):
         self.name = name
+        self.context = context or contextvars.copy_context()  # its steps run in it (see commands.Install)
         self.graph = graph
         self.views = views          # view name -> View
         self.exports = exports      # names this dataflow exports
@@ -296,7 +298,7 @@ class Scheduler:
             for df in [d for d in list(self.dataflows.values()) + self.retired if d.error is None]:
                 self._slice_end = time.perf_counter() + SLICE_S
                 try:
-                    if df.graph.run(self):
+                    if df.context.run(df.graph.run, self):
                         progressed = True
                 except Exception as e:  # noqa: BLE001 - one failing dataflow must not stop the others
                     self._fail(df, e)
@@ -391,12 +393,13 @@ class Scheduler:
             raise
         for op in ops:
             op.finish_install()
+        b.graph.compute_frontiers()  # a dataflow's published frontier is valid from the start
         if old is not None:
             self._replace(old, set(b.exports))
         sources = set(b.sources)
         for uname in b.uses:
             sources |= self.catalog.get(uname).producer.sources
-        df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources)
+        df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
         for ename, ex in b.exports.items():
             self.catalog.add(CatalogEntry(ename, ex.op.handle.trace, ex.schema, ex.keys, ex.vals, df, ex.op))
         self.dataflows[name] = df

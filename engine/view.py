@@ -7,6 +7,7 @@ arrives.
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections import deque
 
@@ -283,8 +284,9 @@ class Subscription:
         self.follower = follower
         self.fn = fn
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=f"kpgnb-subscription-{follower.view.name}",
-                                       daemon=True)
+        # run in the subscriber's context: in Jupyter, what fn prints goes to the cell that subscribed
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run,),
+                                       name=f"kpgnb-subscription-{follower.view.name}", daemon=True)
         self.thread.start()
 
     def _run(self):

@@ -13,7 +13,7 @@ if _os.path.isdir(_os.path.join(_root, "engine")) and _os.path.isfile(_os.path.j
         __path__.append(_root)
 
 __all__ = ["Engine", "Variable", "Antichain", "Schema", "KpgnbError", "SchemaError", "DataflowError", "CompactedError",
-           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "engine"]
+           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "engine", "input"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -47,14 +47,43 @@ def __getattr__(name):
     raise AttributeError(f"module 'kpgnb' has no attribute {name!r}")
 
 
-_engine = None
-
-
-def engine(workers: int | None = None):
+def _kernel_engine(workers: int | None = None):
     """The kernel's engine: created on first call and kept for the life of the process (it survives
-    ``%reset``, since it lives here and not in the user namespace)."""
-    global _engine
-    if _engine is None:
-        from .engine.runtime import Engine
-        _engine = Engine(workers=workers)
-    return _engine
+    ``%reset``, since it lives in ``kpgnb.kernel`` and not in the user namespace)."""
+    from .kernel import engine
+    return engine(workers)
+
+
+def input(name: str):  # noqa: A001 - kp.input(name), as eng.inputs()[name] with a helpful error
+    """The kernel's engine input ``name`` (e.g. one a ``%%dataflow --inputs`` DataFrame became)."""
+    from .engine.errors import UnknownNameError
+    inputs = _kernel_engine().inputs()
+    if name not in inputs:
+        raise UnknownNameError(f"no input named {name!r}; inputs are {sorted(inputs)}")
+    return inputs[name]
+
+
+# ``kpgnb.engine`` names the engine's package too, and importing it (which any use of the engine does)
+# binds that name here. So the package is made callable: ``kp.engine()`` is the kernel's engine, while
+# ``kpgnb.engine.runtime`` and friends import as usual. The package itself knows nothing of this.
+class _CallableEngineModule(type(_os)):
+    def __call__(self, workers: int | None = None):
+        """The kernel's engine (see ``kpgnb.kernel.engine``)."""
+        return _kernel_engine(workers)
+
+
+from . import engine  # noqa: E402 - cheap: no numba until a runtime module is imported
+
+engine.__class__ = _CallableEngineModule
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext kpgnb``: the magics, the kernel's engine (on first use) and a background warm-up."""
+    from .extension import load
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    """``%unload_ext kpgnb``: stop every engine thread and unregister the magics."""
+    from .extension import unload
+    unload(ipython)

@@ -1,0 +1,85 @@
+"""How a failing ``%%dataflow`` cell reports: the user's error, at the cell's own line.
+
+The magic raises :class:`CellError` around the original exception. The extension registers
+:func:`show` as IPython's handler for it, which prints the original exception with a traceback cut to
+the user's frames (the cell, and functions the user wrote elsewhere): the magic's and the engine's
+frames are dropped, so the traceback reads ``Cell In[n], line k`` and then the message naming the
+column or type. The cell still counts as failed (a "run all" stops there).
+"""
+from __future__ import annotations
+
+import os
+import types
+
+_HIDDEN = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
+    __file__,                                                     # kpgnb/
+    os.path.join(os.path.dirname(__file__), "engine", "x"),        # kpgnb/engine (installed layout)
+    os.path.join(os.path.dirname(os.path.dirname(__file__)), "engine", "x"),  # engine/ (source layout)
+    types.__file__,                                               # the standard library
+))
+
+
+class CellError(Exception):
+    """A ``%%dataflow`` cell failed with ``error``; ``tb`` is its traceback cut to the user's frames."""
+
+    def __init__(self, error: BaseException, tb, note: str | None = None):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+        self.tb = tb
+        self.note = note
+
+
+def user_frames(tb):
+    """The traceback without the frames of kpgnb itself and of the standard library (threads, pools)."""
+    kept = []
+    while tb is not None:
+        filename = os.path.abspath(tb.tb_frame.f_code.co_filename) if not \
+            tb.tb_frame.f_code.co_filename.startswith("<") else tb.tb_frame.f_code.co_filename
+        if not filename.startswith(_HIDDEN) and "site-packages" + os.sep not in filename:
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def user_error(error: BaseException) -> BaseException:
+    """The exception a user should see: a dataflow that failed because a user function raised is shown
+    as that function's exception (the engine wraps it, keeping it as the cause)."""
+    from .engine.errors import DataflowError
+    seen = set()
+    while isinstance(error, DataflowError) and error.__cause__ is not None and id(error) not in seen:
+        seen.add(id(error))
+        cause = error.__cause__
+        if user_frames(cause.__traceback__) is None and not isinstance(cause, DataflowError):
+            break
+        error = cause
+    return error
+
+
+def wrap(error: BaseException, note: str | None = None) -> CellError:
+    shown = user_error(error)
+    seen, e = set(), shown.__cause__ or shown.__context__
+    while e is not None and id(e) not in seen:  # the causes IPython prints above it: user frames too
+        seen.add(id(e))
+        e.__traceback__ = user_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
+    return CellError(shown, user_frames(shown.__traceback__), note)
+
+
+def show(shell, etype, value, tb, tb_offset=None):
+    """IPython custom exception handler for CellError (anything else: IPython's usual traceback)."""
+    if not isinstance(value, CellError):
+        return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    err = value.error
+    if value.note and value.note not in getattr(err, "__notes__", ()):
+        err.add_note(value.note)
+    if value.tb is None:  # nothing of the user's to point at: the message alone
+        stb = [f"{type(err).__name__}: {err}"] + list(getattr(err, "__notes__", ()))
+        shell._showtraceback(type(err), err, stb)
+        return None
+    stb = shell.InteractiveTB.structured_traceback(type(err), err, value.tb, tb_offset=0)
+    shell._showtraceback(type(err), err, stb)
+    return None
+

@@ -1,0 +1,84 @@
+"""``%load_ext kpgnb`` / ``%unload_ext kpgnb`` / ``%reload_ext kpgnb``.
+
+Loading registers the magics and IPython's handler for failing ``%%dataflow`` cells, and starts the
+background warm-up of the compiled kernels (it never prints; a cell that needs a kernel still compiling
+waits for it with a progress line). The engine itself starts on first use (``kp.engine()`` or a first
+cell). Unloading stops the warm-up, closes the engine (its threads end) and unregisters everything.
+"""
+from __future__ import annotations
+
+from . import cellerror, kernel
+
+_state: dict = {}   # what load() set up, for unload(): magics, warmer, the previous custom exception handler
+
+
+def load(ip):
+    if _state:
+        return
+    try:
+        from .engine.warmup import Warmer
+    except ImportError:  # TEMPORARY until the per-family warmer lands
+        Warmer = _Warmer
+    from .magics import DataflowMagics
+
+    warmer = Warmer()
+    warmer.start()
+    magics = DataflowMagics(ip, warmer)
+    ip.register_magics(magics)
+    previous = (ip.custom_exceptions, getattr(ip, "CustomTB", None))
+    handled = tuple(c for c in ip.custom_exceptions if c is not cellerror.CellError) + (cellerror.CellError,)
+    prev_handler = previous[1] if ip.custom_exceptions else None
+
+    def handler(shell, etype, value, tb, tb_offset=None):
+        if isinstance(value, cellerror.CellError) or prev_handler is None:
+            return cellerror.show(shell, etype, value, tb, tb_offset)
+        return prev_handler(etype, value, tb, tb_offset)
+
+    ip.set_custom_exc(handled, handler)
+    _state.update(ip=ip, magics=magics, warmer=warmer, previous=previous)
+    print("kpgnb: %%dataflow and %dataflow are ready (%dataflow? for help); the engine starts on first use, "
+          "its kernels compile in the background")
+
+
+def unload(ip):
+    if not _state:
+        return
+    _state["warmer"].stop()
+    kernel.close()
+    for kind in ("line", "cell"):
+        ip.magics_manager.magics[kind].pop("dataflow", None)
+    ip.magics_manager.registry.pop(type(_state["magics"]).__name__, None)
+    exc, custom_tb = _state["previous"]
+    if exc:
+        ip.custom_exceptions, ip.CustomTB = exc, custom_tb
+    else:
+        ip.set_custom_exc((), None)
+    _state.clear()
+
+
+def warmer():
+    """The background warm-up of the loaded extension (None when not loaded)."""
+    return _state.get("warmer")
+
+
+class _Warmer:  # TEMPORARY
+    def __init__(self):
+        import threading
+        self.done = False
+        self.thread = threading.Thread(target=self._run, daemon=True, name="kpgnb-warmup")
+
+    def _run(self):
+        from .engine.warmup import warm_kernels
+        try:
+            warm_kernels(1)
+        finally:
+            self.done = True
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        pass
+
+    def progress(self):
+        return (1 if self.done else 0, 1, None if self.done else "all")

@@ -1,0 +1,49 @@
+"""``%dataflow list``: the kernel's dataflows, inputs and exported arrangements, as tables (HTML in a
+notebook, text in a terminal). Built from one published snapshot, so the three tables agree."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Listing:
+    dataflows: object    # pandas DataFrames
+    inputs: object
+    arrangements: object
+
+    @classmethod
+    def of(cls, eng) -> "Listing":
+        import pandas as pd
+
+        from .engine.scope import epoch_of
+        snap = eng.snapshot()
+        flows = [{"dataflow": n, "status": d.status, "frontier": _epoch(epoch_of(d.frontier)),
+                  "views": ", ".join(v for v, _ in d.views), "exports": ", ".join(d.exports),
+                  "imports": ", ".join(d.uses)} for n, d in sorted(snap.dataflows.items())]
+        flows += [{"dataflow": n, "status": d.status, "frontier": _epoch(epoch_of(d.frontier)), "views": "",
+                   "exports": ", ".join(d.exports), "imports": ", ".join(d.uses)}
+                  for n, d in sorted(snap.retired.items())]
+        inputs = [{"input": n, "columns": ", ".join(f"{c}: {t}" for c, t in zip(s.schema.names, s.schema.dtypes)),
+                   "epoch": s.epoch, "closed": s.closed, "records": s.trace.stats()["records"]}
+                  for n, s in sorted(eng.inputs().items())]
+        arrs = [{"arrangement": n, "dataflow": a["dataflow"], "key": ", ".join(a["key"]),
+                 "values": ", ".join(a["values"]), "records": a["records"], "readers": a["readers"]}
+                for n, a in sorted(eng.catalog().items())]
+        return cls(pd.DataFrame(flows, columns=["dataflow", "status", "frontier", "views", "exports", "imports"]),
+                   pd.DataFrame(inputs, columns=["input", "columns", "epoch", "closed", "records"]),
+                   pd.DataFrame(arrs, columns=["arrangement", "dataflow", "key", "values", "records", "readers"]))
+
+    def _parts(self):
+        return (("Dataflows", self.dataflows), ("Inputs", self.inputs), ("Arrangements", self.arrangements))
+
+    def _repr_html_(self):
+        return "".join(f"<b>{title}</b>" + (t.to_html(index=False) if len(t) else "<div>none</div>")
+                       for title, t in self._parts())
+
+    def _repr_pretty_(self, p, cycle):
+        p.text("\n\n".join(f"{title}\n" + (t.to_string(index=False) if len(t) else "none")
+                           for title, t in self._parts()))
+
+
+def _epoch(e):
+    return "closed" if e is None else e

@@ -1,0 +1,175 @@
+"""The ``%%dataflow`` cell magic and the ``%dataflow`` line magic (registered by ``%load_ext kpgnb``).
+
+Parsing lives here (``magic_arguments``, so ``%%dataflow?`` shows the options); running a cell lives in
+:mod:`kpgnb.cell`, the kernel's engine in :mod:`kpgnb.kernel`, listings in :mod:`kpgnb.listing`.
+"""
+from __future__ import annotations
+
+import shlex
+
+from IPython.core.error import UsageError as IPyUsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from . import cell, kernel
+from .engine.errors import KpgnbError
+
+SUBCOMMANDS = ("list", "drop", "cancel", "wait", "stats", "config", "dashboard")
+
+
+@magics_class
+class DataflowMagics(Magics):
+    def __init__(self, shell, warmer=None):
+        super().__init__(shell)
+        self.warmer = warmer
+
+    @magic_arguments()
+    @argument("name", help="the dataflow's name (views and exports are named inside the cell)")
+    @argument("--inputs", "-i", default=None, metavar="a=x,b=y",
+              help="bind collections in the cell: a is the engine input for x, a pandas or Spark DataFrame, "
+                   "Arrow table, dict of arrays or input session in the notebook (a DataFrame becomes an "
+                   "engine input named x, kept for later cells)")
+    @argument("--replace", action="store_true",
+              help="swap out an installed dataflow of this name (dataflows reading its exports keep them)")
+    @argument("-o", "--output", default=None, metavar="VAR", help="bind a handle on the dataflow to VAR")
+    @argument("--no-wait", action="store_true", help="return once installed, without waiting for results")
+    @cell_magic
+    def dataflow(self, line, body):
+        """Build and install one dataflow from the cell's Python code.
+
+        The cell runs with ``df``, the dataflow builder (what ``eng.dataflow(NAME)`` yields), in scope,
+        and each ``--inputs`` name bound to a collection. ``df.input("name")`` reads an engine input,
+        ``df.use("name")`` imports an arrangement an earlier cell exported (no re-indexing). When the
+        cell ends the dataflow is installed atomically and its first results are awaited; its views are
+        bound in the notebook by their names. A failing cell installs nothing and keeps every earlier
+        dataflow and arrangement. Example::
+
+            %%dataflow reach --inputs edges=edges_df
+            g = edges.arrange_by("src").export("edges_by_src")
+            reach = df.input("roots").iterate(lambda r: r.join(g, left_on="node", right_on="src")
+                                              .select(node="dst").concat(r).distinct()).view("reach")
+        """
+        args = parse_argstring(self.dataflow, line)
+        try:
+            spec = cell.CellSpec(args.name, cell.parse_inputs(args.inputs), args.replace, args.output,
+                                 not args.no_wait)
+        except KpgnbError as e:
+            raise IPyUsageError(str(e)) from None
+        if not body.strip():
+            raise IPyUsageError(f"%%dataflow {args.name}: the cell is empty; build the dataflow in its body")
+        handle = cell.run(self.shell, kernel.engine(), spec, line, body, self.warmer)
+        print(_summary(handle))
+
+    @line_magic("dataflow")
+    def dataflow_line(self, line):
+        """Manage the kernel's dataflows.
+
+        %dataflow list                      dataflows, views, inputs and exported arrangements
+        %dataflow drop NAME [--cascade]     uninstall (--cascade: also the dataflows reading its exports)
+        %dataflow cancel NAME               stop its computation (it stays listed as cancelled)
+        %dataflow wait [NAME] [--timeout S] wait for NAME's views (default: every dataflow); Ctrl-C stops
+                                            waiting and leaves the dataflow running
+        %dataflow stats                     sizes, frontiers, latencies and worker load
+        %dataflow config [--workers N] [--restart]
+                                            show or set the engine's worker count (KPGNB_WORKERS; default
+                                            the cores); --restart closes the engine, losing its state
+        %dataflow dashboard                 the live dashboard (kpgnb.widgets)
+
+        A cell starting with %%dataflow NAME builds a dataflow (see %%dataflow?).
+        """
+        try:
+            words = shlex.split(line)
+        except ValueError as e:
+            raise IPyUsageError(f"%dataflow: {e}") from None
+        if not words:
+            raise IPyUsageError(f"%dataflow needs a subcommand: {', '.join(SUBCOMMANDS)} (see %dataflow?)")
+        sub, rest = words[0], words[1:]
+        if sub not in SUBCOMMANDS:
+            raise IPyUsageError(f"%dataflow {sub}: unknown subcommand; expected one of {', '.join(SUBCOMMANDS)}")
+        try:
+            return getattr(self, f"_{sub}")(rest)
+        except KpgnbError as e:
+            raise IPyUsageError(f"%dataflow {sub}: {e}") from None
+
+    # -- subcommands ------------------------------------------------------------------------------
+    def _list(self, rest):
+        _no_args("list", rest)
+        from .listing import Listing
+        return Listing.of(kernel.engine())
+
+    def _drop(self, rest):
+        a = _parse(rest, "drop", [("name", {}), ("--cascade", {"action": "store_true"})])
+        kernel.engine().drop(a.name, cascade=a.cascade)
+        print(f"dropped dataflow {a.name!r}")
+
+    def _cancel(self, rest):
+        a = _parse(rest, "cancel", [("name", {})])
+        kernel.engine().cancel(a.name)
+        print(f"cancelled dataflow {a.name!r}")
+
+    def _wait(self, rest):
+        a = _parse(rest, "wait", [("name", {"nargs": "?"}), ("--timeout", {"type": float, "default": None})])
+        eng = kernel.engine()
+        names = [a.name] if a.name else [n for n, s in eng.dataflows().items() if s == "running"]
+        from .handle import DataflowHandle
+        for n in names:
+            if n not in eng.dataflows():
+                raise KpgnbError(f"no dataflow named {n!r}; installed: {sorted(eng.dataflows())}")
+            h = DataflowHandle(eng, n, {}, [])
+            if a.timeout is not None:
+                eng.wait(n, timeout=a.timeout, cancel_on_interrupt=False)
+            else:
+                cell.wait(eng, h, self.warmer)
+        print("up to date: " + (", ".join(repr(n) for n in names) if names else "no dataflows"))
+
+    def _stats(self, rest):
+        _no_args("stats", rest)
+        return kernel.engine().stats()
+
+    def _config(self, rest):
+        a = _parse(rest, "config", [("--workers", {"type": int, "default": None}),
+                                    ("--restart", {"action": "store_true"})])
+        if a.restart:
+            kernel.close()
+        if a.workers is not None:
+            kernel.configure(workers=a.workers)
+        eng = kernel.current()
+        state = f"running with {eng.workers} workers" if eng else "not started (starts on first use)"
+        warm = "compiled" if self.warmer is None or self.warmer.done else "compiling in the background"
+        print(f"engine: {state}; workers when started: {kernel.configured_workers()}; kernels: {warm}")
+
+    def _dashboard(self, rest):
+        _no_args("dashboard", rest)
+        try:
+            from .widgets import dashboard
+        except ImportError:
+            print("the dashboard is not available in this version of kpgnb.widgets; %dataflow stats shows "
+                  "the same figures")
+            return None
+        return dashboard(kernel.engine())
+
+
+def _summary(handle) -> str:
+    parts = [f"dataflow {handle.name!r} {'replaced' if handle.replaced else 'installed'} in "
+             f"{handle.install_s * 1e3:.1f} ms"]
+    info = handle.engine.snapshot().dataflows.get(handle.name)
+    if handle.views:
+        parts.append("views: " + ", ".join(handle.views))
+    if handle.exports:
+        parts.append("exports: " + ", ".join(handle.exports))
+    if info is not None and info.uses:
+        parts.append("imports: " + ", ".join(info.uses))
+    return " · ".join(parts)
+
+
+def _no_args(sub: str, rest):
+    if rest:
+        raise IPyUsageError(f"%dataflow {sub} takes no arguments, got {' '.join(rest)!r}")
+
+
+def _parse(rest, sub: str, spec):
+    from IPython.core.magic_arguments import MagicArgumentParser
+    p = MagicArgumentParser(prog=f"%dataflow {sub}", add_help=False)
+    for name, kw in spec:
+        p.add_argument(name, **kw)
+    return p.parse_args(rest)
