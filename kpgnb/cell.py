@@ -159,33 +159,41 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
 
     replaced = spec.replace and spec.name in eng.dataflows()
     builder = eng.dataflow(spec.name, replace=spec.replace)
+    # the body runs in a copy of the namespace: its assignments reach the notebook only if the cell succeeds
+    scope = dict(ns)
     injected = {"df": builder}
-    saved = {k: ns[k] for k in list(injected) + list(sources) if k in ns}
     try:
         with builder:
             for name, src in sources.items():
                 injected[name] = builder.input(src)
-            ns.update(injected)
-            exec(code, ns)  # noqa: S102 - the cell's own code
+            scope.update(injected)
+            exec(code, scope)  # noqa: S102 - the cell's own code
             t0 = time.perf_counter()
     except Exception as e:  # noqa: BLE001 - reported at the cell
         raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
-    finally:
-        for k in injected:
-            if k in saved:
-                ns[k] = saved[k]
-            else:
-                ns.pop(k, None)
     handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
                             replaced)
-    if spec.wait:
-        wait(eng, handle, warmer, first=True)
+    try:
+        if spec.wait:
+            wait(eng, handle, warmer, first=True)
+    except CellError as e:
+        if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
+            _bind(ns, scope, injected, handle, spec.output)
+        raise
+    _bind(ns, scope, injected, handle, spec.output)
+    return handle
+
+
+def _bind(ns: dict, scope: dict, injected: dict, handle: DataflowHandle, output: str | None):
+    """The cell's own assignments, then its views by name, then ``-o VAR``, into the notebook."""
+    for k, v in scope.items():
+        if k not in injected and (k not in ns or ns[k] is not v):
+            ns[k] = v
     for vname, view in handle.views.items():
         if vname.isidentifier():
             ns[vname] = view
-    if spec.output:
-        ns[spec.output] = handle
-    return handle
+    if output:
+        ns[output] = handle
 
 
 def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False):
@@ -201,8 +209,7 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False):
                 progress.show(eng)
     except KeyboardInterrupt:
         progress.end()
-        raise CellError(KeyboardInterrupt(f"stopped waiting for dataflow {handle.name!r}"), None,
-                        _how_far(eng, handle.name)) from None
+        raise CellError(KeyboardInterrupt(f"stopped waiting: {_how_far(eng, handle.name)}"), None) from None
     except (DataflowError, KpgnbError) as e:
         progress.end()
         if first:

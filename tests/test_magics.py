@@ -1,0 +1,273 @@
+"""The notebook extension through IPython's own shell: %load_ext, %%dataflow cells (inputs, views, exports,
+failures that install nothing, --replace, -o), the %dataflow subcommands, %reset, unload and reload."""
+import re
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+import kpgnb as kp
+from kpgnb import kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def shell():
+    sh = InteractiveShell.instance()
+    yield sh
+    sh.run_line_magic("unload_ext", "kpgnb")
+
+
+@pytest.fixture(params=[1, 2, 3])
+def ip(request, shell, capsys):
+    """The shell with the extension loaded and a fresh kernel engine of W workers."""
+    kernel.close()
+    shell.run_line_magic("load_ext", "kpgnb")
+    kernel.configure(workers=request.param)
+    shell.user_ns.update(np=np, pd=pd, kp=kp)
+    capsys.readouterr()
+    yield shell
+    kernel.close()
+    for k in [k for k in shell.user_ns if not k.startswith("_") and k not in ("In", "Out", "get_ipython", "exit", "quit")]:
+        shell.user_ns.pop(k, None)
+
+
+def run(sh, capsys, code):
+    """Run a cell; (result, stdout+stderr without colour codes)."""
+    r = sh.run_cell(code)
+    out = capsys.readouterr()
+    return r, ANSI.sub("", out.out + out.err)
+
+
+def frame(rng, n=200, nodes=40):
+    return pd.DataFrame({"src": rng.integers(0, nodes, n), "dst": rng.integers(0, nodes, n),
+                         "label": np.array([f"n{i % 7}" for i in range(n)], dtype=object)})
+
+
+def test_load_registers_magics_and_says_so_once(shell, capsys):
+    kernel.close()
+    shell.run_line_magic("unload_ext", "kpgnb")
+    capsys.readouterr()
+    shell.run_line_magic("load_ext", "kpgnb")
+    out = capsys.readouterr().out
+    assert out.count("kpgnb:") == 1 and len(out.strip().splitlines()) == 1  # one line
+    shell.run_line_magic("load_ext", "kpgnb")  # IPython says it is loaded already; nothing else happens
+    assert "kpgnb:" not in capsys.readouterr().out
+    assert shell.find_cell_magic("dataflow") is not None and shell.find_line_magic("dataflow") is not None
+
+
+def test_help_documents_the_options(ip, capsys):
+    _, out = run(ip, capsys, "%%dataflow?")
+    assert "--inputs" in out and "--replace" in out and "-o" in out and "df.use" in out
+    _, out = run(ip, capsys, "%dataflow?")
+    for sub in ("list", "drop", "wait", "stats", "config", "dashboard"):
+        assert f"%dataflow {sub}" in out
+
+
+def test_first_cell_inputs_views_and_a_second_cell_attaching(ip, capsys):
+    rng = np.random.default_rng(7)
+    ip.user_ns["edges_df"] = edges = frame(rng)
+    r, out = run(ip, capsys, """%%dataflow deg --inputs e=edges_df
+by_src = e.arrange_by("src").export("edges_by_src")
+out_degree = by_src.count(by="src").view("out_degree")
+labels = e.select("label").distinct().view("labels")
+""")
+    assert r.success, out
+    assert "dataflow 'deg' installed" in out and "exports: edges_by_src" in out
+    view = ip.user_ns["out_degree"]
+    got = view.to_pandas().sort_values("src").reset_index(drop=True)
+    want = edges.groupby("src").size().reset_index(name="count")
+    assert got.to_dict("list") == want.to_dict("list")
+    assert sorted(ip.user_ns["labels"].to_pandas()["label"]) == sorted(set(edges["label"]))
+    records_before = kp.engine().catalog()["edges_by_src"]["records"]
+
+    r, out = run(ip, capsys, """%%dataflow two_hop
+g = df.use("edges_by_src")
+hops = g.join(g, left_on="dst", right_on="src").select("src", "dst_right").distinct().view("two_hop")
+""")
+    assert r.success, out
+    assert "imports: edges_by_src" in out
+    cat = kp.engine().catalog()
+    assert len(cat) == 1 and cat["edges_by_src"]["records"] == records_before  # attached, not re-indexed
+    pairs = edges.merge(edges, left_on="dst", right_on="src")[["src_x", "dst_y"]].drop_duplicates()
+    got = ip.user_ns["two_hop"].to_pandas()
+    assert len(got) == len(pairs)
+    assert set(map(tuple, got.to_numpy())) == set(map(tuple, pairs.to_numpy()))
+
+    # the DataFrame became an engine input named after its variable; later cells change it
+    kp.input("edges_df").insert(pd.DataFrame({"src": [1000], "dst": [1001], "label": ["new"]}))
+    kp.input("edges_df").advance_to(2)
+    run(ip, capsys, "%dataflow wait")
+    assert 1000 in set(view.to_pandas()["src"])
+
+
+def test_view_renders_as_table_with_frontier_and_rows(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"k": [3, 1, 2], "v": [0.5, 1.5, 2.5]})
+    run(ip, capsys, "%%dataflow show --inputs t=t\nshown = t.view('shown')\n")
+    r, out = run(ip, capsys, "shown")
+    assert "view 'shown'" in out and "final before epoch 1" in out and "3 rows" in out
+    assert [ln.split()[0] for ln in out.strip().splitlines()[-3:]] == ["1", "2", "3"]  # sorted
+    html = ip.user_ns["shown"]._repr_html_()
+    assert "<table" in html and "3 rows" in html and "last update" in html
+
+
+def _cell_error_text(out):
+    assert "Traceback" in out
+    return out
+
+
+@pytest.mark.parametrize("body, expect, line", [
+    ("x = e.select('nope')\n", "no column 'nope'", 2),
+    ("y = 1\nx = e.join(e, left_on='src', right_on='label')\n", "label", 3),
+    ("x = e.select('src'\n", "SyntaxError", None),
+    ("x = df.input('nosuch')\n", "no input named 'nosuch'", 2),
+])
+def test_failing_cell_installs_nothing_and_points_at_its_line(ip, capsys, body, expect, line):
+    ip.user_ns["edges_df"] = frame(np.random.default_rng(1))
+    run(ip, capsys, "%%dataflow base --inputs e=edges_df\nkeep = e.arrange_by('src').export('by_src').view('keep')\n")
+    before = (kp.engine().dataflows(), kp.engine().catalog(), ip.user_ns["keep"].to_pandas())
+    r, out = run(ip, capsys, "%%dataflow broken --inputs e=edges_df\n" + body)
+    assert not r.success
+    assert expect in out, out
+    if line is not None:
+        assert re.search(rf"Cell In\[\d+\], line {line}", out), out
+    assert "kpgnb/" not in out and "engine/" not in out and "run_cell_magic" not in out  # the magic's frames hidden
+    assert kp.engine().dataflows() == before[0] and kp.engine().catalog() == before[1]
+    pd.testing.assert_frame_equal(ip.user_ns["keep"].to_pandas(), before[2])
+    assert "broken" not in kp.engine().dataflows()
+
+
+def test_user_function_failing_on_its_first_batch_installs_nothing(ip, capsys):
+    ip.user_ns["edges_df"] = frame(np.random.default_rng(2))
+    run(ip, capsys, "%%dataflow base --inputs e=edges_df\nkeep = e.arrange_by('src').export('by_src').view('keep')\n")
+    r, out = run(ip, capsys, """%%dataflow fails --inputs e=edges_df
+def check(src):
+    if (src > 5).any():
+        raise ValueError(f"src {src.max()} is out of range")
+    return src
+bad = df.use("by_src").map(lambda src: {"s": check(src)}).view("bad")
+""")
+    assert not r.success
+    assert "ValueError" in out and "out of range" in out and "failed on its first computation" in out
+    assert re.search(r"Cell In\[\d+\], line 4", out), out
+    assert list(kp.engine().dataflows()) == ["base"] and "bad" not in ip.user_ns
+    assert len(ip.user_ns["keep"].to_pandas()) == 200
+
+
+def test_replace_swaps_and_keeps_exports_that_others_read(ip, capsys):
+    ip.user_ns["edges_df"] = edges = frame(np.random.default_rng(3))
+    run(ip, capsys, "%%dataflow src_df --inputs e=edges_df\nv1 = e.arrange_by('src').export('by_src').count(by='src').view('counts')\n")
+    run(ip, capsys, "%%dataflow reader\nfan = df.use('by_src').count(by='src').view('fan')\n")
+    r, out = run(ip, capsys, "%%dataflow src_df --inputs e=edges_df\nv = e.view('counts')\n")
+    assert not r.success and "--replace" in out
+    r, out = run(ip, capsys, "%%dataflow src_df --replace --inputs e=edges_df\n"
+                             "v = e.arrange_by('src').export('by_src').distinct().view('counts')\n")
+    assert r.success, out
+    assert "replaced" in out
+    assert len(ip.user_ns["counts"].to_pandas()) == len(edges.drop_duplicates())
+    # the reader keeps the old arrangement, still maintained
+    kp.input("edges_df").insert([(999, 1, "x")])
+    kp.input("edges_df").advance_to(2)
+    run(ip, capsys, "%dataflow wait")
+    assert 999 in set(ip.user_ns["fan"].to_pandas()["src"])
+    # a later cell gets the new export
+    r, out = run(ip, capsys, "%%dataflow later\nn = df.use('by_src').view('n')\n")
+    assert r.success, out
+    assert len(ip.user_ns["n"].to_pandas()) == len(edges) + 1
+
+
+def test_output_handle_and_subcommands(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"k": [1, 2, 2]})
+    r, out = run(ip, capsys, "%%dataflow h -o flow --inputs t=t\nc = t.count(by='k').view('c')\n")
+    assert r.success, out
+    flow = ip.user_ns["flow"]
+    assert flow.status == "running" and flow["c"] is ip.user_ns["c"] and flow.replaced is False
+    r, out = run(ip, capsys, "%dataflow list")
+    assert "h" in out and "running" in out and "t" in out
+    r, out = run(ip, capsys, "%dataflow stats")
+    assert r.success and "arrangements" in out
+    r, out = run(ip, capsys, "%dataflow config")
+    assert "workers" in out
+    r, out = run(ip, capsys, "%dataflow drop h")
+    assert r.success and kp.engine().dataflows() == {}
+    for bad in ("%dataflow", "%dataflow frobnicate", "%dataflow drop", "%dataflow drop nosuch",
+                "%dataflow wait --timeout x", "%%dataflow\nx = 1\n", "%%dataflow q --bogus\nx = 1\n"):
+        r, out = run(ip, capsys, bad)
+        assert not r.success, bad
+        assert "UsageError" in out and "Traceback" not in out, (bad, out)
+
+
+def test_dataframe_inputs_are_reused_not_reloaded(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"k": [1, 2]})
+    run(ip, capsys, "%%dataflow a --inputs t=t\nva = t.view('va')\n")
+    r, out = run(ip, capsys, "%%dataflow b --inputs t=t\nvb = t.view('vb')\n")
+    assert r.success, out
+    assert list(kp.engine().inputs()) == ["t"]
+    ip.user_ns["t"] = pd.DataFrame({"k": [7]})   # a different object under the same name
+    r, out = run(ip, capsys, "%%dataflow c --inputs t=t\nvc = t.view('vc')\n")
+    assert not r.success and "exists already" in out
+    assert sorted(ip.user_ns["va"].to_pandas()["k"]) == [1, 2]
+    r, out = run(ip, capsys, "%%dataflow d --inputs t=nosuch\nvd = t.view('vd')\n")
+    assert not r.success and "nosuch" in out
+    ip.user_ns["notaframe"] = 42
+    r, out = run(ip, capsys, "%%dataflow e --inputs t=notaframe\nve = t.view('ve')\n")
+    assert not r.success and "int" in out and "DataFrame" in out
+
+
+def test_engine_survives_reset(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"k": [1, 2, 3]})
+    run(ip, capsys, "%%dataflow keep --inputs t=t\nkept = t.view('kept')\n")
+    eng = kp.engine()
+    run(ip, capsys, "%reset -f")
+    assert "kept" not in ip.user_ns
+    assert kp.engine() is eng and "keep" in eng.dataflows()
+    r, out = run(ip, capsys, "%%dataflow again\nagain = df.input('t').view('again')\n")
+    assert r.success, out
+    assert sorted(ip.user_ns["again"].to_pandas()["k"]) == [1, 2, 3]
+
+
+def test_interrupt_stops_waiting_and_leaves_the_dataflow_running(ip, capsys):
+    """Ctrl-C during a long first computation: control returns, the cell says how far it got, the
+    dataflow keeps computing and `%dataflow wait` later gives the full answer."""
+    eng = kp.engine()
+    s = eng.input("slow_in", ["x"])
+    s.insert([(i,) for i in range(30)])
+    s.advance_to(1)
+    ip.user_ns.update(time=time, threading=threading)
+    t0 = time.monotonic()
+    r, out = run(ip, capsys, """%%dataflow slow
+def nap(x):
+    if (x == 29).any():  # a real batch (the trial call that learns the output columns passes zeros)
+        threading.Timer(0.3, __import__("_thread").interrupt_main).start()  # Ctrl-C while the cell waits
+        time.sleep(3)
+    return x
+slow = df.input("slow_in").map(lambda x: {"x": nap(x)}).view("slow")
+""")
+    assert time.monotonic() - t0 < 30  # a hang check, not a timing
+    assert not r.success and "KeyboardInterrupt" in out and "still installed and computing" in out, out
+    assert eng.dataflows() == {"slow": "running"}
+    r, out = run(ip, capsys, "%dataflow wait slow")
+    assert r.success, out
+    assert sorted(ip.user_ns["slow"].to_pandas()["x"]) == list(range(30))
+
+
+def test_unload_stops_engine_threads_and_reload_works(shell, capsys):
+    kernel.close()
+    shell.run_line_magic("load_ext", "kpgnb")
+    shell.user_ns["t"] = pd.DataFrame({"k": [1]})
+    assert shell.run_cell("%%dataflow u --inputs t=t\nu = t.view('u')\n").success
+    eng = kp.engine()
+    shell.run_line_magic("unload_ext", "kpgnb")
+    assert eng.closed
+    assert shell.find_cell_magic("dataflow") is None and shell.find_line_magic("dataflow") is None
+    assert not [t for t in threading.enumerate() if t.name.startswith(("kpgnb-scheduler", "kpgnb-worker"))]
+    shell.run_line_magic("load_ext", "kpgnb")
+    shell.run_line_magic("reload_ext", "kpgnb")
+    r = shell.run_cell("%%dataflow u2 --inputs t=t\nu2 = t.view('u2')\n")
+    assert r.success
+    assert list(shell.user_ns["u2"].to_pandas()["k"]) == [1]
+    capsys.readouterr()
