@@ -224,17 +224,22 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False):
     progress.end()
 
 
-def _how_far(eng, name: str) -> str:
+def _position(eng, name: str) -> str:
+    """How far a dataflow got, e.g. "final before epoch 3 of 10" (its inputs are at epoch 10)."""
     info = eng.snapshot().dataflows.get(name)
     if info is None:
-        return f"dataflow {name!r} is not installed"
+        return "not installed"
     from .engine.scope import epoch_of
     inputs = eng.inputs()
     goal = [inputs[s].epoch for s in sorted(info.sources) if s in inputs and not inputs[s].closed]
     at = epoch_of(info.frontier)
-    where = "complete" if at is None else f"final before epoch {at}"
-    target = f" of {min(goal)}" if goal and at is not None else ""
-    return (f"dataflow {name!r} is still installed and computing in the background ({where}{target}); "
+    if at is None:
+        return "complete"
+    return f"final before epoch {at}" + (f" of {min(goal)}" if goal else "")
+
+
+def _how_far(eng, name: str) -> str:
+    return (f"dataflow {name!r} is still installed and computing in the background ({_position(eng, name)}); "
             f"%dataflow wait {name} waits again, %dataflow drop {name} removes it")
 
 
@@ -252,7 +257,7 @@ class _Progress:
         elapsed = time.perf_counter() - self.start
         if not self.enabled or elapsed < PROGRESS_AFTER_S:
             return
-        text = _how_far(eng, self.name).split(";")[0]
+        text = f"computing dataflow {self.name!r}: {_position(eng, self.name)}"
         if self.warmer is not None and not self.warmer.done:
             done, total, current = self.warmer.progress()
             text += f"; compiling kernels ({done}/{total}{', ' + current if current else ''})"

@@ -271,3 +271,19 @@ def test_unload_stops_engine_threads_and_reload_works(shell, capsys):
     assert r.success
     assert list(shell.user_ns["u2"].to_pandas()["k"]) == [1]
     capsys.readouterr()
+
+
+def test_a_long_wait_shows_a_progress_line(ip, capsys, monkeypatch):
+    from kpgnb import cell
+    monkeypatch.setenv("KPGNB_PROGRESS", "1")
+    monkeypatch.setattr(cell, "PROGRESS_AFTER_S", 0.0)
+    ip.user_ns.update(time=time, t=pd.DataFrame({"k": [1, 2]}))
+    r, out = run(ip, capsys, """%%dataflow slowish --inputs t=t
+def nap(k):
+    if (k == 2).any():
+        time.sleep(2.5)
+    return k
+v = t.map(lambda k: {"k": nap(k)}).view("v")
+""")
+    assert r.success, out
+    assert re.search(r"computing dataflow 'slowish': final before epoch 0 of 1 · \d+ s", out), out
