@@ -287,3 +287,16 @@ v = t.map(lambda k: {"k": nap(k)}).view("v")
 """)
     assert r.success, out
     assert re.search(r"computing dataflow 'slowish': final before epoch 0 of 1 · \d+ s", out), out
+
+
+def test_arrow_tables_and_dicts_of_arrays_as_inputs(ip, capsys):
+    import pyarrow as pa
+    ip.user_ns["tbl"] = pa.table({"k": [1, 2, 2], "name": ["a", "b", "b"], "w": [0.5, 1.0, 1.5]})
+    ip.user_ns["cols"] = {"k": np.array([2, 3]), "flag": np.array([True, False])}
+    r, out = run(ip, capsys, """%%dataflow mixed --inputs a=tbl,b=cols
+j = a.join(b, on="k").view("j")
+""")
+    assert r.success, out
+    got = ip.user_ns["j"].to_pandas().sort_values("w").reset_index(drop=True)
+    assert got.to_dict("list") == {"k": [2, 2], "name": ["b", "b"], "w": [1.0, 1.5], "flag": [True, True]}
+    assert kp.engine().inputs()["tbl"].schema.dtypes == ("int64", "str", "float64")

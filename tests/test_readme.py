@@ -6,9 +6,9 @@ import re
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 
 
-def blocks():
+def blocks(lang="python"):
     text = open(README).read()
-    return re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, re.S | re.M)
 
 
 def run_block(block, n, ns, source=None, first_line=1):
@@ -40,7 +40,8 @@ def test_readme_examples_run():
     code = blocks()
     assert len(code) >= 2
     # no python example hides behind another spelling of the fence
-    assert len(re.findall(r"^```[ \t]*(py|python|python3|pycon|ipython)\b", open(README).read(), re.M)) == len(code)
+    assert len(re.findall(r"^```[ \t]*(py|python|python3|pycon|ipython)\b", open(README).read(), re.M)) == \
+        len(code) + len(blocks("ipython"))
     ns = {}
     try:
         for n, block in enumerate(code, 1):
@@ -67,3 +68,20 @@ def test_readme_examples_run():
         for e in engines.values():
             e.close()
 
+
+
+def test_readme_notebook_examples_run():
+    """The ipython blocks (the notebook section), in order, as cells of one IPython shell."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from kpgnb import kernel
+    shell = InteractiveShell.instance()
+    kernel.close()
+    try:
+        for n, block in enumerate(blocks("ipython"), 1):
+            r = shell.run_cell(block)
+            assert r.success, (n, r.error_in_exec)
+        assert sorted(shell.user_ns["dist"].to_pandas()["node"]) == [1, 2, 3, 4]
+        assert "edges_by_src" in kernel.engine().catalog()
+    finally:
+        shell.run_line_magic("unload_ext", "kpgnb")
