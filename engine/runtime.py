@@ -181,7 +181,8 @@ class Engine:
     # -- waiting ------------------------------------------------------------------------------------
     def wait(self, target=None, timeout: float | None = None, cancel_on_interrupt: bool = True):
         """Block the caller until ``target`` is current: a View (reflects every epoch its inputs were
-        advanced to), a dataflow's name (all of it has), an int epoch e (every view is final for the epochs before e), or None (every command sent so far is
+        advanced to), a dataflow's name (all of its views do), an int epoch e (every view is final for the
+        epochs before e), or None (every command sent so far is
         done and no dataflow has work left). Raises what the dataflow, its inputs or the engine failed
         with, TimeoutError after ``timeout`` seconds. Ctrl-C cancels the computation it waited for, unless
         ``cancel_on_interrupt=False`` (then it only stops waiting: the notebook's ``%dataflow wait``)."""
@@ -194,7 +195,11 @@ class Engine:
             goal = self._view_goal(target)
             done = lambda snap: self._view_done(snap, target, goal)  # noqa: E731
         elif isinstance(target, str):
-            info = self._check_dataflow(self.snapshot(), target)
+            snap = self.snapshot()
+            if target not in snap.dataflows:
+                raise UsageError(f"eng.wait({target!r}): no dataflow named {target!r} is installed "
+                                 f"(dataflows: {', '.join(sorted(snap.dataflows)) or 'none'})")
+            info = self._check_dataflow(snap, target)
             goal = self._goal_of(info)
             done = lambda snap: _past(self._check_dataflow(snap, target).frontier, goal)  # noqa: E731
         elif target is None:

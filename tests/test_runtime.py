@@ -287,8 +287,14 @@ def test_wait_forms(eng):
     e.advance_to(5)
     eng.wait()
     assert rows(v) == [(4,)]
-    with pytest.raises(TypeError):
+    e.insert([5])
+    e.advance_to(6)
+    assert eng.wait("d") == "d"
+    assert rows(v) == [(5,)]
+    with pytest.raises(kp.UsageError, match="no dataflow named 'v'"):
         eng.wait("v")
+    with pytest.raises(TypeError):
+        eng.wait(2.5)
 
 
 # -- failures --------------------------------------------------------------------------------------
