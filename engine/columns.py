@@ -134,9 +134,11 @@ class SymbolTable:
         """ids for a sequence of distinct strings (e.g. the dictionary of a dictionary-encoded column):
         one dict lookup each. Raises SchemaError on a value that is not a str, interning nothing."""
         values = values.tolist() if isinstance(values, np.ndarray) else list(values)
-        for s in values:
-            if not isinstance(s, str):
-                raise SchemaError(f"expected str values, found {s!r} ({type(s).__name__})")
+        if values and set(map(type, values)) != {str}:
+            bad = next((s for s in values if not isinstance(s, str)), None)
+            if bad is not None or any(s is None for s in values):
+                raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
+            values = [str(s) for s in values]  # str subclasses (np.str_) are stored as str
         get = self._ids.get
         with self._lock:
             ids = [get(s, -1) for s in values]
