@@ -128,18 +128,30 @@ class SymbolTable:
         except TypeError:
             bad = next(v for v in arr if not isinstance(v, str))
             raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})") from None
-        ids = np.empty(len(uniq), dtype=np.int64)
+        return self.intern_distinct(uniq)[inverse.reshape(-1)]
+
+    def intern_distinct(self, values) -> np.ndarray:
+        """ids for a sequence of distinct strings (e.g. the dictionary of a dictionary-encoded column):
+        one dict lookup each. Raises SchemaError on a value that is not a str, interning nothing."""
+        values = values.tolist() if isinstance(values, np.ndarray) else list(values)
+        if values and set(map(type, values)) != {str}:
+            bad = next((s for s in values if not isinstance(s, str)), None)
+            if bad is not None or any(s is None for s in values):
+                raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
+            values = [str(s) for s in values]  # str subclasses (np.str_) are stored as str
+        get = self._ids.get
         with self._lock:
-            for k, s in enumerate(uniq.tolist()):
-                if not isinstance(s, str):
-                    raise SchemaError(f"expected str values, found {s!r} ({type(s).__name__})")
-                i = self._ids.get(s)
-                if i is None:
-                    i = len(self._strings)
-                    self._ids[s] = i
-                    self._strings.append(s)
-                ids[k] = i
-        return ids[inverse.reshape(-1)]
+            ids = [get(s, -1) for s in values]
+            for k, i in enumerate(ids):
+                if i < 0:
+                    s = values[k]
+                    i = self._ids.get(s, -1)  # a repeat within values
+                    if i < 0:
+                        i = len(self._strings)
+                        self._ids[s] = i
+                        self._strings.append(s)
+                    ids[k] = i
+        return np.array(ids, dtype=np.int64)
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """Object array of strings for an array of ids."""
@@ -171,7 +183,13 @@ _RANGE = "outside int64's range [-2**63, 2**63 - 1]"
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
     """Turn user values into the engine's int64 representation, with errors that name the column."""
     if dtype == "str":
-        return symbols.intern_array(_as_object(values, name))
+        arr = _as_object(values, name)
+        try:
+            return symbols.intern_array(arr)
+        except SchemaError:
+            i, v = next((i, v) for i, v in enumerate(arr.tolist()) if not isinstance(v, str))
+            raise SchemaError(f"column {name!r} is str but row {i} holds {v!r} ({type(v).__name__})"
+                              f"{_NULL if _is_null(v) else ''}") from None
     arr = np.asarray(values)
     if dtype == "int64":
         if not isinstance(values, np.ndarray) and arr.dtype.kind in "fuO":
@@ -214,6 +232,13 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
     raise SchemaError(f"unknown dtype {dtype!r}")
 
 
+_NULL = "; kpgnb columns cannot hold nulls: drop or fill them first"
+
+
+def _is_null(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType")
+
+
 def _strict_bool(v):
     if isinstance(v, (bool, np.bool_)) or v in (0, 1):
         return int(bool(v))
@@ -247,6 +272,8 @@ def _convert_object(arr, name, dtype, conv):
             else:
                 out[i] = conv(v)
         except (TypeError, ValueError, OverflowError):
+            if _is_null(v) and not isinstance(v, float):  # None, pd.NA (a NaN says why it is refused)
+                why = _NULL
             raise SchemaError(f"column {name!r} is {dtype} but row {i} holds {v!r} "
                               f"({type(v).__name__}){why}") from None
     return out

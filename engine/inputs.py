@@ -1,6 +1,10 @@
 """Turning user rows (lists of tuples, dicts of arrays, pandas, Arrow or Spark DataFrames) into the
 engine's int64 column matrix, with errors that say which column or row is wrong and what was expected.
-No pandas, Arrow or Spark import: those are recognised by duck typing."""
+No pandas, Arrow or Spark import: those are recognised by duck typing.
+
+Arrow columns (a Spark DataFrame arrives as ``toArrow()``) are checked whole first (type, nulls) so a bad
+table changes nothing; string columns are dictionary-encoded by Arrow and each distinct string is interned
+once, the rows then mapped with NumPy (pandas string columns likewise through ``factorize``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,13 +14,15 @@ from .columns import Schema, SchemaError, SymbolTable, encode_column
 
 def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
     """A ``k x n`` int64 matrix for the rows, in schema column order."""
+    what = "the Arrow table"
     if hasattr(rows, "toArrow") and callable(rows.toArrow):  # a Spark DataFrame (Spark 4)
-        rows = rows.toArrow()
-    if hasattr(rows, "column_names") and hasattr(rows, "column"):  # an Arrow Table or RecordBatch
-        cols = {name: rows.column(name) for name in rows.column_names}
-        return _from_mapping({n: _arrow_to_numpy(c) for n, c in cols.items()}, schema, symbols, "the Arrow table")
+        rows, what = rows.toArrow(), "the Spark DataFrame"
+    if is_arrow_table(rows):  # an Arrow Table or RecordBatch
+        return _from_mapping(arrow_columns(rows, schema, what), schema, symbols, what)
     if hasattr(rows, "columns") and hasattr(rows, "iloc"):  # a pandas DataFrame
-        return _from_mapping({str(c): rows[c].to_numpy() for c in rows.columns}, schema, symbols, "the DataFrame")
+        dtypes = dict(zip(schema.names, schema.dtypes))
+        return _from_mapping({str(c): _pandas_column(rows[c], dtypes.get(str(c))) for c in rows.columns},
+                             schema, symbols, "the DataFrame")
     if isinstance(rows, dict):
         return _from_mapping(rows, schema, symbols, "the dict")
     if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
@@ -33,14 +39,168 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
     return _from_tuples(rows, schema, symbols)
 
 
-def _arrow_to_numpy(col):
-    arr = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
-    return arr
+# -- Arrow (duck-typed: Table, RecordBatch, Array, ChunkedArray; no pyarrow import) ---------------------
+
+_ARROW_INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+_ARROW_FLOATS = {"halffloat", "float", "double", "float16", "float32", "float64"}
+_ARROW_STRINGS = {"string", "large_string", "string_view", "utf8", "large_utf8"}
+# which Arrow type families each engine dtype takes (values are checked further by encode_column)
+_ARROW_ACCEPTS = {"int64": {"int", "bool", "float"}, "float64": {"int", "float", "bool"},
+                  "bool": {"bool", "int"}, "str": {"str"}}
+_SUPPORTED = ("int8..int64, uint8..uint64, float16/32/64, bool, string, large_string, string_view and "
+              "dictionaries of strings")
 
 
-def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
-    missing = [n for n in schema.names if n not in mapping]
-    extra = [n for n in mapping if n not in schema.names]
+def is_arrow_table(obj) -> bool:
+    return hasattr(obj, "column_names") and hasattr(obj, "column") and hasattr(obj, "schema")
+
+
+def arrow_family(arrow_type) -> str | None:
+    """'int', 'float', 'bool' or 'str' for an Arrow type (by its name), None when kpgnb cannot store it."""
+    name = str(arrow_type)
+    if name in _ARROW_INTS:
+        return "int"
+    if name in _ARROW_FLOATS:
+        return "float"
+    if name == "bool":
+        return "bool"
+    if name in _ARROW_STRINGS:
+        return "str"
+    if name.startswith("dictionary<") and hasattr(arrow_type, "value_type"):
+        inner = arrow_family(arrow_type.value_type)
+        return None if inner is None else "dict-" + inner
+    return None
+
+
+ARROW_DTYPES = {"int": "int64", "float": "float64", "bool": "bool", "str": "str"}
+
+
+def arrow_dtype(name: str, arrow_type) -> str:
+    """The engine dtype for an Arrow column (SchemaError naming the column and type when there is none)."""
+    fam = arrow_family(arrow_type)
+    if fam is None:
+        raise SchemaError(f"column {name!r} has Arrow type {arrow_type}, which kpgnb cannot store; supported: "
+                          f"{_SUPPORTED} (cast it first, e.g. a timestamp to int64 or a decimal to double)")
+    return ARROW_DTYPES[fam.removeprefix("dict-")]
+
+
+def check_arrow(table, schema: Schema, what: str = "the Arrow table"):
+    """Refuse an Arrow table that cannot go into ``schema`` (names, types, nulls) without encoding anything:
+    a SchemaError names the column, and for nulls the first null row."""
+    _check_names(list(table.column_names), schema, what)
+    for name, dtype in zip(schema.names, schema.dtypes):
+        col = table.column(name)
+        fam = arrow_family(col.type)
+        if fam is None:
+            arrow_dtype(name, col.type)  # raises
+        base = fam.removeprefix("dict-")
+        if base not in _ARROW_ACCEPTS[dtype]:
+            raise SchemaError(f"column {name!r} is {dtype} but {what} has it as Arrow type {col.type}")
+        if col.null_count:
+            nulls = col.is_null()
+            nulls = nulls.to_numpy(zero_copy_only=False) if hasattr(nulls, "to_numpy") else np.asarray(nulls)
+            i = int(np.flatnonzero(nulls)[0])
+            raise SchemaError(f"column {name!r} has {col.null_count} null value(s), the first at row {i}; kpgnb "
+                              f"columns cannot hold nulls: drop or fill them first (e.g. df.na.drop() or "
+                              f"df.na.fill(...) in Spark)")
+
+
+def arrow_columns(table, schema: Schema, what: str = "the Arrow table") -> dict:
+    """Columns of an Arrow table ready for encoding: NumPy arrays, strings as :class:`Coded` (one interning
+    per distinct string, through dictionary encoding)."""
+    check_arrow(table, schema, what)
+    out = {}
+    for name, dtype in zip(schema.names, schema.dtypes):
+        col = table.column(name)
+        fam = arrow_family(col.type)
+        if fam.startswith("dict-") and fam != "dict-str":  # a dictionary of numbers: decode it
+            col = _chunks_map(col, lambda c: c.dictionary_decode())
+            fam = fam.removeprefix("dict-")
+        out[name] = _arrow_strings(col) if fam in ("str", "dict-str") else _arrow_numbers(col)
+    return out
+
+
+def _chunks(col) -> list:
+    if isinstance(col, list):
+        return col
+    return list(col.chunks) if hasattr(col, "chunks") else [col]
+
+
+def _chunks_map(col, fn):
+    return [fn(c) for c in _chunks(col)]
+
+
+def _arrow_numbers(col) -> np.ndarray:
+    parts = [c.to_numpy(zero_copy_only=False) for c in _chunks(col)]
+    if not parts:
+        return np.zeros(0, np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _arrow_strings(col) -> "Coded":
+    """Dictionary-encode a string column (or take its dictionary encoding): codes per row, distinct values.
+    Chunks sharing a dictionary (as Arrow's dictionary_encode of a chunked array makes them) share one."""
+    if not str(col.type).startswith("dictionary<"):
+        col = col.dictionary_encode()
+    chunks = _chunks(col)
+    uniques, codes, offset, prev = [], [], 0, None
+    for c in chunks:
+        d = c.dictionary
+        if prev is None or not d.equals(prev):
+            uniques.append(d.to_numpy(zero_copy_only=False))
+            base, offset, prev = offset, offset + len(d), d
+        idx = c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes.append(idx + base if base else idx)
+    if not codes:
+        return Coded(np.zeros(0, np.int64), np.empty(0, object))
+    return Coded(codes[0] if len(codes) == 1 else np.concatenate(codes),
+                 uniques[0] if len(uniques) == 1 else np.concatenate(uniques))
+
+
+def _pandas_column(series, dtype):
+    """A pandas column: factorized when it goes into a str column (one interning per distinct value),
+    else its NumPy values."""
+    if dtype == "str" and hasattr(series, "factorize"):
+        codes, uniques = series.factorize(use_na_sentinel=True)
+        return Coded(np.asarray(codes, np.int64), np.asarray(uniques, dtype=object),
+                     nulls="null (None, NaN or NA)")
+    return series.to_numpy()
+
+
+class Coded:
+    """A dictionary-encoded column: ``uniques[codes]`` are its values (``codes == -1``: a null)."""
+
+    __slots__ = ("codes", "uniques", "nulls")
+
+    def __init__(self, codes: np.ndarray, uniques: np.ndarray, nulls: str = "null"):
+        self.codes = codes
+        self.uniques = uniques
+        self.nulls = nulls
+
+    def __len__(self):
+        return len(self.codes)
+
+    def encode(self, dtype: str, symbols: SymbolTable, name: str) -> np.ndarray:
+        missing = self.codes < 0
+        if missing.any():
+            i = int(np.flatnonzero(missing)[0])
+            raise SchemaError(f"column {name!r} holds a {self.nulls} at row {i}; kpgnb columns cannot hold "
+                              f"nulls: drop or fill them first")
+        if dtype != "str":
+            return encode_column(self.uniques[self.codes], dtype, symbols, name)
+        try:
+            ids = symbols.intern_distinct(self.uniques)
+        except SchemaError:
+            k = next(k for k, v in enumerate(self.uniques.tolist()) if not isinstance(v, str))
+            i = int(np.flatnonzero(self.codes == k)[0])
+            v = self.uniques[k]
+            raise SchemaError(f"column {name!r} is str but row {i} holds {v!r} ({type(v).__name__})") from None
+        return ids[self.codes]
+
+
+def _check_names(names, schema: Schema, what: str):
+    missing = [n for n in schema.names if n not in names]
+    extra = [n for n in names if n not in schema.names]
     if missing or extra:
         parts = []
         if missing:
@@ -48,9 +208,14 @@ def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
         if extra:
             parts.append(f"unexpected columns {extra}")
         raise SchemaError(f"{what} does not match the schema {list(schema.names)}: " + "; ".join(parts))
+
+
+def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
+    _check_names(list(mapping), schema, what)
     # lists stay lists, so that Python ints are converted exactly (NumPy would make floats of a list mixing
     # ints beyond int64 with negative ones)
-    cols = [mapping[n] if isinstance(mapping[n], (list, tuple)) else np.asarray(mapping[n]) for n in schema.names]
+    cols = [mapping[n] if isinstance(mapping[n], (list, tuple, Coded)) else np.asarray(mapping[n])
+            for n in schema.names]
     lengths = {len(c) for c in cols}
     if len(lengths) > 1:
         raise SchemaError(f"columns of {what} have different lengths: "
@@ -78,7 +243,7 @@ def _encode_all(cols, schema: Schema, symbols) -> np.ndarray:
     data = np.empty((len(schema), n), np.int64)
     for i, (c, name, dtype) in enumerate(zip(cols, schema.names, schema.dtypes)):
         try:
-            data[i] = encode_column(c, dtype, symbols, name)
+            data[i] = c.encode(dtype, symbols, name) if isinstance(c, Coded) else encode_column(c, dtype, symbols, name)
         except SchemaError:
             raise
         except (TypeError, ValueError, OverflowError) as e:

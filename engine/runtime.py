@@ -49,8 +49,10 @@ class Engine:
         self._closed = False
 
     # -- inputs and dataflows -------------------------------------------------------------------------
-    def input(self, name: str, columns, dtypes=None) -> InputSession:
-        """Create an input collection with named columns (dtypes default to int64; str is interned)."""
+    def input(self, name: str, columns, dtypes=None, rows=None) -> InputSession:
+        """Create an input collection with named columns (dtypes default to int64; str is interned).
+        ``rows`` are inserted at epoch 0; if they cannot be (a bad value, an interrupt) no input is
+        created, so the name stays free for a corrected retry."""
         self._live()
         if isinstance(columns, str):
             columns = [columns]
@@ -62,6 +64,13 @@ class Engine:
             session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
                                    lambda: self._closed)
             self._inputs[name] = session
+        if rows is not None:
+            try:
+                session.insert(rows)  # buffered only: nothing reached the scheduler if it fails
+            except BaseException:
+                with self._lock:
+                    self._inputs.pop(name, None)
+                raise
         return session
 
     def inputs(self) -> dict:

@@ -66,8 +66,8 @@ class View:
         """The view's rows as a dict of NumPy arrays (decoded), as of epoch ``at`` (default: latest)."""
         return self._read(at, diffs)[0]
 
-    def _read(self, at, diffs):
-        """(columns as columns() gives them, number of rows): the count matters for a view of no columns."""
+    def _read_raw(self, at, diffs):
+        """The engine's int64 column matrix and the multiplicities (rows repeated unless ``diffs``)."""
         self._check()
         trace = self._trace()
         if trace is None:
@@ -91,6 +91,11 @@ class View:
             if not (cnt == 1).all():
                 idx = np.repeat(np.arange(len(cnt)), cnt)
                 data, cnt = data[:, idx], cnt[idx]
+        return data, cnt
+
+    def _read(self, at, diffs):
+        """(columns as columns() gives them, number of rows): the count matters for a view of no columns."""
+        data, cnt = self._read_raw(at, diffs)
         out = self._decode(data)
         if diffs:
             out["diff"] = cnt
@@ -106,6 +111,18 @@ class View:
         import pandas as pd
         out, n = self._read(at, diffs)
         return pd.DataFrame(out, index=pd.RangeIndex(n))
+
+    def to_arrow(self, at=None, diffs: bool = False):
+        """The view as a pyarrow Table (int64, float64 -> double, bool, str -> string; rows repeated by
+        multiplicity, or with an int64 ``diff`` column). Strings are built from the distinct ids, not row by
+        row; an empty view keeps its column types."""
+        data, cnt = self._read_raw(at, diffs)
+        return arrow_table(data, self.schema, self.engine.symbols, {"diff": cnt} if diffs else None, len(cnt))
+
+    def to_spark(self, spark, at=None, diffs: bool = False):
+        """The view as a Spark DataFrame of ``spark`` (a SparkSession), through Arrow: columns long, double,
+        boolean and string (an empty view keeps them)."""
+        return spark.createDataFrame(self.to_arrow(at, diffs))
 
     def __len__(self):
         self._check()
@@ -172,6 +189,36 @@ class View:
 
 def _duration(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def arrow_table(data: np.ndarray, schema, symbols, extra: dict | None = None, rows: int | None = None):
+    """A pyarrow Table of engine columns (``data``: the k x n int64 matrix in ``schema`` order) and
+    ``extra`` int64 columns. str columns are dictionary arrays of the distinct ids' strings, decoded by
+    Arrow; a table of no columns keeps its row count."""
+    import pyarrow as pa
+    names, arrays = [], []
+    for i, (n, d) in enumerate(zip(schema.names, schema.dtypes)):
+        col = data[i]
+        if d == "str":
+            uniq, inv = np.unique(col, return_inverse=True)
+            dictionary = pa.array(symbols.lookup(uniq), pa.string())
+            arr = pa.DictionaryArray.from_arrays(pa.array(inv.reshape(-1).astype(np.int32)), dictionary)
+            arr = arr.dictionary_decode()
+        elif d == "float64":
+            arr = pa.array(col.view(np.float64), pa.float64())
+        elif d == "bool":
+            arr = pa.array(col.astype(bool), pa.bool_())
+        else:
+            arr = pa.array(col, pa.int64())
+        names.append(n)
+        arrays.append(arr)
+    for n, col in (extra or {}).items():
+        names.append(n)
+        arrays.append(pa.array(np.asarray(col, np.int64), pa.int64()))
+    if not arrays:  # no columns: carry the row count through a column dropped afterwards
+        n = 0 if rows is None else rows
+        return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])
+    return pa.Table.from_arrays(arrays, names=names)
 
 
 def raise_failure(dataflow: str, error: BaseException):

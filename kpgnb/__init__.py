@@ -38,6 +38,9 @@ _LAZY = {
 
 
 def __getattr__(name):
+    if name == "spark":  # kp.spark: the Spark bridge (imports pyspark only when a function needs it)
+        import importlib
+        return importlib.import_module(".spark", __name__)
     if name in _LAZY:
         import importlib
         mod, attr = _LAZY[name]

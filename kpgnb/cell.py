@@ -87,18 +87,12 @@ def input_for(eng, var: str, obj) -> str:
                          + (", loaded from an earlier value of the variable" if ref is not None else "")
                          + f". Change it through kp.input({var!r}).insert/remove, or load this value under "
                          f"another name")
-    if kind == "spark":
+    if kind in ("spark", "arrow"):  # Arrow all the way: strings dictionary-encoded, interned once
         from . import spark
         spark.input_from(eng, var, obj)
     else:
         columns, dtypes = _schema_of(obj, kind)
-        session = eng.input(var, columns, dtypes)
-        try:
-            session.insert(obj)
-        except Exception:
-            session.close()
-            raise
-        session.advance_to(1)
+        eng.input(var, columns, dtypes, rows=obj).advance_to(1)
     _loaded[key] = _ref(obj)
     return var
 

@@ -218,6 +218,37 @@ def test_dataframe_inputs_are_reused_not_reloaded(ip, capsys):
     assert not r.success and "int" in out and "DataFrame" in out
 
 
+def test_input_that_fails_to_load_leaves_its_name_free(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"a": ["x", 3, "y"]})   # a string column with an int in row 1
+    r, out = run(ip, capsys, "%%dataflow a --inputs t=t\nva = t.view('va')\n")
+    assert not r.success and "'a'" in out and "row 1" in out, out
+    assert kp.engine().inputs() == {} and kp.engine().dataflows() == {} and "va" not in ip.user_ns
+    ip.user_ns["t"] = pd.DataFrame({"a": ["x", "3", "y"]})  # corrected, under the same name
+    r, out = run(ip, capsys, "%%dataflow a --inputs t=t\nva = t.view('va')\n")
+    assert r.success, out
+    assert sorted(ip.user_ns["va"].to_pandas()["a"]) == ["3", "x", "y"]
+
+
+def test_spark_dataframes_in_and_out(ip, capsys, spark):
+    ip.user_ns["spark"] = spark
+    ip.user_ns["clicks"] = spark.createDataFrame([("ann", 1), ("bob", 2), ("ann", 3), ("cy", None)],
+                                                  "user string, page long").where("page is not null")
+    ip.user_ns["stamped"] = spark.sql("select 'ann' as user, timestamp'2026-01-01 00:00:00' as at")
+    r, out = run(ip, capsys, "%%dataflow bad --inputs s=stamped\nv = s.view('v')\n")
+    assert not r.success and "'at'" in out and "timestamp" in out, out
+    assert kp.engine().inputs() == {} and kp.engine().dataflows() == {}
+    r, out = run(ip, capsys, "%%dataflow per_user --inputs c=clicks\n"
+                             "per_user = c.count(by='user').view('per_user')\n")
+    assert r.success, out
+    r, out = run(ip, capsys, "back = per_user.to_spark(spark).orderBy('user').collect()")
+    assert r.success, out
+    assert [tuple(row) for row in ip.user_ns["back"]] == [("ann", 2), ("bob", 1)]
+    r, out = run(ip, capsys, "kp.input('clicks').insert(spark.createDataFrame([('bob', 9)], 'user string, page long'))\n"
+                             "kp.input('clicks').advance_to(2)\n%dataflow wait per_user")
+    assert r.success, out
+    assert sorted(map(tuple, ip.user_ns["per_user"].to_pandas().itertuples(index=False))) == [("ann", 2), ("bob", 2)]
+
+
 def test_engine_survives_reset(ip, capsys):
     ip.user_ns["t"] = pd.DataFrame({"k": [1, 2, 3]})
     run(ip, capsys, "%%dataflow keep --inputs t=t\nkept = t.view('kept')\n")

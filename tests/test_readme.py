@@ -56,6 +56,11 @@ def test_readme_examples_run():
                 assert eng.dataflows() == {} and eng.catalog() == {}
             else:
                 run_block(block, n, ns)
+            if "kp.spark.follow" in block:
+                # the Spark example: the sink's changes sum to the view, which took the streamed batch
+                net = ns["changes"].groupBy("user", "count").sum("diff").where("`sum(diff)` != 0").toPandas()
+                rows = sorted(map(tuple, ns["per_user"].to_pandas().itertuples(index=False)))
+                assert sorted(zip(net["user"], net["count"])) == rows == [("ann", 1), ("bob", 1), ("cy", 1)]
             if n == 2:
                 # the second block continues with the same engine
                 eng.wait(ns["both"])

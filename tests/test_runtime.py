@@ -275,6 +275,18 @@ def test_many_epochs_are_one_physical_batch(eng):
         assert rows(v, at=epoch) == sorted(want.items())
 
 
+def test_input_with_rows_is_created_only_if_they_load(eng):
+    with pytest.raises(SchemaError, match="column 'a'"):
+        eng.input("x", ["a"], rows=[(1,), ("q",)])
+    assert eng.inputs() == {}
+    x = eng.input("x", ["a"], rows=[(1,), (2,)])
+    x.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("x").view("v")
+    eng.wait(v)
+    assert rows(v) == [(1,), (2,)]
+
+
 def test_wait_forms(eng):
     e = eng.input("x", ["a"])
     with eng.dataflow("d") as df:

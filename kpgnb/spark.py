@@ -1,0 +1,350 @@
+"""The Spark bridge (DESIGN.md section 6): a loopback session, Spark DataFrames as engine inputs through
+Arrow, Structured Streaming feeding a live input, and views going back out to Spark.
+
+    spark = kpgnb.spark.session()                         # local[2] on 127.0.0.1, UI off, Arrow on
+    edges = kpgnb.spark.input_from(eng, "edges", sdf)      # schema from sdf.schema, rows through toArrow()
+    query = kpgnb.spark.follow(stream_df, input="edges", diff_col="diff")   # one epoch per micro-batch
+    view.to_spark(spark)                                   # current contents, through Arrow
+    w = kpgnb.spark.write_changes(view, spark, path)       # the view's changes appended to a sink; w.close()
+
+Importing this module imports neither pyspark nor pyarrow; each function imports what it needs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+
+from .engine.columns import Schema
+from .engine.errors import SchemaError, UsageError
+from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table
+
+__all__ = ["session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
+
+# -- the session ------------------------------------------------------------------------------------------
+
+
+def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: str = "ERROR", **conf):
+    """A SparkSession on loopback (``getOrCreate``: the running one if there is one): master
+    ``local[cores]``, driver host and bind address 127.0.0.1, UI and console progress bars off,
+    ``spark.sql.shuffle.partitions = partitions``, Arrow on, time zone UTC. ``PYSPARK_PYTHON`` and
+    ``PYSPARK_DRIVER_PYTHON`` are set to this interpreter before the JVM starts (Python workers would
+    otherwise pick a Python without pyarrow). ``conf`` adds Spark settings (dots as in Spark:
+    ``session(**{"spark.driver.memory": "2g"})``)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+    settings = {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        **{k: str(v) for k, v in conf.items()},
+    }
+    builder = SparkSession.builder.master(f"local[{int(cores)}]").appName(app)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    return spark
+
+
+# -- Spark DataFrames as inputs -----------------------------------------------------------------------------
+
+_SPARK_TYPES = {"byte": "int64", "short": "int64", "integer": "int64", "long": "int64",
+                "float": "float64", "double": "float64", "boolean": "bool",
+                "string": "str", "char": "str", "varchar": "str"}
+
+
+def dtypes_of(df) -> dict:
+    """Column name -> engine dtype for a Spark DataFrame (from ``df.schema``, nothing collected) or an Arrow
+    table. Types kpgnb cannot store (timestamps, decimals, arrays, ...) raise a SchemaError naming the
+    column and type."""
+    if is_arrow_table(df):
+        return {f.name: arrow_dtype(f.name, f.type) for f in df.schema}
+    out = {}
+    for f in df.schema.fields:
+        t = f.dataType
+        dtype = _SPARK_TYPES.get(t.typeName())
+        if dtype is None:
+            raise SchemaError(f"column {f.name!r} has Spark type {t.simpleString()}, which kpgnb cannot store; "
+                              f"supported: tinyint, smallint, int, bigint, float, double, boolean, string (cast "
+                              f"it first, e.g. F.col({f.name!r}).cast('double') or .cast('long'))")
+        out[f.name] = dtype
+    return out
+
+
+def input_from(eng, name: str, df, advance: bool = True):
+    """Create the engine input ``name`` with the columns and dtypes of ``df`` (a Spark DataFrame, or an
+    Arrow table) and insert its rows (through ``toArrow()``; strings interned). With ``advance`` (the
+    default) the rows are sealed as epoch 0 (``advance_to(1)``), so dataflows see them at once. A
+    DataFrame the engine cannot take (a type, a null) raises a SchemaError before the input is created.
+    Returns the InputSession."""
+    dtypes = dtypes_of(df)
+    table = df.toArrow() if hasattr(df, "toArrow") else df
+    schema = Schema.of(list(dtypes), dtypes)
+    check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
+    inp = eng.input(name, list(dtypes), dtypes, rows=table)
+    if advance:
+        inp.advance_to(inp.epoch + 1)
+    return inp
+
+
+# -- Structured Streaming into a live input -------------------------------------------------------------
+
+# input session -> {resume key (checkpoint location): last batch id applied}, so that a query restarted from
+# its checkpoint in this process ignores the batch Spark replays
+_APPLIED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_APPLIED_LOCK = threading.Lock()
+
+
+class BatchFeeder:
+    """The ``foreachBatch`` function of :func:`follow`: ``feeder(batch_df, batch_id)`` applies one
+    micro-batch as one epoch of the input (insert its rows, or ``update`` them by ``diff_col``; then
+    ``advance_to(epoch + 1)``). A ``batch_id`` at or below the last applied one is a replay and is ignored.
+    It uses only the input session's public, thread-safe methods; whatever they raise propagates, which
+    fails the streaming query. ``batch_df`` may be a Spark DataFrame, an Arrow table or a pandas frame."""
+
+    def __init__(self, inp, diff_col: str | None = None, resume_key=None):
+        self.input = inp
+        self.diff_col = diff_col
+        self.resume_key = resume_key
+        self.last_batch_id: int | None = None
+        if resume_key is not None:
+            with _APPLIED_LOCK:
+                self.last_batch_id = _APPLIED.get(inp, {}).get(resume_key)
+        self.applied = 0          # micro-batches applied
+        self.replayed = 0         # micro-batches ignored as replays
+        self.rows = 0             # rows applied
+        self.error: BaseException | None = None
+        self._buffered: int | None = None  # batch whose rows are in the input but not yet sealed
+        self._lock = threading.Lock()
+
+    def __call__(self, batch_df, batch_id):
+        batch_id = int(batch_id)
+        with self._lock:
+            if self.last_batch_id is not None and batch_id <= self.last_batch_id:
+                self.replayed += 1
+                return
+            try:
+                if self._buffered != batch_id:
+                    self.rows += self._insert(batch_df)
+                    self._buffered = batch_id
+                # a refused advance keeps the rows buffered in the input: a retry of this batch id only
+                # advances
+                self.input.advance_to(self.input.epoch + 1)
+            except BaseException as e:
+                self.error = e
+                raise
+            self._buffered = None
+            self.last_batch_id = batch_id
+            self.applied += 1
+            if self.resume_key is not None:
+                with _APPLIED_LOCK:
+                    _APPLIED.setdefault(self.input, {})[self.resume_key] = batch_id
+
+    def _insert(self, batch_df) -> int:
+        table = _as_arrow(batch_df)
+        if self.diff_col is None:
+            self.input.insert(table)
+            return table.num_rows
+        if self.diff_col not in table.column_names:
+            raise SchemaError(f"the micro-batch has no diff column {self.diff_col!r}; its columns are "
+                              f"{list(table.column_names)}")
+        col = table.column(self.diff_col)
+        if arrow_family(col.type) not in ("int", "float"):
+            raise SchemaError(f"diff column {self.diff_col!r} has Arrow type {col.type}; it must hold integers")
+        if col.null_count:
+            raise SchemaError(f"diff column {self.diff_col!r} has {col.null_count} null value(s)")
+        diffs = col.to_numpy()
+        self.input.update(table.drop_columns([self.diff_col]), diffs)
+        return table.num_rows
+
+
+def _as_arrow(df):
+    if hasattr(df, "toArrow") and callable(df.toArrow):
+        return df.toArrow()
+    if is_arrow_table(df):
+        return df
+    if hasattr(df, "columns") and hasattr(df, "iloc"):
+        import pyarrow as pa
+        return pa.Table.from_pandas(df, preserve_index=False)
+    raise UsageError(f"a micro-batch must be a Spark DataFrame, an Arrow table or a pandas DataFrame, "
+                     f"not {type(df).__name__}")
+
+
+def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, trigger: dict | None = None,
+           checkpoint: str | None = None, name: str | None = None):
+    """Feed the engine input ``input`` (a name or an InputSession) from a streaming Spark DataFrame: a
+    Structured Streaming query whose ``foreachBatch`` applies each micro-batch as one epoch (its rows
+    inserted, or, with ``diff_col``, updated by that integer column, which is not part of the row), then
+    advances the input. A replayed batch id is ignored (at-least-once delivery; with ``checkpoint`` this
+    holds across queries restarted from it in this process). The input is created from the stream's schema
+    if the engine has none by that name. An engine-side error (a schema mismatch, a closed engine) is raised
+    from the batch function and fails the query: ``query.exception()`` and ``query.awaitTermination()``
+    show it.
+
+    ``engine`` defaults to ``kp.engine()``; ``trigger`` is passed to ``writeStream.trigger`` (e.g.
+    ``{"processingTime": "1 second"}`` or ``{"availableNow": True}``), ``checkpoint`` sets
+    ``checkpointLocation``, ``name`` the query name. Returns the StreamingQuery; its ``kpgnb_feeder``
+    attribute is the :class:`BatchFeeder` (counts of applied and replayed batches)."""
+    if engine is None:
+        import kpgnb
+        engine = kpgnb.engine()
+    if not getattr(streaming_df, "isStreaming", False):
+        raise UsageError("follow() needs a streaming DataFrame (spark.readStream...); insert a static one with "
+                         "input.insert(df) or kpgnb.spark.input_from")
+    columns = list(streaming_df.columns)
+    if diff_col is not None:
+        if diff_col not in columns:
+            raise SchemaError(f"diff column {diff_col!r} is not in the stream's columns {columns}")
+        dtype = dtypes_of(streaming_df.select(diff_col))[diff_col]
+        if dtype != "int64":
+            raise SchemaError(f"diff column {diff_col!r} is {dtype}; it must hold integers")
+        streaming_df_rows = streaming_df.drop(diff_col)
+    else:
+        streaming_df_rows = streaming_df
+    dtypes = dtypes_of(streaming_df_rows)
+    if isinstance(input, str):
+        inp = engine.inputs().get(input) or engine.input(input, list(dtypes), dtypes)
+    else:
+        inp = input
+    _check_stream_schema(inp, dtypes)
+    feeder = BatchFeeder(inp, diff_col, resume_key=checkpoint)
+    writer = streaming_df.writeStream.foreachBatch(feeder)
+    if name is not None:
+        writer = writer.queryName(name)
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", str(checkpoint))
+    if trigger:
+        writer = writer.trigger(**trigger)
+    query = writer.start()
+    query.kpgnb_feeder = feeder
+    return query
+
+
+_ACCEPTS = {"int64": {"int64", "bool", "float64"}, "float64": {"int64", "float64", "bool"},
+            "bool": {"bool", "int64"}, "str": {"str"}}
+
+
+def _check_stream_schema(inp, dtypes: dict):
+    schema = inp.schema
+    if set(dtypes) != set(schema.names):
+        raise SchemaError(f"the stream's columns {sorted(dtypes)} do not match input {inp.name!r}'s "
+                          f"{list(schema.names)}")
+    for n, d in zip(schema.names, schema.dtypes):
+        if dtypes[n] not in _ACCEPTS[d]:
+            raise SchemaError(f"column {n!r} of input {inp.name!r} is {d} but the stream has it as {dtypes[n]}")
+
+
+# -- view changes out to a Spark sink -------------------------------------------------------------------------
+
+class ChangeWriter:
+    """Follows a view on a thread of its own and appends every item ``view.follow()`` yields (the contents
+    first, then each completed epoch's changes: the view's columns plus ``time`` and ``diff``) to a Spark
+    sink. ``wait(epoch)`` blocks until the changes of every epoch before ``epoch`` are written; ``close()``
+    stops following (after the write in progress) and raises what the writer failed with, if anything."""
+
+    _POLL = 0.2  # how often the thread looks up from an idle follower (to report progress, to see close())
+
+    def __init__(self, view, spark, path: str, format: str = "parquet", options: dict | None = None):
+        self.view = view
+        self.spark = spark
+        self.path = str(path)
+        self.format = format
+        self.options = dict(options or {})
+        self.rows = 0                 # change rows written
+        self.writes = 0               # Spark writes made
+        self.error: BaseException | None = None
+        self.written: int | None = 0  # every epoch before this one is in the sink (None: all of them)
+        self.done = False
+        self._closing = False
+        self._cond = threading.Condition()
+        self._schema = _arrow_schema(view.schema)
+        self._follower = view.follow(timeout=self._POLL)
+        self.thread = threading.Thread(target=self._run, name=f"kpgnb-write-{view.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import pyarrow as pa
+        f = self._follower
+        try:
+            while not self._closing:
+                try:
+                    changes = next(f)
+                except StopIteration:
+                    break
+                except TimeoutError:  # nothing new: everything taken so far is written
+                    self._progress(f.epoch)
+                    continue
+                if len(changes):
+                    table = pa.Table.from_pandas(changes, schema=self._schema, preserve_index=False)
+                    (self.spark.createDataFrame(table).write.mode("append").format(self.format)
+                     .options(**self.options).save(self.path))
+                    self.rows += len(changes)
+                    self.writes += 1
+                self._progress(f.epoch)
+        except BaseException as e:  # noqa: BLE001 - kept, raised by wait() and close()
+            self.error = e
+        finally:
+            with self._cond:
+                self.done = True
+                self._cond.notify_all()
+
+    def _progress(self, epoch):
+        with self._cond:
+            self.written = epoch
+            self._cond.notify_all()
+
+    def wait(self, epoch: int, timeout: float | None = 60.0) -> "ChangeWriter":
+        """Block until the changes of every epoch before ``epoch`` are in the sink (or the writer stopped);
+        raises what the writer failed with, TimeoutError after ``timeout`` seconds."""
+        import time
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not (self.done or self.written is None or self.written >= epoch):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"changes of view {self.view.name!r} before epoch {epoch} not written "
+                                       f"within {timeout} s (written up to {self.written})")
+                self._cond.wait(left)
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def close(self, timeout: float = 60.0):
+        """Stop writing (the write in progress completes); raises what the writer failed with, if anything."""
+        self._closing = True
+        self._follower.close()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _arrow_schema(schema):
+    import pyarrow as pa
+    types = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "str": pa.string()}
+    return pa.schema([pa.field(n, types[d]) for n, d in zip(schema.names, schema.dtypes)]
+                     + [pa.field("time", pa.int64()), pa.field("diff", pa.int64())])
+
+
+def write_changes(view, spark, path, format: str = "parquet", **options) -> ChangeWriter:
+    """Append the changes of ``view`` to the Spark sink at ``path`` (``format``: parquet, json, csv, orc,
+    delta...; ``options`` for the writer) from a background thread: first the contents, then each completed
+    epoch's changes, as rows of the view's columns plus ``time`` and ``diff`` (so summing ``diff`` by row
+    gives the view). Returns a :class:`ChangeWriter` (``wait(epoch)``, ``close()``)."""
+    return ChangeWriter(view, spark, path, format, options)
