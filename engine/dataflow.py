@@ -98,6 +98,7 @@ class Operator:
     """
 
     kind = "operator"
+    family = "core"  # the kernels it runs, as engine/warmup.py groups them
     arranged = False  # whether the output stream carries Batches messages
     lens = IDENTITY
     trace = None
