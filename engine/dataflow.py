@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from . import faults
+from . import faults, warmup
 from .errors import DataflowError
 from .lattice import Antichain
 from .scope import IDENTITY, Scope
@@ -229,6 +229,8 @@ class Graph:
                         self._resume = i
                         return True
                     op.last_frontier = op.frontier
+                    if op.family not in warmup.READY:
+                        warmup.ensure(op.family)
                     t0 = time.perf_counter()
                     try:
                         faults.point("operator_step")

@@ -28,7 +28,6 @@ from .snapshot import EngineSnapshot
 from .spine import EFFORT
 from .trace import live_records, trace_stats
 from .view import View, raise_failure
-from .warmup import wait_for_dataflow
 
 
 class Engine:
@@ -77,9 +76,6 @@ class Engine:
 
     def _install(self, builder):
         self._live()
-        # while a background warmer (the notebook extension's) compiles kernels this dataflow runs, wait
-        # for it rather than compiling them a second time
-        wait_for_dataflow(builder)
         return self._scheduler.call(Install(builder))
 
     def drop(self, name: str, cascade: bool = False):

@@ -32,9 +32,11 @@ Two ways to warm:
 Numba compiles under one process-wide lock, and a kernel that is already compiled is never compiled
 again. So a cell that calls a kernel while the warmer thread compiles another waits for at most that
 one compile (the longest, ``merge_step``, is about 5 s cold) and then finds its own kernel compiled, or
-compiles it itself; work is never done twice in one process. ``Engine`` installs wait for the families
-their dataflow uses while a started warmer is still working on them (``wait_for_dataflow``), so a
-family being compiled in a subprocess is not compiled a second time in the notebook's process.
+compiles it itself; work is never done twice in one process. Families that a subprocess compiles are
+another matter: before an operator of such a family runs, the engine waits for the warmer to load it
+(``ensure``, called by the dataflow's run loop) instead of compiling it a second time. A first cell
+therefore waits only for the families its dataflow uses (``families_for``), and the notebook's progress
+line, which reads ``Warmer.progress()``, shows what it waits for.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ FAMILIES = ("core", "views", "reduce", "join")
 _MARK = "kpgnb-warm:"
 _lock = threading.Lock()
 _active: list = []  # started warmers that are not finished
+READY: set = set()  # families known to be compiled in this process (the fast path of ensure())
 
 
 def kernel_signatures(family: str) -> list:
@@ -136,6 +139,7 @@ def load_family(family: str, step=None) -> None:
         disp.compile(tuple(sig))
         if step is not None:
             step(i + 1, len(sigs))
+    READY.add(family)
 
 
 def families_for(dataflow) -> list:
@@ -151,13 +155,23 @@ def active():
         return _active[-1] if _active else None
 
 
-def wait_for_dataflow(dataflow, timeout: float | None = None) -> bool:
-    """Wait (silently) until a started warmer is done with the families ``dataflow`` uses; True at once
-    when no warmer is working. Engine installs call this."""
+def wait_for_dataflow(dataflow, timeout: float | None = None, on_progress=None) -> bool:
+    """Wait until a started warmer is done with every family ``dataflow`` uses (True at once when no
+    warmer is working); ``on_progress`` as for ``Warmer.wait``."""
     w = active()
     if w is None:
         return True
-    return w.wait(families_for(dataflow), timeout=timeout)
+    return w.wait(families_for(dataflow), timeout=timeout, on_progress=on_progress)
+
+
+def ensure(family: str, timeout: float = 600.0) -> None:
+    """Called by the engine before an operator of ``family`` runs (its dataflow's computation, on the
+    scheduler): when a started warmer is compiling that family in a subprocess, wait for it (silently;
+    the notebook's progress line shows the warmer's progress) rather than compile the same kernels a
+    second time here. Families the warmer works on in this process need no wait (numba's lock)."""
+    w = active()
+    if w is not None and family in w._remote:
+        w.wait([family], timeout=timeout)
 
 
 def _default_processes(n_noncore_uncached: int) -> int:
@@ -207,6 +221,7 @@ class Warmer:
         self._stop = False
         self._children: list = []
         self._readers: list = []
+        self._remote: set = set()  # families compiled by subprocesses (ensure() waits for those)
         self._thread: threading.Thread | None = None
         self._t0 = None
 
@@ -286,6 +301,8 @@ class Warmer:
             if self._state.get(family) == "pending":
                 self._state[family] = state
                 self.timings[family] = time.perf_counter() - self._t0
+            if state == "ready":
+                READY.add(family)
             self._current = None
             self._cond.notify_all()
 
@@ -329,6 +346,7 @@ class Warmer:
             for g in groups:
                 if self._spawn(g, events):
                     remote.update(g)
+        self._remote = remote
         local = [f for f in fams if f not in remote]
         for f in local:
             if self._stop:
