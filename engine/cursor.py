@@ -49,7 +49,7 @@ class Histories:
 
 def probe_keys(keys: np.ndarray):
     """(hashes, keys) sorted in arrangement order and distinct, for seeking."""
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    keys = np.require(keys, np.int64, ["C", "W"])  # writeable and contiguous: one kernel signature
     n = keys.shape[1]
     perm, skh = arrangement_order(keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
     k = keys[:, perm]

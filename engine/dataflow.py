@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from . import faults
+from . import faults, warmup
 from .errors import DataflowError
 from .lattice import Antichain
 from .scope import IDENTITY, Scope
@@ -98,6 +98,7 @@ class Operator:
     """
 
     kind = "operator"
+    family = "core"  # the kernels it runs, as engine/warmup.py groups them
     arranged = False  # whether the output stream carries Batches messages
     lens = IDENTITY
     trace = None
@@ -228,6 +229,8 @@ class Graph:
                         self._resume = i
                         return True
                     op.last_frontier = op.frontier
+                    if op.family not in warmup.READY:
+                        warmup.ensure(op.family)
                     t0 = time.perf_counter()
                     try:
                         faults.point("operator_step")

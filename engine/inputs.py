@@ -265,4 +265,4 @@ def diffs_array(diffs, n: int) -> np.ndarray:
             d = d.astype(np.int64)
         else:
             raise SchemaError(f"diffs must be integers, got {d.dtype}")
-    return d.astype(np.int64, copy=False)
+    return np.array(d, dtype=np.int64)  # a copy of our own: writeable and contiguous (one kernel signature)

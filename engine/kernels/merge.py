@@ -31,13 +31,13 @@ def normalize_segment(vals, times, diffs, s, e):
     if not sorted_ok:
         m = e - s
         tmp = np.empty(m, np.int64)
-        nokeys = np.empty((0, vals.shape[1]), np.int64)
+        nokeys = np.empty((0, m), np.int64)  # no key columns (C layout, like every other call)
         # sort a local copy through an index, then write the rows back in order
         loc = np.arange(m).astype(np.int64)
         lv = vals[:, s:e].copy()
         lt = times[s:e].copy()
         ld = diffs[s:e].copy()
-        sort_index_segment(loc, 0, m, nokeys[:, :m], lv, lt, tmp)
+        sort_index_segment(loc, 0, m, nokeys, lv, lt, tmp)
         for a in range(m):
             q = loc[a]
             for c in range(vals.shape[0]):

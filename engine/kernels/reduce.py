@@ -22,8 +22,9 @@ COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
 MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
 
 
-@kernel
 def _grow1(a, need):
+    """``a`` with room for ``need`` entries (at least doubled), contents kept. Plain NumPy: the outer
+    loops below run once per buffer growth, not per row."""
     if need <= a.shape[0]:
         return a
     b = np.empty(max(need, 2 * a.shape[0]), a.dtype)
@@ -31,7 +32,6 @@ def _grow1(a, need):
     return b
 
 
-@kernel
 def _grow_rows(a, need):
     if need <= a.shape[0]:
         return a
@@ -40,7 +40,6 @@ def _grow_rows(a, need):
     return b
 
 
-@kernel
 def _grow_cols(a, need):
     if need <= a.shape[1]:
         return a
@@ -99,8 +98,10 @@ def _add_time(buf, n, times, r):
 
 
 # Phases 1 and 3 never reallocate inside their loops (numba then cannot keep arrays in registers, which
-# measured 10x slower): an inner "run" works through keys until a buffer would overflow, rolls back the
-# key in progress and returns; the outer kernel grows that buffer and resumes.
+# measured 10x slower): an inner "run" kernel works through keys until a buffer would overflow, rolls back
+# the key in progress and returns; the outer function grows that buffer and resumes. The outer functions
+# are plain Python (they loop once per growth, a handful of times per call): as kernels they cost 5 s of
+# compilation after an install, re-optimizing the inlined run kernel, for no speed at run time.
 NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS = range(6)
 
 
@@ -231,7 +232,6 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
     return m, NEED_NONE
 
 
-@kernel
 def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only):
     """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
     at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
@@ -474,10 +474,12 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
         if n + p > out.shape[0]:
             cap = max(n + p, 2 * out.shape[0])
             bigger = np.empty((cap, ko), proto.dtype)
-            bigger[:n] = out[:n]
-            out = bigger
             bc = np.empty(cap, np.int64)
-            bc[:n] = des_cnt[:n]
+            for q in range(n):  # element loops: a slice assignment compiles numba's shape-error formatting
+                for c in range(ko):
+                    bigger[q, c] = out[q, c]
+                bc[q] = des_cnt[q]
+            out = bigger
             des_cnt = bc
         for q in range(p):
             for c in range(ko):
@@ -589,7 +591,6 @@ def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes
     return G, NEED_NONE
 
 
-@kernel
 def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs):
     """Phase 3: corrections (c_key, c_vals, c_time, c_diff) making the output accumulate, at every ready
     time, to the desired output."""

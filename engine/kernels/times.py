@@ -24,9 +24,11 @@ def minimal_times(times):
         for j in range(m):
             if not leq_time(times, i, out, j):
                 if w != j:
-                    out[w] = out[j]
+                    for c in range(d):  # element loops: a row assignment compiles numba's shape-error
+                        out[w, c] = out[j, c]  # formatting, seconds of cold start
                 w += 1
         m = w
-        out[m] = times[i]
+        for c in range(d):
+            out[m, c] = times[i, c]
         m += 1
     return out[:m].copy()

@@ -50,6 +50,7 @@ class _Product:
 
 class JoinOp(Operator):
     kind = "join"
+    family = "join"
 
     def __init__(self, scope, left, right, workers, site=None):
         super().__init__(scope, [left, right], site)

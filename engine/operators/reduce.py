@@ -53,6 +53,7 @@ USER = 100
 
 class ReduceOp(Operator):
     kind = "reduce"
+    family = "reduce"
     arranged = True
 
     def __init__(self, scope, input, spec: ReduceSpec, kk: int, workers: int, effort="default", site=None,
