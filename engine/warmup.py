@@ -155,15 +155,6 @@ def active():
         return _active[-1] if _active else None
 
 
-def wait_for_dataflow(dataflow, timeout: float | None = None, on_progress=None) -> bool:
-    """Wait until a started warmer is done with every family ``dataflow`` uses (True at once when no
-    warmer is working); ``on_progress`` as for ``Warmer.wait``."""
-    w = active()
-    if w is None:
-        return True
-    return w.wait(families_for(dataflow), timeout=timeout, on_progress=on_progress)
-
-
 def ensure(family: str, timeout: float = 600.0) -> None:
     """Called by the engine before an operator of ``family`` runs (its dataflow's computation, on the
     scheduler): when a started warmer is compiling that family in a subprocess, wait for it (silently;

@@ -15,10 +15,7 @@ _state: dict = {}   # what load() set up, for unload(): magics, warmer, the prev
 def load(ip):
     if _state:
         return
-    try:
-        from .engine.warmup import Warmer
-    except ImportError:  # TEMPORARY until the per-family warmer lands
-        Warmer = _Warmer
+    from .engine.warmup import Warmer
     from .magics import DataflowMagics
 
     warmer = Warmer()
@@ -59,26 +56,3 @@ def unload(ip):
 def warmer():
     """The background warm-up of the loaded extension (None when not loaded)."""
     return _state.get("warmer")
-
-
-class _Warmer:  # TEMPORARY
-    def __init__(self):
-        import threading
-        self.done = False
-        self.thread = threading.Thread(target=self._run, daemon=True, name="kpgnb-warmup")
-
-    def _run(self):
-        from .engine.warmup import warm_kernels
-        try:
-            warm_kernels(1)
-        finally:
-            self.done = True
-
-    def start(self):
-        self.thread.start()
-
-    def stop(self):
-        pass
-
-    def progress(self):
-        return (1 if self.done else 0, 1, None if self.done else "all")
