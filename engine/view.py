@@ -168,7 +168,7 @@ class View:
         except Exception as e:  # noqa: BLE001 - rendering must not raise
             return f"view {self.name!r}", None, f"{type(e).__name__}: {e}"
         head = df.sort_values(list(df.columns), kind="stable").head(self.HEAD) if len(df.columns) else df.head(self.HEAD)
-        return f"{self.summary()} · {len(df)} rows", head, len(df)
+        return f"{self.summary()} · {len(df)} row{'' if len(df) == 1 else 's'}", head, len(df)
 
     def _repr_pretty_(self, p, cycle):
         head, df, n = self._render()
