@@ -246,7 +246,7 @@ def hold_scheduler(eng):
         release.wait(30)
         faults.disarm("scheduler")
     faults.arm("scheduler", times=1, action=hold)
-    eng.cancel("nothing")  # any command wakes the scheduler
+    eng.input("_wake", ["a"]).advance_to(1)  # any command wakes the scheduler
     assert started.wait(30)
     return release
 
