@@ -26,7 +26,8 @@ __all__ = ["session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write
 
 
 def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: str = "ERROR", **conf):
-    """A SparkSession on loopback (``getOrCreate``: the running one if there is one): master
+    """A SparkSession on loopback (``getOrCreate``: the running one if there is one, with the SQL settings
+    given here applied to it; its master and core count stay what they were): master
     ``local[cores]``, driver host and bind address 127.0.0.1, UI and console progress bars off,
     ``spark.sql.shuffle.partitions = partitions``, Arrow on, time zone UTC. ``PYSPARK_PYTHON`` and
     ``PYSPARK_DRIVER_PYTHON`` are set to this interpreter before the JVM starts (Python workers would
@@ -54,6 +55,9 @@ def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: 
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    for k, v in settings.items():  # a running session keeps its own: the SQL settings that can change, change
+        if k.startswith("spark.sql.") and spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:
+            spark.conf.set(k, v)
     spark.sparkContext.setLogLevel(log_level)
     return spark
 
