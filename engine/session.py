@@ -50,7 +50,9 @@ class InputSession:
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
         # scheduler side
-        self._handle = self.trace.handle(logical=at_epoch(0))  # keeps the trace compacted to the last epoch
+        self.trace.key_names = tuple(schema.names)
+        # keeps the trace compacted to the last epoch
+        self._handle = self.trace.handle(logical=at_epoch(0), owner=f"input {name!r}")
         self._batcher = Batcher(k, 0, 1, workers)
         self._incoming: list = []
         self._target = at_epoch(0)

@@ -26,6 +26,8 @@ class DataflowInfo:
     views: tuple = ()                # (view name, weakref to the view's Trace)
     latency_s: float | None = None   # its last epoch: from the input's advance_to to the dataflow's frontier
     updated_at: float | None = None  # wall-clock time (time.time()) its frontier last moved
+    latency_counts: object = None    # read-only int64 counts per bucket of engine/latency.py: every update
+    behind_since: float | None = None  # perf_counter of the oldest advance_to not reflected yet (None: none)
 
 
 @dataclass(frozen=True)
