@@ -195,7 +195,7 @@ class Engine:
         output ``frontier`` (and ``epoch``, its first epoch not final), its ``inputs`` (name -> the epoch
         it was advanced to and its sealed frontier) and their meet ``input_frontier``, how far it lags
         behind them (``lag_epochs``, and ``lag_s``: seconds since the oldest ``advance_to`` it does not
-        reflect yet), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
+        reflect yet, or since its install if later), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
         ``updated_at`` (wall-clock time its frontier last moved). Any thread may call it."""
         snap = self.snapshot()
         sessions = self.inputs()
@@ -203,7 +203,8 @@ class Engine:
         out = []
         for infos in (snap.dataflows, snap.retired) if retired else (snap.dataflows,):
             for n, d in infos.items():
-                ins, meet, open_epochs, all_epochs = {}, Antichain(), [], []
+                ins, meet, open_epochs, all_epochs, behind = {}, Antichain(), [], [], []
+                at = epoch_of(d.frontier)
                 for src in sorted(d.sources):
                     s, i = sessions.get(src), snap.inputs.get(src)
                     sealed = i.sealed if i is not None else Antichain([(0,)])
@@ -214,14 +215,17 @@ class Engine:
                         all_epochs.append(s.epoch)
                         if not s.closed:
                             open_epochs.append(s.epoch)
-                at = epoch_of(d.frontier)
+                        if at is not None:
+                            t = s.advanced_past(at)
+                            if t is not None:
+                                behind.append(t)
                 goal = min(open_epochs) if open_epochs else max(all_epochs, default=None)
                 counts = d.latency_counts
                 out.append({"name": n, "status": d.status, "error": None if d.error is None else str(d.error),
                             "operators": d.operators, "busy_s": d.busy_s, "steps": d.steps,
                             "frontier": d.frontier, "epoch": at, "inputs": ins, "input_frontier": meet,
                             "lag_epochs": 0 if at is None or goal is None else max(0, goal - at),
-                            "lag_s": 0.0 if d.behind_since is None else max(0.0, now - d.behind_since),
+                            "lag_s": max(0.0, now - max(min(behind), d.installed_at or 0.0)) if behind else 0.0,
                             "latency_s": d.latency_s, "updated_at": d.updated_at,
                             "updates": 0 if counts is None else int(counts.sum()), "retired": n in snap.retired})
         return out

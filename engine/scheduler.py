@@ -110,20 +110,6 @@ class Dataflow:
             self.latencies.add(self.latency_s)
         self.updated_at = time.time()
 
-    def behind_since(self, frontier: Antichain):
-        """When (``perf_counter``) the oldest ``advance_to`` its frontier does not reflect yet was made,
-        or None when it is up to date with every seal the scheduler has accepted."""
-        e = epoch_of(frontier)
-        if e is None:
-            return None
-        oldest = None
-        for s in self.sources:
-            for ep, t0 in reversed(s.seals):
-                if ep is not None and ep <= e:
-                    break
-                oldest = t0 if oldest is None else min(oldest, t0)
-        return None if oldest is None else max(oldest, self._installed)
-
     def info(self) -> DataflowInfo:
         ops = self.graph.ops
         shape = (len(ops), len(self.views), self.ended, self.dropped)
@@ -139,8 +125,7 @@ class Dataflow:
         return DataflowInfo(self.name, self.status, self.error, frontier,
                             frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
                             len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views,
-                            self.latency_s, self.updated_at, self.latencies.published(),
-                            self.behind_since(frontier))
+                            self.latency_s, self.updated_at, self.latencies.published(), self._installed)
 
 
 class Scheduler:

@@ -27,7 +27,7 @@ class DataflowInfo:
     latency_s: float | None = None   # its last epoch: from the input's advance_to to the dataflow's frontier
     updated_at: float | None = None  # wall-clock time (time.time()) its frontier last moved
     latency_counts: object = None    # read-only int64 counts per bucket of engine/latency.py: every update
-    behind_since: float | None = None  # perf_counter of the oldest advance_to not reflected yet (None: none)
+    installed_at: float | None = None  # time.perf_counter() when it was installed
 
 
 @dataclass(frozen=True)

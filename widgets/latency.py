@@ -50,12 +50,13 @@ def _draw(fig, curves, hists):
         ax.set_xlim(lat.LOW * 10, 10)
         ax.set_ylim(1e-3, 1.5)
         return
-    lo, hi, ymin = np.inf, 0.0, 1.0
+    lo = min(x[0] for x, _ in curves.values())
+    hi = max(x[-1] for x, _ in curves.values())
+    ymin = min(y[-1] for _, y in curves.values())
+    ax.set_xlim(lo / 2, hi * 4)
+    ax.set_ylim(min(ymin / 2, 0.5), 1.5)
     for name, (x, y) in curves.items():
         n = int(hists[name].sum())
-        ax.step(x, y, where="post", label=f"{name} ({n:,})")
-        lo, hi, ymin = min(lo, x[0]), max(hi, x[-1]), min(ymin, y[-1])
-    lo, hi = (lo, hi) if 0 < lo < hi < np.inf else (lo if 0 < lo < np.inf else lat.LOW, None)
-    ax.set_xlim(lo / 2, hi * 4 if hi is not None else lo * 40)
-    ax.set_ylim(min(ymin / 2, 0.5), 1.5)
+        # limits are set above: autoscaling a single point would warn about singular limits
+        ax.step(x, y, where="post", label=f"{name} ({n:,})", scalex=False, scaley=False)
     ax.legend(fontsize=7, loc="lower left")
