@@ -207,8 +207,14 @@ def test_lag_in_epochs_and_seconds():
         d = next(d for d in eng.dataflow_stats() if d["name"] == "slow")
         assert d["epoch"] == 1 and d["lag_epochs"] == 4 and d["lag_s"] >= 0.2
         assert d["inputs"]["slow_in"]["epoch"] == 5
+        # the dashboard's bar names the dataflow once it has been behind for a while
+        dash = widgets.Dashboard(eng)
+        until(lambda: "dataflow &#x27;slow&#x27;" in dash.progress.label.value, "the lagging dataflow's bar")
+        assert "final before epoch 1 of 5" in dash.progress.label.value and dash.progress.state == "running"
         gate.set()
         eng.wait(view)
+        until(lambda: "all up to date" in dash.progress.label.value, "the bar once caught up")
+        dash.close()
         until(lambda: next(d for d in eng.dataflow_stats() if d["name"] == "slow")["lag_epochs"] == 0, "caught up")
         d = next(d for d in eng.dataflow_stats() if d["name"] == "slow")
         assert d["lag_s"] == 0.0 and d["epoch"] == 5

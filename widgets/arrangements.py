@@ -18,7 +18,7 @@ class ArrangementTable(w.HTML, Part):
     merges in progress still have to merge; "compaction held by" names the reader whose frontier keeps
     ``since`` back, and by how many epochs. ``rows`` holds the figures last shown."""
 
-    min_interval = 0.5
+    min_interval = 1.0
 
     def __init__(self, **kwargs):
         super().__init__(value="<i>reading the engine&hellip;</i>", **kwargs)

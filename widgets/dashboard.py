@@ -59,9 +59,9 @@ def dashboard(engine) -> Dashboard:
 
 
 class _Header(w.HTML, Part):
-    """One line: workers, dataflows, arrangements, records and bytes in all, and the updater's state."""
+    """One line: workers, dataflows, arrangements, records and bytes in all."""
 
-    min_interval = 0.5
+    min_interval = 1.0
 
     def refresh(self, reading):
         if reading.closed:
@@ -80,28 +80,40 @@ class _Header(w.HTML, Part):
             self.value = value
 
 
+BEHIND_S = 1.0  # a dataflow shows as behind once it lags its inputs this long (not every epoch in flight)
+
+
 class _Behind(Progress):
-    """The dashboard's progress bar: the dataflow furthest behind its inputs, how many epochs it has
-    done of those it had to do when it fell behind, and for how long; full when all are up to date."""
+    """The dashboard's progress bar: the dataflow furthest behind its inputs (for ``BEHIND_S`` or more),
+    how many epochs it has done of those it had to do when it fell behind, and for how long; full when
+    all are up to date."""
+
+    min_interval = 0.5
 
     def __init__(self):
         super().__init__("dataflows")
         self._behind: dict = {}  # dataflow -> its epoch when it was first seen behind
+        self._shown = None       # what the bar shows (nothing is sent while it stays the same)
 
     def refresh(self, reading):
         if reading.closed:
             return
-        lagging = [d for d in reading.dataflows if d["error"] is None and d["lag_epochs"] > 0]
+        lagging = [d for d in reading.dataflows if d["error"] is None and d["lag_epochs"] > 0
+                   and d["lag_s"] >= BEHIND_S]
         self._behind = {d["name"]: self._behind.get(d["name"], d["epoch"]) for d in lagging}
-        with self._lock:
-            if not lagging:
-                self.description, self.total, self.done, self.state = "dataflows", None, 0, "finished"
-                self._show("all up to date")
-                return
+        if not lagging:
+            shown = ("dataflows", None, 0, "finished", "all up to date")
+        else:
             d = max(lagging, key=lambda d: (d["lag_s"], d["lag_epochs"]))
             first = self._behind[d["name"]]
             goal = d["epoch"] + d["lag_epochs"]
-            self.description, self.state, self.unit = f"dataflow {d['name']!r}", "running", "epochs"
-            self.total, self.done = max(1, goal - first), d["epoch"] - first
             more = f" (and {len(lagging) - 1} more behind)" if len(lagging) > 1 else ""
-            self._show(f"final before epoch {d['epoch']} of {goal}, {fmt.seconds(d['lag_s'])} behind{more}")
+            shown = (f"dataflow {d['name']!r}", max(1, goal - first), d["epoch"] - first, "running",
+                     f"final before epoch {d['epoch']} of {goal}, {fmt.seconds(d['lag_s'])} behind{more}")
+        if shown == self._shown:
+            return
+        self._shown = shown
+        with self._lock:
+            self.description, self.total, self.done, self.state, note = shown
+            self.unit = "epochs"
+            self._show(note, elapsed=False)

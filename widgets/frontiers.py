@@ -17,7 +17,7 @@ class Frontiers(w.HTML, Part):
     oldest ``advance_to`` it does not reflect yet), its last update's latency and the number of updates
     measured. Failed and cancelled dataflows show their error. ``rows`` holds the figures last shown."""
 
-    min_interval = 0.25
+    min_interval = 0.5
 
     def __init__(self, **kwargs):
         super().__init__(value="<i>reading the engine&hellip;</i>", **kwargs)

@@ -75,13 +75,13 @@ class Progress(w.HBox, Part):
             self.fail(f"{etype.__name__}: {exc}")
         return False
 
-    def _show(self, note: str):
+    def _show(self, note: str, elapsed: bool = True):
         frac = min(1.0, self.done / self.total) if self.total else (1.0 if self.state == "finished" else 0.0)
         amount = ""
         if self.total:
             amount = f"{fmt.count(self.done)} / {fmt.count(self.total)}{' ' + self.unit if self.unit else ''} · "
-        elapsed = fmt.seconds(time.perf_counter() - self._start)
-        text = f"<b>{fmt.html.escape(self.description)}</b> {amount}{fmt.html.escape(note)} · {elapsed}"
+        took = f" · {fmt.seconds(time.perf_counter() - self._start)}" if elapsed else ""
+        text = f"<b>{fmt.html.escape(self.description)}</b> {amount}{fmt.html.escape(note)}{took}"
         style = {"running": "info", "finished": "success", "failed": "danger"}[self.state]
         with self.hold_sync():
             self.bar.value = frac

@@ -1,22 +1,27 @@
 """Trace sizes over time: records and bytes per arrangement over the last minutes."""
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import ipywidgets as w
+import numpy as np
+from matplotlib.lines import Line2D
 
-from . import render
+from . import fmt, render
 from .updater import Part
 
 WINDOW_S = 300.0   # how far back the plot reaches
 SAMPLE_S = 1.0     # one sample per this many seconds: the ring holds WINDOW_S / SAMPLE_S of them
 SHOWN = 8          # the largest arrangements (by bytes) drawn; the legend stays readable
+DRAW_S = 3.0       # redrawn this often (sampling goes on every SAMPLE_S)
 
 
 class TraceSizes(w.Image, Part):
     """A PNG of two panels, records and bytes per arrangement against time, over the last ``window_s``
-    seconds. Samples live in a ring buffer (``samples``: deque of (time, {name: (records, bytes)}),
-    bounded), so memory stays fixed however long it runs."""
+    seconds (the largest ``SHOWN`` arrangements). Samples live in a ring buffer (``samples``: deque of
+    (time, {name: (records, bytes)}), bounded), so memory stays fixed however long it runs. The y axes
+    step through 1-2-5 limits, so the static part is redrawn only when a trace outgrows one."""
 
     min_interval = SAMPLE_S
 
@@ -24,6 +29,7 @@ class TraceSizes(w.Image, Part):
         super().__init__(format="png", **kwargs)
         self.window_s = window_s
         self.samples: deque = deque(maxlen=max(2, int(window_s / SAMPLE_S)))
+        self.plot = render.Plot(4.6, 3.4)
         self._next_draw = 0.0
 
     def refresh(self, reading):
@@ -33,33 +39,59 @@ class TraceSizes(w.Image, Part):
                                           (r["records"], r["bytes"]) for r in reading.arrangements}))
         if reading.at < self._next_draw and self.value:
             return
-        self._next_draw = reading.at + 2 * SAMPLE_S  # draw every other sample: half the rendering
-        samples = list(self.samples)
-        value = render.png(lambda fig: _draw(fig, samples, reading.at), 4.6, 3.4)
+        self._next_draw = reading.at + DRAW_S
+        last = self.samples[-1][1]
+        names = sorted(sorted(last, key=lambda n: -last[n][1])[:SHOWN])
+        series = {}
+        for name in names:
+            pts = np.array([(t - reading.at, *s[name]) for t, s in self.samples if name in s], np.float64)
+            series[name] = pts
+        top_r = _nice(max((p[:, 1].max() for p in series.values()), default=1))
+        top_b = _nice(max((p[:, 2].max() for p in series.values()), default=1))
+        key = (top_r, top_b, self.window_s, tuple(names))
+        value = self.plot.render(key, lambda fig: _axes(fig, top_r, top_b, self.window_s, names),
+                                 lambda axes: _lines(axes, series))
         with self.hold_sync():
             self.value = value
 
     def show_error(self, error):
-        self.value = render.png(lambda fig: fig.text(0.05, 0.5, f"{type(error).__name__}: {error}", fontsize=8))
+        self.value = render.message(f"trace sizes: {type(error).__name__}: {error}")
 
 
-def _draw(fig, samples, now):
+def _nice(v: float) -> float:
+    """The least of 1, 2, 5 times a power of ten that is at least ``v`` (and at least 10)."""
+    v = max(float(v), 10.0)
+    e = 10.0 ** math.floor(math.log10(v))
+    return next(m * e for m in (1, 2, 5, 10) if m * e >= v)
+
+
+def _axes(fig, top_r, top_b, window_s, names):
+    """The static part: axes, labels, grid and the legend (redrawn when the y limits or names change)."""
+    fig.subplots_adjust(left=0.15, right=0.97, bottom=0.13, top=0.92, hspace=0.12)
     rec, byt = fig.subplots(2, 1, sharex=True)
     rec.set_title("trace sizes", fontsize=10)
     rec.set_ylabel("records")
     byt.set_ylabel("bytes")
     byt.set_xlabel("seconds ago")
-    last = samples[-1][1] if samples else {}
-    names = sorted(last, key=lambda n: -last[n][1])[:SHOWN]
-    for name in names:
-        pts = [(t - now, s[name]) for t, s in samples if name in s]
-        xs = [p[0] for p in pts]
-        rec.plot(xs, [p[1][0] for p in pts], label=name)
-        byt.plot(xs, [p[1][1] for p in pts])
+    rec.set_ylim(0, top_r * 1.05)
+    byt.set_ylim(0, top_b * 1.05)
+    byt.set_xlim(-window_s, 0)
+    rec.yaxis.set_major_formatter(lambda v, _: fmt.count(v) if v < 1e6 else f"{v / 1e6:g}M")
+    byt.yaxis.set_major_formatter(lambda v, _: fmt.nbytes(v).replace(".0 ", " "))
     for ax in (rec, byt):
         ax.grid(True, alpha=0.3)
-        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))
     if names:
-        rec.legend(fontsize=6, loc="upper left")
+        rec.legend(handles=[Line2D([], [], color=f"C{i}") for i in range(len(names))], labels=list(names),
+                   fontsize=6, loc="upper left")
     else:
         rec.text(0.5, 0.5, "no arrangements yet", transform=rec.transAxes, ha="center", va="center")
+    return [rec, byt]
+
+
+def _lines(axes, series) -> list:
+    rec, byt = axes
+    out = []
+    for i, pts in enumerate(series.values()):
+        out.append(rec.plot(pts[:, 0], pts[:, 1], color=f"C{i}", scalex=False, scaley=False)[0])
+        out.append(byt.plot(pts[:, 0], pts[:, 2], color=f"C{i}", scalex=False, scaley=False)[0])
+    return out

@@ -37,7 +37,9 @@ class Updater:
         self._lock = threading.Lock()   # guards _parts and the thread's start and end
         self._stop = threading.Event()
         self.thread: threading.Thread | None = None
-        self.refreshes = 0              # readings taken (for tests and the dashboard's footer)
+        self.refreshes = 0              # readings taken
+        self.cpu_s = 0.0                # CPU time the thread spent refreshing (what the dashboard costs)
+        self.cpu_by_part: dict = {}     # widget class name -> CPU seconds spent refreshing it
         self.last_error: BaseException | None = None
 
     @classmethod
@@ -111,13 +113,17 @@ class Updater:
                 due = [p for p, t in self._parts.items() if t <= now]
             if not due:
                 continue
+            c0 = time.thread_time()
             reading = Reading.take(engine)
             self.refreshes += 1
+            self.cpu_by_part["Reading"] = self.cpu_by_part.get("Reading", 0.0) + time.thread_time() - c0
             for p in (self.parts() if reading.closed else due):
+                time.sleep(0)  # let the engine's threads have the GIL between widgets
                 spent = self._refresh(p, reading)
                 with self._lock:
                     if p in self._parts:
                         self._parts[p] = time.perf_counter() + max(p.min_interval, COST_FACTOR * spent)
+            self.cpu_s += time.thread_time() - c0
             if reading.closed:  # every widget has shown that the engine closed: nothing will change again
                 with self._lock:
                     self._parts.clear()
@@ -125,7 +131,7 @@ class Updater:
                 return
 
     def _refresh(self, part, reading) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             part.refresh(reading)
         except Exception as e:  # noqa: BLE001 - one widget's failure must not stop the others
@@ -134,6 +140,8 @@ class Updater:
                 part.show_error(e)
             except Exception:  # noqa: BLE001 - nothing more to do for it
                 pass
+        name = type(part).__name__
+        self.cpu_by_part[name] = self.cpu_by_part.get(name, 0.0) + time.thread_time() - c0
         return time.perf_counter() - t0
 
 
