@@ -76,7 +76,7 @@ class Spine:
         self.lower = lower
         self.entries: list = []  # batches and merges in progress, oldest first
         self.version = 0         # bumped whenever entries change (readers' snapshots are rebuilt then)
-        self.progress = 0        # bumped whenever merges in progress advance (their shortfall shrank)
+        self.progress = 0        # bumped whenever merges in progress are given fuel (their shortfall shrinks)
         self._readable = None
         self._merging = None
         self._records = 0        # updates held (both inputs of merges in progress)

@@ -98,7 +98,8 @@ class Trace:
         self._unsettled = True  # appended to, or readers' frontiers moved, since tidying last had nothing to do
         self._stalled = False   # idle maintenance failed: not offered again before the next such change
         self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
-        self._versions = tuple((s.version, s.progress) for s in self.spines)
+        self._versions = tuple(s.version for s in self.spines)
+        self._progress = tuple(s.progress for s in self.spines)
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
@@ -167,9 +168,10 @@ class Trace:
         self._each_shard(lambda spine, logical, physical: spine.maintain(logical, physical), run,
                          sum(s.owed for s in self.spines))
 
-    def _each_shard(self, work, run, rows: int):
+    def _each_shard(self, work, run, rows: int, progress: bool = False):
         """``work(spine, logical, physical)`` on every shard (in parallel when ``run`` is the pool's and
-        there are several), with the readers' frontiers as of now; then publish, whatever happens."""
+        there are several), with the readers' frontiers as of now; then publish, whatever happens (with
+        ``progress``, also when merges only advanced)."""
         with self._lock:
             logical, physical = self.logical, self.physical
         try:
@@ -179,7 +181,7 @@ class Trace:
             else:
                 run(lambda s: work(self.spines[s], logical, physical), range(self.workers), rows=rows)
         finally:
-            self.publish()
+            self.publish(progress)
 
     def idle_work(self, merges: bool = True) -> bool:
         """Whether idle maintenance would do anything: tidy a bloated shard, or (``merges``) finish a
@@ -200,7 +202,7 @@ class Trace:
         the trace alone until it is appended to or its readers move, rather than retry in a loop."""
         try:
             self._each_shard(lambda spine, logical, physical: spine.exert(logical, physical, fuel), run,
-                             fuel * self.workers)
+                             fuel * self.workers, progress=True)
         except BaseException:
             with self._lock:
                 self._stalled, self._unsettled = True, False
@@ -217,12 +219,16 @@ class Trace:
         self.append(batches)
         self.maintain(run)
 
-    def publish(self):
-        """Swap in a new snapshot if any shard changed since the last one."""
-        versions = tuple((s.version, s.progress) for s in self.spines)
-        if versions == self._versions:
+    def publish(self, progress: bool = False):
+        """Swap in a new snapshot if any shard changed since the last one, or (``progress``: after idle
+        merging) if only its merges advanced, so the published merge shortfall catches up while idle.
+        Merging right after an append is not republished for that alone: the hot path pays nothing."""
+        versions = tuple(s.version for s in self.spines)
+        moved = progress and tuple(s.progress for s in self.spines) != self._progress
+        if versions == self._versions and not moved:
             return
         self._versions = versions
+        self._progress = tuple(s.progress for s in self.spines)
         shards, merges, mbytes, mrows = [], [], [], []
         upper = None
         for s in self.spines:

@@ -40,9 +40,9 @@ _LAZY = {
 
 
 def __getattr__(name):
-    if name == "spark":  # kp.spark: the Spark bridge (imports pyspark only when a function needs it)
-        import importlib
-        return importlib.import_module(".spark", __name__)
+    if name in ("spark", "widgets"):  # kp.spark: the Spark bridge (pyspark only when a function needs it);
+        import importlib                # kp.widgets: the dashboard's widgets (ipywidgets, matplotlib)
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
         mod, attr = _LAZY[name]
