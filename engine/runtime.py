@@ -150,7 +150,8 @@ class Engine:
     def arrangements(self, live: bool = False) -> list:
         """Every arrangement the engine maintains, exported or internal, inputs included: one dict each
         with ``name`` (the catalog name of an export, ``input:NAME``, else the operator's label),
-        ``dataflow``, ``kind`` (input, export or internal), ``key`` (column names), ``records``, ``keys``,
+        ``dataflow``, ``kind`` (input, export or internal), ``exports`` (the catalog names it is exported
+        under: an input can be exported as it is), ``key`` (column names), ``records``, ``keys``,
         ``batches``, ``bytes``, ``readers``, ``since``, ``upper``, ``logical``, ``merges`` (in progress),
         ``merge_shortfall`` (rows they still have to merge), ``skew`` (max over mean shard records),
         ``shards`` (per-shard figures), and ``blocker`` / ``blocked_epochs`` (the reader holding compaction
@@ -159,11 +160,11 @@ class Engine:
         reports ``live``: the records it would hold if fully merged and compacted to its readers' frontier
         (exact, and costs a pass over every trace)."""
         snap = self.snapshot()
-        exported = {}
-        for cname, entry in snap.catalog.items():
+        exported: dict = {}
+        for cname, entry in sorted(snap.catalog.items()):
             tr = entry.live_trace()
             if tr is not None:
-                exported[id(tr)] = cname
+                exported.setdefault(id(tr), []).append(cname)
         rows, seen = [], set()
 
         def add(tr, name, dataflow, kind):
@@ -172,7 +173,8 @@ class Engine:
             seen.add(id(tr))
             ts = tr.snapshot
             row = dict(trace_stats(ts, tr.readers, tr.logical, holders=tr.reader_frontiers()),
-                       name=name, dataflow=dataflow, kind=kind, key=list(tr.key_names))
+                       name=name, dataflow=dataflow, kind=kind, key=list(tr.key_names),
+                       exports=exported.get(id(tr), []))
             if live:
                 row["live"] = live_records(ts, tr.kk, tr.kv, tr.depth, tr.logical)
             rows.append(row)
@@ -185,8 +187,8 @@ class Engine:
                 for tname, ref in info.traces:
                     tr = ref()
                     if tr is not None:
-                        cname = exported.get(id(tr))
-                        add(tr, cname or tname, label, "export" if cname else "internal")
+                        cnames = exported.get(id(tr))
+                        add(tr, cnames[0] if cnames else tname, label, "export" if cnames else "internal")
         return rows
 
     def dataflow_stats(self, retired: bool = False) -> list:

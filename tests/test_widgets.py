@@ -67,6 +67,7 @@ def test_dashboard_follows_the_engine(workers):
         assert "edges_by_src" in dash.arrangements.value and "reach" in dash.frontiers.value
         exported = row(dash.arrangements, "edges_by_src")
         assert exported["kind"] == "export" and exported["key"] == ["src"] and exported["dataflow"] == "reach"
+        assert exported["exports"] == ["edges_by_src"]
         assert any(r["kind"] == "internal" for r in dash.arrangements.rows)  # the count's own arrangements
         assert len(exported["shards"]) == workers and exported["skew"] >= 1.0
 
@@ -418,3 +419,28 @@ def test_notebook_stores_widget_state(tmp_path, monkeypatch):
     assert live["application/vnd.jupyter.widget-view+json"]["model_id"] in state
     assert any("view &#x27;out_degree&#x27;" in v or "view 'out_degree'" in v for v in html)
     json.dumps(nb.metadata["widgets"])  # serializable as stored
+
+
+def test_dataflow_dashboard_magic():
+    from IPython.core.interactiveshell import InteractiveShell
+    from kpgnb import kernel
+    sh = InteractiveShell.instance()
+    kernel.close()
+    sh.run_line_magic("load_ext", "kpgnb")
+    try:
+        kernel.configure(workers=2)
+        eng = kp.engine()
+        inp = eng.input("magic_in", ["x"], rows=[(1,), (2,)])
+        inp.advance_to(1)
+        with eng.dataflow("magic") as df:
+            view = df.input("magic_in").arrange_by("x").export("magic_by_x").view("mv")
+        eng.wait(view)
+        r = sh.run_cell("%dataflow dashboard")
+        dash = r.result
+        assert isinstance(dash, widgets.Dashboard) and dash.engine is eng
+        assert "input:magic_in (exported as magic_by_x)" in dash.arrangements.value
+        assert "magic" in dash.frontiers.value
+        assert widget_threads()
+    finally:
+        sh.run_line_magic("unload_ext", "kpgnb")  # closes the kernel's engine: the updater ends with it
+    until(lambda: not widget_threads(), "the updater ending with the kernel's engine")

@@ -33,7 +33,9 @@ class ArrangementTable(w.HTML, Part):
         for r in rows:
             blocker = r.get("blocker")
             held = (f"{blocker} ({r['blocked_epochs']} epochs behind)", "warn") if blocker else ""
-            out.append(([r["name"], r["dataflow"] or "-", r["kind"], ", ".join(r["key"]) or "-",
+            also = [e for e in r.get("exports", ()) if e != r["name"]]
+            name = r["name"] + (f" (exported as {', '.join(also)})" if also else "")
+            out.append(([name, r["dataflow"] or "-", r["kind"], ", ".join(r["key"]) or "-",
                          fmt.count(r["records"]), fmt.count(r["batches"]), fmt.nbytes(r["bytes"]),
                          fmt.count(r["readers"]), fmt.frontier(r["since"]), fmt.frontier(r["upper"]),
                          fmt.count(r["merges"]), fmt.count(r["merge_shortfall"]), f"{r['skew']:.2f}", held], ""))
