@@ -102,6 +102,14 @@ class Drop:
 
 
 @dataclass
+class DropInput:
+    """Forget an input that no dataflow reads: its rows go, its name is free again."""
+    name: str
+    session: object
+    reply: Reply = field(default_factory=Reply)
+
+
+@dataclass
 class Cancel:
     """Stop a dataflow's computation (no reply: Ctrl-C must not wait)."""
     name: str

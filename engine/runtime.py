@@ -19,7 +19,7 @@ import numpy as np
 from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable
-from .commands import Cancel, Collect, Drop, Install, OpenHandle
+from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
 from .errors import DataflowError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
@@ -102,11 +102,33 @@ class Engine:
         self._live()
         self._scheduler.call(Drop(name, cascade))
 
+    def drop_input(self, name: str):
+        """Forget an input that no installed dataflow reads (UsageError naming the readers otherwise): its
+        rows go and the name is free for a new ``input``; the session refuses every later call."""
+        self._live()
+        with self._lock:
+            session = self._inputs.get(name)
+        if session is None:
+            raise UnknownNameError(f"no input named {name!r}; inputs are {sorted(self.inputs())}")
+        self._scheduler.call(DropInput(name, session))
+        with self._lock:
+            if self._inputs.get(name) is session:
+                del self._inputs[name]
+
     def cancel(self, name: str, reason: str = "cancelled by the user"):
         """Stop a dataflow's computation (between operator steps); it stays listed as ``cancelled`` and its
-        waits raise ``Cancelled`` until it is dropped."""
+        waits raise ``Cancelled`` until it is dropped. Returns once the snapshot shows it (so ``status``
+        read right after says ``cancelled``); Ctrl-C stops that wait, not the cancel."""
         self._live()
+        if name not in self.snapshot().dataflows:
+            raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.snapshot().dataflows)}")
         self._scheduler.submit(Cancel(name, reason))
+        while True:
+            snap = self.snapshot()
+            info = snap.dataflows.get(name)
+            if info is None or info.error is not None or self._closed:
+                return
+            self._scheduler.wait_published(snap, 0.5)
 
     def call(self, cmd):
         """Send a command and wait for its reply (used by views)."""

@@ -17,6 +17,7 @@ between operator steps, so drops, cancels and installs are served while a long c
 from __future__ import annotations
 
 import contextvars
+import itertools
 import threading
 import time
 import weakref
@@ -24,7 +25,7 @@ from collections import deque
 
 from . import faults
 from .catalog import Catalog, CatalogEntry
-from .commands import Cancel, Collect, Drop, Follow, Install, OpenHandle, Seal
+from .commands import Cancel, Collect, Drop, DropInput, Follow, Install, OpenHandle, Seal
 from .errors import Cancelled, DataflowError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .latency import LatencyHistogram
@@ -38,11 +39,15 @@ IDLE_S = 0.02  # merges are finished after this long without commands (a closed 
 IDLE_FUEL = 20_000  # rows of merging per shard per idle maintenance step (a fraction of a millisecond)
 
 
+_SERIALS = itertools.count(1)
+
+
 class Dataflow:
     """An installed dataflow (scheduler-owned)."""
 
     def __init__(self, name, graph, views, exports, uses, sources, context=None):
         self.name = name
+        self.serial = next(_SERIALS)
         self.context = context or contextvars.copy_context()  # its steps run in it (see commands.Install)
         self.graph = graph
         self.views = views          # view name -> View
@@ -125,7 +130,8 @@ class Dataflow:
         return DataflowInfo(self.name, self.status, self.error, frontier,
                             frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
                             len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views,
-                            self.latency_s, self.updated_at, self.latencies.published(), self._installed)
+                            self.latency_s, self.updated_at, self.serial,
+                            latency_counts=self.latencies.published(), installed_at=self._installed)
 
 
 class Scheduler:
@@ -261,6 +267,9 @@ class Scheduler:
             seq, cmd = self._cmds.popleft()
             if isinstance(cmd, Seal):
                 s = cmd.session
+                if s.dropped:
+                    self._done = seq
+                    continue  # sent just before the input was dropped
                 s.accept(cmd)
                 self.inputs[s.name] = s
                 self._dirty[s] = None
@@ -292,8 +301,8 @@ class Scheduler:
         if isinstance(cmd, Collect):
             self._collect()
             return
-        handler = {Install: self._install, Drop: self._drop_cmd, OpenHandle: self._open_handle,
-                   Follow: self._follow}[type(cmd)]
+        handler = {Install: self._install, Drop: self._drop_cmd, DropInput: self._drop_input,
+                   OpenHandle: self._open_handle, Follow: self._follow}[type(cmd)]
         if not cmd.reply.take():
             return  # the caller gave up before we got to it
         try:
@@ -400,6 +409,9 @@ class Scheduler:
                     raise DataflowError(f"dataflow {name!r} reads {uname!r} from dataflow {producer!r}, which "
                                         f"{ended.ended}: {ended.error}") from ended.error
                 raise UsageError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
+        gone = sorted(src.name for src in b.sources if src.dropped)
+        if gone:
+            raise UsageError(f"dataflow {name!r} reads input {gone[0]!r}, which was dropped")
         ops = b.graph.ops
         done = []
         try:
@@ -451,6 +463,20 @@ class Scheduler:
         df.dropped = True
         self.retired.append(df)
         self._collect()
+
+    def _drop_input(self, cmd: DropInput):
+        readers = sorted(d.name for d in list(self.dataflows.values()) + self.retired
+                         if d.error is None and any(src.name == cmd.name for src in d.sources))
+        if readers:
+            raise UsageError(f"input {cmd.name!r} is read by dataflow{'s' if len(readers) > 1 else ''} "
+                             f"{', '.join(map(repr, readers))}; drop {'them' if len(readers) > 1 else 'it'} first")
+        session = cmd.session
+        session.dropped = True
+        if self.inputs.get(cmd.name) is session:
+            del self.inputs[cmd.name]
+        self._dirty.pop(session, None)
+        self._failing.pop(session, None)
+        session.release()
 
     def _replace(self, old: Dataflow, exports: set):
         """Retire ``old`` in favour of a new dataflow of its name (installed in this same step). It is

@@ -45,6 +45,7 @@ class InputSession:
         self._engine_closed = engine_closed
         self.epoch = 0
         self.closed = False
+        self.dropped = False  # set by the scheduler (Engine.drop_input); every later call refuses
         self._buffer: list = []
         self._lock = threading.Lock()
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
@@ -70,6 +71,8 @@ class InputSession:
             raise EngineError(f"input {self.name!r} failed to seal or merge its epochs: {err}. The rows of the "
                               f"epochs advanced so far are kept and applied once it succeeds; this call did "
                               f"nothing, repeat it") from err
+        if self.dropped:
+            raise UsageError(f"input {self.name!r} was dropped")
         if self.closed:
             raise UsageError(f"input {self.name!r} is closed")
 
@@ -179,6 +182,12 @@ class InputSession:
             self.trace.maintain(run)
         except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
             self._report = e
+
+    def release(self):
+        """Dropped (scheduler side): let go of the rows."""
+        self._handle.close()
+        self._incoming, self._buffer = [], []
+        self._batcher = None
 
     def tidy(self, fuel: int, run):
         """Idle maintenance of the input's trace; a failure is reported like a failed merge in ``apply``."""

@@ -167,8 +167,8 @@ class View:
             df = self.to_pandas()
         except Exception as e:  # noqa: BLE001 - rendering must not raise
             return f"view {self.name!r}", None, f"{type(e).__name__}: {e}"
-        head = df.sort_values(list(df.columns), kind="stable").head(self.HEAD) if len(df.columns) else df.head(self.HEAD)
-        return f"{self.summary()} · {len(df)} rows", head, len(df)
+        head = _sorted_head(df, self.HEAD)
+        return f"{self.summary()} · {len(df)} row{'' if len(df) == 1 else 's'}", head, len(df)
 
     def _repr_pretty_(self, p, cycle):
         head, df, n = self._render()
@@ -185,6 +185,21 @@ class View:
             return f"<div><b>{html.escape(head)}</b>: {html.escape(n)}</div>"
         more = f"<div>&hellip; {n - len(df)} more rows</div>" if n > len(df) else ""
         return f"<div><b>{html.escape(head)}</b></div>" + df.to_html(index=False) + more
+
+
+def _sorted_head(df, k: int):
+    """The first k rows of ``df`` in sorted order without sorting all of it: they are among the rows whose
+    first column is at most its k-th smallest value (ties included), usually a handful."""
+    if not len(df.columns):
+        return df.head(k)
+    if len(df) > 4 * k:
+        col = df[df.columns[0]]
+        vals = col.to_numpy()
+        kth = np.partition(vals, k - 1)[k - 1] if vals.dtype.kind in "iufb" else np.sort(col.unique())[
+            min(k, col.nunique()) - 1]
+        if kth == kth:  # not NaN (fewer than k numbers): then sort it all
+            df = df[col <= kth]
+    return df.sort_values(list(df.columns)).head(k)
 
 
 def _duration(s: float) -> str:

@@ -2,9 +2,9 @@
 the dataflow installed atomically, its first results waited for, its views bound in the notebook.
 
 A cell that fails at any of these steps leaves the engine as it was: the body's builder is discarded
-(nothing installed), and a dataflow whose first computation fails (a user function that raises on its
-first batch) is dropped again. Inputs the cell created from DataFrames are kept (they are data the user
-loaded, and a corrected cell reuses them).
+(nothing installed), a dataflow whose first computation fails (a user function that raises on its first
+batch) is dropped again, and the inputs the cell loaded from DataFrames are dropped with it, so a
+corrected cell loads them afresh.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from .cellerror import CellError, wrap
-from .engine.errors import DataflowError, KpgnbError, UsageError
+from .engine.errors import DataflowError, KpgnbError, SchemaError, UsageError
 from .handle import DataflowHandle
 
 PROGRESS_AFTER_S = 2.0   # a wait longer than this shows a progress line (stderr), refreshed each second
@@ -50,25 +50,44 @@ def parse_inputs(text: str | None) -> dict:
 
 
 # -- inputs from the notebook's namespace ---------------------------------------------------------------
-_loaded: dict = {}   # (id(engine), input name) -> weak (or strong) reference to the object it was loaded from
+_loaded = weakref.WeakKeyDictionary()   # engine -> {input name: _Source it was loaded from}
 
 
-def _ref(obj):
+class _Source:
+    """What an input was loaded from, without keeping it alive: a weak reference, or, for a dict (which
+    cannot be referenced weakly), its id and weak references to its arrays."""
+
+    def __init__(self, obj):
+        try:
+            self._ref, self._parts = weakref.ref(obj), None
+        except TypeError:
+            self._ref, self._id = None, id(obj)
+            self._parts = {k: _weak(v) for k, v in obj.items()}
+
+    def is_(self, obj) -> bool:
+        if self._ref is not None:
+            return self._ref() is obj
+        return (id(obj) == self._id and isinstance(obj, dict) and obj.keys() == self._parts.keys()
+                and all(ref() is obj[k] for k, ref in self._parts.items()))
+
+
+def _weak(v):
     try:
-        return weakref.ref(obj)
-    except TypeError:   # dicts: keep the object (its arrays are the user's anyway)
-        return lambda: obj
+        return weakref.ref(v)
+    except TypeError:  # a list: small, kept
+        return lambda: v
 
 
-def input_for(eng, var: str, obj) -> str:
-    """The engine input a namespace value stands for: an InputSession is itself; a DataFrame (pandas,
-    Spark, Arrow table, dict of arrays) becomes an input named after its variable, loaded once and
-    kept, so later cells reuse (and may change) it."""
+def input_for(eng, var: str, obj):
+    """The engine input a namespace value stands for, and the session if this call created it. An
+    InputSession is itself; a DataFrame (pandas, Spark, Arrow table, dict of arrays) becomes an input
+    named after its variable, its rows loaded (not yet sealed: ``seal_loaded`` does that once the
+    dataflow is installed) and kept, so later cells reuse (and may change) it."""
     from .engine.session import InputSession
     if isinstance(obj, InputSession):
         if eng.inputs().get(obj.name) is not obj:
             raise UsageError(f"--inputs: {var} is an input of another engine; use kp.engine().input(...)")
-        return obj.name
+        return obj.name, None
     from .engine.view import View
     if isinstance(obj, View):
         raise UsageError(f"--inputs: {var} is a view; export the arrangement in its dataflow "
@@ -77,24 +96,42 @@ def input_for(eng, var: str, obj) -> str:
     if kind is None:
         raise UsageError(f"--inputs: {var} is a {type(obj).__name__}; expected a pandas or Spark DataFrame, "
                          f"an Arrow table, a dict of arrays or an input session")
-    key = (id(eng), var)
+    sources = _loaded.setdefault(eng, {})
     existing = eng.inputs().get(var)
-    if existing is not None:
-        ref = _loaded.get(key)
-        if ref is not None and ref() is obj:
-            return var
+    if existing is None:
+        sources.pop(var, None)  # dropped since
+    else:
+        src = sources.get(var)
+        if src is not None and src.is_(obj):
+            return var, None
         raise UsageError(f"--inputs: an engine input named {var!r} exists already"
-                         + (", loaded from an earlier value of the variable" if ref is not None else "")
+                         + (", loaded from an earlier value of the variable" if src is not None else "")
                          + f". Change it through kp.input({var!r}).insert/remove, or load this value under "
                          f"another name")
     if kind in ("spark", "arrow"):  # Arrow all the way: strings dictionary-encoded, interned once
         from . import spark
-        spark.input_from(eng, var, obj)
+        session = spark.input_from(eng, var, obj, advance=False)
     else:
         columns, dtypes = _schema_of(obj, kind)
-        eng.input(var, columns, dtypes, rows=obj).advance_to(1)
-    _loaded[key] = _ref(obj)
-    return var
+        session = eng.input(var, columns, dtypes, rows=obj)
+    sources[var] = _Source(obj)
+    return var, session
+
+
+def seal_loaded(created: list):
+    """Seal the rows of the inputs a cell loaded as epoch 0, so its dataflow computes them."""
+    for session in created:
+        session.advance_to(1)
+
+
+def drop_loaded(eng, created: list):
+    """Undo the inputs a failed cell loaded (the dataflow reading them is gone already)."""
+    for session in created:
+        _loaded.get(eng, {}).pop(session.name, None)
+        try:
+            eng.drop_input(session.name)
+        except KpgnbError:
+            pass
 
 
 def _frame_kind(obj) -> str | None:
@@ -110,29 +147,42 @@ def _frame_kind(obj) -> str | None:
 
 
 def _schema_of(obj, kind: str):
-    """Column names and dtypes of a pandas frame, Arrow table or dict of arrays."""
+    """Column names and dtypes of a pandas frame or a dict of arrays. A pandas extension column (Int64,
+    boolean, string, Float64) keeps its type, so that a missing value in it is refused when the rows are
+    inserted instead of turning the column into floats."""
     import numpy as np
 
     from .engine.columns import infer_dtype
-    if kind == "arrow":
-        cols = {n: obj.column(n).to_numpy(zero_copy_only=False) for n in obj.column_names}
-    elif kind == "pandas":
-        cols = {str(c): obj[c].to_numpy() for c in obj.columns}
+    if kind == "pandas":
+        names = list(obj.columns)
+        for c in names:
+            if not isinstance(c, str):
+                raise SchemaError(f"column name {c!r} is of type {type(c).__name__}; engine columns are named by "
+                                  f"strings (rename it, e.g. frame.rename(columns=str))")
+        dup = sorted({c for c in names if names.count(c) > 1})
+        if dup:
+            raise SchemaError(f"duplicate column name {dup[0]!r} in the DataFrame")
+        cols = {c: obj[c] for c in names}
     else:
         cols = {n: np.asarray(v) for n, v in obj.items()}
     dtypes = {}
-    for n, arr in cols.items():
+    for n, col in cols.items():
+        ext = _EXTENSION_KINDS.get(col.dtype.kind) if kind == "pandas" and not isinstance(col.dtype, np.dtype) else None
         try:
-            dtypes[n] = infer_dtype(arr)
+            dtypes[n] = ext or infer_dtype(col.to_numpy() if kind == "pandas" else col)
         except KpgnbError as e:
             raise type(e)(f"column {n!r}: {e}") from None
     return list(cols), dtypes
+
+
+_EXTENSION_KINDS = {"i": "int64", "u": "int64", "b": "bool", "f": "float64", "O": "str"}
 
 
 # -- the cell ---------------------------------------------------------------------------------------
 def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> DataflowHandle:
     """Run a ``%%dataflow`` cell; raises CellError (shown at the cell's line) when it fails."""
     ns = shell.user_ns
+    created: list = []   # inputs this cell loaded: dropped again if it fails
     try:
         if not spec.replace and spec.name in eng.dataflows():
             raise UsageError(f"a dataflow named {spec.name!r} is installed already: run the cell as "
@@ -141,15 +191,21 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
         missing = [v for v in spec.inputs.values() if v not in ns]
         if missing:
             raise UsageError(f"--inputs: no variable named {missing[0]!r} in the notebook")
-        sources = {name: input_for(eng, var, ns[var]) for name, var in spec.inputs.items()}
-    except Exception as e:  # noqa: BLE001 - reported at the cell
+        sources = {}
+        for name, var in spec.inputs.items():
+            sources[name], session = input_for(eng, var, ns[var])
+            if session is not None:
+                created.append(session)
+        filename = shell.compile.cache(f"%%dataflow {line}\n{body}", shell.execution_count)
+        try:
+            code = compile("\n" + shell.transform_cell(body), filename, "exec")
+        except SyntaxError as e:
+            raise CellError(e, None) from None
+    except BaseException as e:
+        drop_loaded(eng, created)
+        if isinstance(e, (CellError, KeyboardInterrupt)):
+            raise
         raise wrap(e) from None
-
-    filename = shell.compile.cache(f"%%dataflow {line}\n{body}", shell.execution_count)
-    try:
-        code = compile("\n" + shell.transform_cell(body), filename, "exec")
-    except SyntaxError as e:
-        raise CellError(e, None) from None
 
     replaced = spec.replace and spec.name in eng.dataflows()
     builder = eng.dataflow(spec.name, replace=spec.replace)
@@ -163,47 +219,73 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             scope.update(injected)
             exec(code, scope)  # noqa: S102 - the cell's own code
             t0 = time.perf_counter()
-    except Exception as e:  # noqa: BLE001 - reported at the cell
+    except BaseException as e:
+        drop_loaded(eng, created)
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
     handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
                             replaced)
+    seal_loaded(created)
     try:
         if spec.wait:
             wait(eng, handle, warmer, first=True)
     except CellError as e:
         if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
             _bind(ns, scope, injected, handle, spec.output)
+        else:
+            drop_loaded(eng, created)  # its dataflow was dropped again
         raise
     _bind(ns, scope, injected, handle, spec.output)
     return handle
 
 
 def _bind(ns: dict, scope: dict, injected: dict, handle: DataflowHandle, output: str | None):
-    """The cell's own assignments, then its views by name, then ``-o VAR``, into the notebook."""
+    """The cell's own assignments, then its views by name, then ``-o VAR``, into the notebook. A view is
+    not bound over a module, function or class of the notebook's (``kp``, ``pd``), nor under a name that
+    is not an identifier; a line says so."""
+    import types
     for k, v in scope.items():
-        if k not in injected and (k not in ns or ns[k] is not v):
+        if injected.get(k, _UNSET) is not v and (k not in ns or ns[k] is not v):
             ns[k] = v
     for vname, view in handle.views.items():
-        if vname.isidentifier():
+        held = ns.get(vname)
+        if not vname.isidentifier():
+            print(f"view {vname!r} has no notebook name (not an identifier): run the cell with -o VAR and "
+                  f"read it as VAR[{vname!r}]")
+        elif isinstance(held, (types.ModuleType, types.FunctionType, type)):
+            print(f"view {vname!r} is not bound: the notebook's {vname!r} is a {type(held).__name__}; run "
+                  f"the cell with -o VAR and read it as VAR[{vname!r}]")
+        else:
             ns[vname] = view
     if output:
         ns[output] = handle
 
 
-def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False):
-    """Wait for a dataflow's views (Ctrl-C stops waiting, not the dataflow). On its first computation
-    (``first``) a failure drops it again, so that the cell installs nothing."""
+_UNSET = object()
+
+
+def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline: float | None = None):
+    """Wait for a dataflow's views (Ctrl-C stops waiting, not the dataflow; TimeoutError once
+    ``time.monotonic()`` passes ``deadline``). On its first computation (``first``) a failure drops it
+    again, so that the cell installs nothing."""
     progress = _Progress(handle.name, warmer)
     try:
         while True:
+            step = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             try:
-                eng.wait(handle.name, timeout=1.0, cancel_on_interrupt=False)
+                if step <= 0:
+                    raise TimeoutError
+                eng.wait(handle.name, timeout=step, cancel_on_interrupt=False)
                 break
             except TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    progress.end()
+                    raise
                 progress.show(eng)
     except KeyboardInterrupt:
         progress.end()
-        raise CellError(KeyboardInterrupt(f"stopped waiting: {_how_far(eng, handle.name)}"), None) from None
+        raise CellError(KeyboardInterrupt(f"stopped waiting: {how_far(eng, handle.name)}"), None) from None
     except (DataflowError, KpgnbError) as e:
         progress.end()
         if first:
@@ -232,7 +314,7 @@ def _position(eng, name: str) -> str:
     return f"final before epoch {at}" + (f" of {min(goal)}" if goal else "")
 
 
-def _how_far(eng, name: str) -> str:
+def how_far(eng, name: str) -> str:
     return (f"dataflow {name!r} is still installed and computing in the background ({_position(eng, name)}); "
             f"%dataflow wait {name} waits again, %dataflow drop {name} removes it")
 

@@ -19,6 +19,9 @@ _HIDDEN = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
 ))
 
 
+_GENERATED = ("<string>", "<frozen ")  # code Python generates (dataclass __init__s), importlib
+
+
 class CellError(Exception):
     """A ``%%dataflow`` cell failed with ``error``; ``tb`` is its traceback cut to the user's frames."""
 
@@ -35,7 +38,7 @@ def user_frames(tb):
     while tb is not None:
         filename = os.path.abspath(tb.tb_frame.f_code.co_filename) if not \
             tb.tb_frame.f_code.co_filename.startswith("<") else tb.tb_frame.f_code.co_filename
-        if not filename.startswith(_HIDDEN) and "site-packages" + os.sep not in filename:
+        if not filename.startswith(_HIDDEN + _GENERATED) and "site-packages" + os.sep not in filename:
             kept.append(tb)
         tb = tb.tb_next
     out = None
@@ -75,6 +78,10 @@ def show(shell, etype, value, tb, tb_offset=None):
     err = value.error
     if value.note and value.note not in getattr(err, "__notes__", ()):
         err.add_note(value.note)
+    if isinstance(err, SyntaxError):  # "Cell In[n], line k", the line and a caret, as IPython shows them
+        stb = shell.SyntaxTB.structured_traceback(type(err), err, None)
+        shell._showtraceback(type(err), err, stb + list(getattr(err, "__notes__", ())))
+        return None
     if value.tb is None:  # nothing of the user's to point at: the message alone
         stb = [f"{type(err).__name__}: {err}"] + list(getattr(err, "__notes__", ()))
         shell._showtraceback(type(err), err, stb)

@@ -2,6 +2,8 @@
 status, and the calls that act on it by name (wait, cancel, drop)."""
 from __future__ import annotations
 
+from .engine.errors import UsageError
+
 
 class DataflowHandle:
     """An installed dataflow of an engine, by name. ``handle["view"]`` is one of its views."""
@@ -14,15 +16,26 @@ class DataflowHandle:
         self.exports = list(exports)
         self.install_s = install_s   # seconds from the end of the cell's code to the dataflow being installed
         self.replaced = replaced     # it took the place of an installed dataflow of its name
+        info = engine.snapshot().dataflows.get(name)
+        self.serial = None if info is None else info.serial  # this install, not a later one of the name
 
     def _info(self):
-        return self.engine.snapshot().dataflows.get(self.name)
+        """This install's entry in the engine's snapshot (renamed NAME~k once replaced), or None."""
+        dataflows = self.engine.snapshot().dataflows
+        info = dataflows.get(self.name)
+        if info is not None and info.serial == self.serial:
+            return info
+        return next((i for i in dataflows.values() if i.serial == self.serial), None)
 
     @property
     def status(self) -> str:
-        """running, failed, cancelled, or dropped (no longer installed)."""
+        """running, failed, cancelled, replaced (a later cell installed a new version of its name), or
+        dropped (no longer installed)."""
         info = self._info()
-        return "dropped" if info is None else info.status
+        if info is not None and info.name == self.name:
+            return info.status
+        newer = self.engine.snapshot().dataflows.get(self.name)
+        return "replaced" if newer is not None and newer.serial != self.serial else "dropped"
 
     @property
     def error(self):
@@ -34,6 +47,12 @@ class DataflowHandle:
         info = self._info()
         return None if info is None else info.frontier
 
+    def _current(self, what: str):
+        status = self.status
+        if status in ("replaced", "dropped"):
+            raise UsageError(f"cannot {what} dataflow {self.name!r} through this handle: it was {status}"
+                             + (" by a newer version (use that cell's handle)" if status == "replaced" else ""))
+
     def __getitem__(self, view: str):
         try:
             return self.views[view]
@@ -43,14 +62,17 @@ class DataflowHandle:
 
     def wait(self, timeout: float | None = None):
         """Block until every view is current (see ``Engine.wait``)."""
+        self._current("wait for")
         for v in self.views.values():
             self.engine.wait(v, timeout=timeout)
         return self
 
     def cancel(self):
+        self._current("cancel")
         self.engine.cancel(self.name)
 
     def drop(self, cascade: bool = False):
+        self._current("drop")
         self.engine.drop(self.name, cascade=cascade)
 
     def __repr__(self):

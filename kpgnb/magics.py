@@ -5,7 +5,9 @@ Parsing lives here (``magic_arguments``, so ``%%dataflow?`` shows the options); 
 """
 from __future__ import annotations
 
+import re
 import shlex
+import time
 
 from IPython.core.error import UsageError as IPyUsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -14,6 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from . import cell, kernel
 from .engine.errors import KpgnbError
 
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 SUBCOMMANDS = ("list", "drop", "cancel", "wait", "stats", "config", "dashboard")
 
 
@@ -50,6 +53,9 @@ class DataflowMagics(Magics):
                                               .select(node="dst").concat(r).distinct()).view("reach")
         """
         args = parse_argstring(self.dataflow, line)
+        if not _NAME.fullmatch(args.name):
+            raise IPyUsageError(f"%%dataflow {args.name}: a dataflow name is one word of letters, digits, "
+                                f"'_', '.' and '-'")
         try:
             spec = cell.CellSpec(args.name, cell.parse_inputs(args.inputs), args.replace, args.output,
                                  not args.no_wait)
@@ -112,14 +118,17 @@ class DataflowMagics(Magics):
         eng = kernel.engine()
         names = [a.name] if a.name else [n for n, s in eng.dataflows().items() if s == "running"]
         from .handle import DataflowHandle
+        if a.timeout is not None and a.timeout <= 0:
+            raise KpgnbError(f"--timeout must be a positive number of seconds, not {a.timeout:g}")
+        deadline = None if a.timeout is None else time.monotonic() + a.timeout  # for all of them together
         for n in names:
             if n not in eng.dataflows():
                 raise KpgnbError(f"no dataflow named {n!r}; installed: {sorted(eng.dataflows())}")
-            h = DataflowHandle(eng, n, {}, [])
-            if a.timeout is not None:
-                eng.wait(n, timeout=a.timeout, cancel_on_interrupt=False)
-            else:
-                cell.wait(eng, h, self.warmer)
+            try:
+                cell.wait(eng, DataflowHandle(eng, n, {}, []), self.warmer, deadline=deadline)
+            except TimeoutError:
+                raise IPyUsageError(f"%dataflow wait: not up to date after {a.timeout:g} s: "
+                                    f"{cell.how_far(eng, n)}") from None
         print("up to date: " + (", ".join(repr(n) for n in names) if names else "no dataflows"))
 
     def _stats(self, rest):

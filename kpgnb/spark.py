@@ -31,7 +31,8 @@ def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: 
     ``spark.sql.shuffle.partitions = partitions``, Arrow on, time zone UTC. ``PYSPARK_PYTHON`` and
     ``PYSPARK_DRIVER_PYTHON`` are set to this interpreter before the JVM starts (Python workers would
     otherwise pick a Python without pyarrow). ``conf`` adds Spark settings (dots as in Spark:
-    ``session(**{"spark.driver.memory": "2g"})``)."""
+    ``session(**{"spark.driver.memory": "2g"})``). The JVM's stderr is ``sys.stderr``'s descriptor: in a Jupyter
+    kernel, the kernel's log rather than the running cell."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -47,12 +48,41 @@ def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: 
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         **{k: str(v) for k, v in conf.items()},
     }
-    builder = SparkSession.builder.master(f"local[{int(cores)}]").appName(app)
+    master = f"local[{int(cores)}]"
+    _start_jvm(master, app, settings)
+    builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def _start_jvm(master: str, app: str, settings: dict):
+    """Start Spark's JVM (once per process, as ``getOrCreate`` would) with its stderr on the file descriptor
+    behind ``sys.stderr``. In a plain process that is fd 2, as before. In a Jupyter kernel, ipykernel
+    points fd 2 at a pipe whose output it forwards to whichever cell is running, while ``sys.stderr``'s
+    descriptor is the kernel's own stderr (its log): the JVM's startup lines (a JDK warning, log4j's
+    banner, warnings logged before ``setLogLevel``) and any later log lines go there, not into cells."""
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    if (SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+            or "SPARK_REMOTE" in os.environ or "SPARK_CONNECT_MODE_ENABLED" in os.environ
+            or "spark.remote" in settings
+            or str(settings.get("spark.api.mode", os.environ.get("SPARK_API_MODE", ""))).lower() == "connect"):
+        return  # running already, or not ours to start (Spark Connect)
+    try:
+        stderr = sys.stderr if sys.stderr is not None and sys.stderr.fileno() >= 0 else None
+    except (AttributeError, OSError, ValueError):  # no descriptor (e.g. a captured stream): inherit fd 2
+        stderr = None
+    if stderr is None:
+        return
+    from pyspark.java_gateway import launch_gateway
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app).setAll(list(settings.items()))
+    with SparkContext._lock:
+        if SparkContext._gateway is None:
+            SparkContext._gateway = launch_gateway(conf, popen_kwargs={"stderr": stderr})
+            SparkContext._jvm = SparkContext._gateway.jvm
 
 
 # -- Spark DataFrames as inputs -----------------------------------------------------------------------------

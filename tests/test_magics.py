@@ -123,7 +123,8 @@ def _cell_error_text(out):
 @pytest.mark.parametrize("body, expect, line", [
     ("x = e.select('nope')\n", "no column 'nope'", 2),
     ("y = 1\nx = e.join(e, left_on='src', right_on='label')\n", "label", 3),
-    ("x = e.select('src'\n", "SyntaxError", None),
+    ("x = 1\nx = e.select('src'\n", "SyntaxError", 3),
+    ("x = 1\n  y = 2\n", "IndentationError", 3),
     ("x = df.input('nosuch')\n", "no input named 'nosuch'", 2),
 ])
 def test_failing_cell_installs_nothing_and_points_at_its_line(ip, capsys, body, expect, line):
@@ -247,6 +248,104 @@ def test_spark_dataframes_in_and_out(ip, capsys, spark):
                              "kp.input('clicks').advance_to(2)\n%dataflow wait per_user")
     assert r.success, out
     assert sorted(map(tuple, ip.user_ns["per_user"].to_pandas().itertuples(index=False))) == [("ann", 2), ("bob", 2)]
+
+
+def test_a_failing_cell_drops_the_inputs_it_loaded(ip, capsys):
+    ip.user_ns.update(strs=pd.DataFrame({"s": ["a", "b"]}), ints=pd.DataFrame({"node": [1, 2]}))
+    r, out = run(ip, capsys, "%%dataflow bad --inputs s=strs,n=ints\nj = n.join(s, left_on='node', right_on='s').view('j')\n")
+    assert not r.success and "join key 'node' is int64 but 's' is str" in out
+    assert kp.engine().inputs() == {}
+    r, out = run(ip, capsys, "%%dataflow bad --inputs s=strs\nj = s.map(lambda s: {'x': s.astype(int)}, out={'x': 'int64'}).view('j')\n")
+    assert not r.success and "ValueError" in out and "nothing was installed" in out, out  # on its first batch
+    assert kp.engine().inputs() == {} and kp.engine().dataflows() == {}
+    r, out = run(ip, capsys, "%%dataflow good --inputs s=strs\nj = s.view('j')\n")  # loaded afresh
+    assert r.success and sorted(ip.user_ns["j"].to_pandas()["s"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("frame_code, expect", [
+    ("pd.DataFrame({0: [1]})", "column name 0 is of type int"),
+    ("pd.DataFrame([[1, 2]], columns=['a', 'a'])", "duplicate column name 'a'"),
+    ("pd.DataFrame({'a': pd.array([2**53 + 1, None], dtype='Int64')})", "column 'a' is int64 but row 1"),
+])
+def test_dataframes_the_engine_cannot_take_are_named(ip, capsys, frame_code, expect):
+    run(ip, capsys, "bad_df = " + frame_code)
+    r, out = run(ip, capsys, "%%dataflow b --inputs t=bad_df\nv = t.view('v')\n")
+    assert not r.success and expect in out, out
+    assert "Traceback" not in out and "<string>" not in out
+    assert kp.engine().inputs() == {} and kp.engine().dataflows() == {}
+
+
+def test_nullable_pandas_columns_keep_their_types(ip, capsys):
+    run(ip, capsys, "ok_df = pd.DataFrame({'a': pd.array([2**53 + 1, 3], dtype='Int64'), "
+                    "'s': pd.array(['x', 'y'], dtype='string'), 'b': pd.array([True, False], dtype='boolean')})")
+    r, out = run(ip, capsys, "%%dataflow n --inputs t=ok_df\nv = t.view('v')\n")
+    assert r.success, out
+    got = ip.user_ns["v"].to_pandas().sort_values("a")
+    assert got["a"].tolist() == [3, 2**53 + 1] and got["s"].tolist() == ["y", "x"] and got["b"].tolist() == [False, True]
+
+
+def test_names_views_and_rebinding(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"k": [1, 2]})
+    r, out = run(ip, capsys, "%%dataflow 'my flow' --inputs t=t\nv = t.view('v')\n")
+    assert not r.success and "UsageError" in out and "one word" in out
+    r, out = run(ip, capsys, "%%dataflow names --inputs t=t\nt.view('kp')\nt.view('my view')\n"
+                             "t = t.map(lambda k: {'k2': k * 2})\nv2 = t.view('v2')\n")
+    assert r.success, out
+    assert ip.user_ns["kp"] is kp and "view 'kp' is not bound" in out and "a module" in out
+    assert "view 'my view' has no notebook name" in out
+    assert type(ip.user_ns["t"]).__name__ != "DataFrame"   # the body's own assignment to an input name
+    assert sorted(ip.user_ns["v2"].to_pandas()["k2"]) == [2, 4]
+
+
+def test_handles_cancel_and_timeouts(ip, capsys):
+    ip.user_ns["t"] = pd.DataFrame({"k": [1, 2]})
+    run(ip, capsys, "%%dataflow h -o H --inputs t=t\nv = t.count().view('v')\n")
+    run(ip, capsys, "%%dataflow h --replace -o H2 --inputs t=t\nv = t.view('v')\n")
+    H, H2 = ip.user_ns["H"], ip.user_ns["H2"]
+    assert H.status == "replaced" and H2.status == "running"
+    with pytest.raises(kp.UsageError, match="replaced"):
+        H.drop()
+    assert "h" in kp.engine().dataflows()  # the old handle did not drop the new version
+    H2.cancel()
+    assert H2.status == "cancelled"          # visible as soon as cancel returns
+    r, out = run(ip, capsys, "%dataflow cancel nosuch")
+    assert not r.success and "no dataflow named 'nosuch'" in out and "Traceback" not in out
+    r, out = run(ip, capsys, "%dataflow wait h --timeout -1")
+    assert not r.success and "positive" in out and "Traceback" not in out
+    H2.drop()
+    run(ip, capsys, "slow_df = pd.DataFrame({'k': [1]})")
+    r, out = run(ip, capsys, "%%dataflow slow --no-wait --inputs t=slow_df\nimport time\n"
+                             "v = t.map(lambda k: (time.sleep(3), {'k': k})[1], out={'k': 'int64'}).view('slow')\n")
+    assert r.success, out
+    r, out = run(ip, capsys, "%dataflow wait slow --timeout 0.3")
+    assert not r.success and "not up to date after 0.3 s" in out and "Traceback" not in out, out
+    r, out = run(ip, capsys, "%dataflow wait slow")
+    assert r.success and ip.user_ns["slow"].to_pandas()["k"].tolist() == [1]
+
+
+def test_sorted_head_of_a_large_view_matches_a_full_sort():
+    from kpgnb.engine.view import _sorted_head
+    rng = np.random.default_rng(3)
+    n = 5000
+    for first in (rng.integers(0, 50, n), rng.normal(size=n).round(1), np.array([f"s{i % 97}" for i in range(n)], object),
+                  np.where(rng.random(n) < 0.999, np.nan, 1.0)):
+        f = pd.DataFrame({"a": first, "b": rng.integers(0, 5, n)})
+        pd.testing.assert_frame_equal(_sorted_head(f, 20), f.sort_values(["a", "b"]).head(20))
+
+
+def test_dict_inputs_are_not_kept_alive(ip, capsys):
+    import gc
+    import weakref
+    arr = np.arange(1000)
+    ref = weakref.ref(arr)
+    ip.user_ns["d"] = {"a": arr}
+    del arr
+    run(ip, capsys, "%%dataflow dd --inputs t=d\nv = t.view('v')\n")
+    r, out = run(ip, capsys, "%%dataflow dd2 --inputs t=d\nv2 = t.view('v2')\n")   # recognised: reused
+    assert r.success, out
+    run(ip, capsys, "%dataflow drop dd\n%dataflow drop dd2\ndel d")
+    gc.collect()
+    assert ref() is None
 
 
 def test_engine_survives_reset(ip, capsys):

@@ -246,7 +246,7 @@ def hold_scheduler(eng):
         release.wait(30)
         faults.disarm("scheduler")
     faults.arm("scheduler", times=1, action=hold)
-    eng.cancel("nothing")  # any command wakes the scheduler
+    eng.input("_wake", ["a"]).advance_to(1)  # any command wakes the scheduler
     assert started.wait(30)
     return release
 
@@ -285,6 +285,34 @@ def test_input_with_rows_is_created_only_if_they_load(eng):
         v = df.input("x").view("v")
     eng.wait(v)
     assert rows(v) == [(1,), (2,)]
+
+
+def test_drop_input_only_when_unread(eng):
+    x = eng.input("x", ["a"], rows=[(1,), (2,)])
+    x.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("x").count().view("v")
+    eng.wait(v)
+    with pytest.raises(kp.UsageError, match="read by dataflow 'd'"):
+        eng.drop_input("x")
+    x.insert([(3,)])                       # still usable
+    x.advance_to(2)
+    eng.wait(v)
+    assert rows(v) == [(3,)]
+    with pytest.raises(kp.UnknownNameError, match="no input named 'y'"):
+        eng.drop_input("y")
+    eng.drop("d")
+    x.insert([(4,)])                       # buffered, then dropped with the input
+    eng.drop_input("x")
+    assert "x" not in eng.inputs() and "x" not in eng.snapshot().inputs
+    with pytest.raises(kp.UsageError, match="was dropped"):
+        x.advance_to(3)
+    x2 = eng.input("x", ["a", "b"], rows=[(7, 8)])   # the name is free, with another schema
+    x2.advance_to(1)
+    with eng.dataflow("d2") as df:
+        v2 = df.input("x").view("v2")
+    eng.wait(v2)
+    assert rows(v2) == [(7, 8)]
 
 
 def test_wait_forms(eng):
