@@ -71,16 +71,13 @@ class LiveView(w.VBox, Part):
             return
         frontier = view.frontier
         if frontier == self.frontier:
-            return
-        df = view.to_pandas()
-        head = df.sort_values(list(df.columns), kind="stable").head(HEAD) if len(df.columns) else df.head(HEAD)
-        more = f"<div>&hellip; {len(df) - len(head)} more rows</div>" if len(df) > len(head) else ""
+            return  # nothing new is final: nothing to read
+        head, n = view.head(HEAD)
+        more = f"<div>&hellip; {n - len(head)} more rows</div>" if n > len(head) else ""
         table = (head.to_html(index=False) if len(head) else "<i>(empty)</i>") + more
-        lat = f" · last update {fmt.seconds(info.latency_s)}" if info.latency_s is not None else ""
-        header = (f"<b>view {fmt.html.escape(view.name)!r}</b> of dataflow {fmt.html.escape(view.dataflow)!r} · "
-                  f"{'all inputs closed' if view.epoch is None else f'final before epoch {view.epoch}'} · "
-                  f"{len(df):,} rows{lat} · <i>live</i>")
-        self.frontier, self.rows = frontier, len(df)
+        header = (f"<b>{fmt.html.escape(view.summary())} · {n:,} row{'' if n == 1 else 's'}</b> · "
+                  f"<i>live</i>")
+        self.frontier, self.rows = frontier, n
         with self.hold_sync():
             self.header.value = header
             self.table.value = table
