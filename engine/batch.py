@@ -184,3 +184,11 @@ class Merger:
         if self.out is None:
             return 0
         return sum(x.nbytes for x in self.out)
+
+    @property
+    def remaining(self) -> int:
+        """Input rows not merged yet (the merge's shortfall; 0 once complete)."""
+        if self.result is not None:
+            return 0
+        ia, ib = int(self.state[0]), int(self.state[1])
+        return (len(self.a[5]) - int(self.a[2][ia])) + (len(self.b[5]) - int(self.b[2][ib]))

@@ -528,6 +528,7 @@ class Collection:
             raise SchemaError(f"this dataflow has a view named {name!r} already")
         arr = self if isinstance(self, Arranged) else self.arrange_by(*self.schema.names)
         op = ViewOp(arr.scope, arr.op, history, Site.capture())
+        op.name = name
         from .view import View
         view = View(self.builder.engine, self.builder.name, name, op, arr.schema)
         self.builder.views[name] = view
@@ -543,6 +544,9 @@ class Arranged(Collection):
         self.key_names = list(key_names)
         self.val_names = list(val_names)
         self._flat = None
+        trace = op.owned_trace()
+        if trace is not None and not trace.key_names:  # named for statistics
+            trace.key_names = tuple(self.key_names)
 
     def __repr__(self):
         return f"Arranged(by={self.key_names}, values={self.val_names}, depth={self.scope.depth})"
@@ -575,6 +579,7 @@ class Arranged(Collection):
         if self.builder.exported(name):
             raise SchemaError(f"an arrangement named {name!r} is exported already")
         op = ExportOp(self.scope, self.op, 1, Site.capture())
+        op.name = name
         self.builder.exports[name] = Export(op, self.schema, tuple(self.key_names), tuple(self.val_names))
         trace = self.op.trace
         if trace is not None and trace.name is None:

@@ -168,6 +168,14 @@ class Operator:
         where = f" (defined at {self.site})" if self.site else ""
         return f"{self.kind}{where}"
 
+    def label(self) -> str:
+        """Who this operator is in statistics, e.g. ``reach: join#3`` or ``q2: import 'edges_by_src'``
+        (naming, say, the reader that holds an arrangement's compaction back)."""
+        builder = getattr(self.graph, "builder", None)
+        name = getattr(self, "name", None)
+        what = f"{self.kind} {name!r}" if isinstance(name, str) else f"{self.kind}#{self.index}"
+        return f"{builder.name}: {what}" if builder is not None else what
+
 
 class Graph:
     """The operators of one dataflow in build order, with progress tracking and the run loop."""

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
@@ -168,36 +169,113 @@ class Engine:
         except EngineError:
             pass  # closed engine
 
-    def stats(self, live: bool = False) -> dict:
-        """Sizes and frontiers of every arrangement, dataflow status, latencies and worker load. With
-        ``live=True`` each arrangement also reports ``live``: the records it would hold if fully merged
-        and compacted to its readers' frontier (exact, and costs a pass over every trace)."""
+    def arrangements(self, live: bool = False) -> list:
+        """Every arrangement the engine maintains, exported or internal, inputs included: one dict each
+        with ``name`` (the catalog name of an export, ``input:NAME``, else the operator's label),
+        ``dataflow``, ``kind`` (input, export or internal), ``exports`` (the catalog names it is exported
+        under: an input can be exported as it is), ``key`` (column names), ``records``, ``keys``,
+        ``batches``, ``bytes``, ``readers``, ``since``, ``upper``, ``logical``, ``merges`` (in progress),
+        ``merge_shortfall`` (rows they still have to merge), ``skew`` (max over mean shard records),
+        ``shards`` (per-shard figures), and ``blocker`` / ``blocked_epochs`` (the reader holding compaction
+        furthest back, when it is more than an epoch behind). Reads published snapshots and the readers'
+        frontiers only, so any thread may call it while the engine runs. With ``live=True`` each also
+        reports ``live``: the records it would hold if fully merged and compacted to its readers' frontier
+        (exact, and costs a pass over every trace)."""
         snap = self.snapshot()
-        arrs = []
+        exported: dict = {}
+        for cname, entry in sorted(snap.catalog.items()):
+            tr = entry.live_trace()
+            if tr is not None:
+                exported.setdefault(id(tr), []).append(cname)
+        rows, seen = [], set()
 
-        def add(tr, **labels):
+        def add(tr, name, dataflow, kind):
+            if id(tr) in seen:
+                return
+            seen.add(id(tr))
             ts = tr.snapshot
-            row = dict(trace_stats(ts, tr.readers, tr.logical), **labels)
+            row = dict(trace_stats(ts, tr.readers, tr.logical, holders=tr.reader_frontiers()),
+                       name=name, dataflow=dataflow, kind=kind, key=list(tr.key_names),
+                       exports=exported.get(id(tr), []))
             if live:
                 row["live"] = live_records(ts, tr.kk, tr.kv, tr.depth, tr.logical)
-            arrs.append(row)
+            rows.append(row)
 
         for name, s in self.inputs().items():
-            add(s.trace, name=f"input:{name}", dataflow=None)
+            add(s.trace, f"input:{name}", None, "input")
         for infos in (snap.dataflows, snap.retired):
             for info in infos.values():
                 label = info.name + (" (dropped)" if info.name in snap.retired else "")
                 for tname, ref in info.traces:
                     tr = ref()
                     if tr is not None:
-                        add(tr, name=tname, dataflow=label)
+                        cnames = exported.get(id(tr))
+                        add(tr, cnames[0] if cnames else tname, label, "export" if cnames else "internal")
+        return rows
+
+    def dataflow_stats(self, retired: bool = False) -> list:
+        """Every installed dataflow (with ``retired``, also dropped ones kept for their read exports): one
+        dict each with ``name``, ``status``, ``error`` (text), ``operators``, ``busy_s``, ``steps``, its
+        output ``frontier`` (and ``epoch``, its first epoch not final), its ``inputs`` (name -> the epoch
+        it was advanced to and its sealed frontier) and their meet ``input_frontier``, how far it lags
+        behind them (``lag_epochs``, and ``lag_s``: seconds since the oldest ``advance_to`` it does not
+        reflect yet, or since its install if later), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
+        ``updated_at`` (wall-clock time its frontier last moved). Any thread may call it."""
+        snap = self.snapshot()
+        sessions = self.inputs()
+        now = time.perf_counter()
+        out = []
+        for infos in (snap.dataflows, snap.retired) if retired else (snap.dataflows,):
+            for n, d in infos.items():
+                ins, meet, open_epochs, all_epochs, behind = {}, Antichain(), [], [], []
+                at = epoch_of(d.frontier)
+                for src in sorted(d.sources):
+                    s, i = sessions.get(src), snap.inputs.get(src)
+                    sealed = i.sealed if i is not None else Antichain([(0,)])
+                    ins[src] = {"epoch": s.epoch if s is not None else None, "sealed": sealed,
+                                "closed": bool(s is not None and s.closed)}
+                    meet = meet.meet(sealed)
+                    if s is not None:
+                        all_epochs.append(s.epoch)
+                        if not s.closed:
+                            open_epochs.append(s.epoch)
+                        if at is not None:
+                            t = s.advanced_past(at)
+                            if t is not None:
+                                behind.append(t)
+                goal = min(open_epochs) if open_epochs else max(all_epochs, default=None)
+                counts = d.latency_counts
+                out.append({"name": n, "status": d.status, "error": None if d.error is None else str(d.error),
+                            "operators": d.operators, "busy_s": d.busy_s, "steps": d.steps,
+                            "frontier": d.frontier, "epoch": at, "inputs": ins, "input_frontier": meet,
+                            "lag_epochs": 0 if at is None or goal is None else max(0, goal - at),
+                            "lag_s": max(0.0, now - max(min(behind), d.installed_at or 0.0)) if behind else 0.0,
+                            "latency_s": d.latency_s, "updated_at": d.updated_at,
+                            "updates": 0 if counts is None else int(counts.sum()), "retired": n in snap.retired})
+        return out
+
+    def latency_histogram(self, name: str) -> tuple:
+        """(bucket edges in seconds, counts) of every update latency dataflow ``name`` measured: fixed
+        log-spaced buckets (``kpgnb.engine.latency``: counts[0] is below edges[0], counts[i] in
+        [edges[i-1], edges[i]), the last at or above edges[-1]); ``latency.ccdf(counts)`` gives its
+        complementary CDF. Raises UnknownNameError for a dataflow that is not installed."""
+        snap = self.snapshot()
+        info = snap.dataflows.get(name) or snap.retired.get(name)
+        if info is None:
+            raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(snap.dataflows)}")
+        counts = info.latency_counts if info.latency_counts is not None else np.zeros(latency.BUCKETS, np.int64)
+        return latency.EDGES, counts
+
+    def stats(self, live: bool = False) -> dict:
+        """Sizes and frontiers of every arrangement (``arrangements()``), dataflow status and progress
+        (``dataflow_stats()``), latencies and worker load. With ``live=True`` each arrangement also
+        reports ``live`` (see ``arrangements``)."""
+        snap = self.snapshot()
         lat = np.array(self._scheduler.latency_samples()) * 1e3
         return {
             "workers": self.workers,
-            "arrangements": arrs,
-            "dataflows": [{"name": n, "status": d.status, "operators": d.operators, "frontier": d.frontier,
-                           "error": None if d.error is None else str(d.error), "busy_s": d.busy_s,
-                           "steps": d.steps} for n, d in snap.dataflows.items()],
+            "arrangements": self.arrangements(live),
+            "dataflows": self.dataflow_stats(),
             "inputs": [{"name": n, "epoch": s.epoch, "closed": s.closed,
                         "failure": None if n not in snap.inputs or snap.inputs[n].failure is None
                         else str(snap.inputs[n].failure)} for n, s in self.inputs().items()],

@@ -28,6 +28,7 @@ from .catalog import Catalog, CatalogEntry
 from .commands import Cancel, Collect, Drop, DropInput, Follow, Install, OpenHandle, Seal
 from .errors import Cancelled, DataflowError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
+from .latency import LatencyHistogram
 from .scope import epoch_of
 from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
 
@@ -63,6 +64,7 @@ class Dataflow:
         self._installed = time.perf_counter()
         self.latency_s = None
         self.updated_at = None
+        self.latencies = LatencyHistogram()  # every update's latency, in fixed memory (engine/latency.py)
 
     @property
     def status(self) -> str:
@@ -83,17 +85,34 @@ class Dataflow:
 
     def note_progress(self, frontier: Antichain, now: float):
         """When the frontier moved, the latency of its newest epoch: from the first ``advance_to`` that
-        let each source reach it (the latest of those, or the install) to now."""
+        let each source reach it (the latest of those, or the install) to now. Every update the move
+        completed goes into the histogram: each seal of a source whose epoch the move covered, timed
+        from its ``advance_to`` (seals from before the install count once, as the install)."""
         e = epoch_of(frontier)
         if e == self._epoch:
             return
-        self._epoch = e
+        prev, self._epoch = self._epoch, e
         sealed = [self._installed]
+        added, before_install = 0, False
         for s in self.sources:
             t = next((t0 for ep, t0 in s.seals if ep is None or (e is not None and ep >= e)), None)
             if t is not None:
                 sealed.append(t)
+            for ep, t0 in reversed(s.seals):  # newest first, back to the seals an earlier move covered
+                if ep is not None and prev is not None and ep <= prev:
+                    break
+                if e is not None and (ep is None or ep > e):
+                    continue  # not reflected yet
+                if t0 <= self._installed:
+                    before_install = True
+                else:
+                    self.latencies.add(now - t0)
+                    added += 1
         self.latency_s = now - max(sealed)
+        if before_install:
+            self.latencies.add(now - self._installed)
+        elif not added:
+            self.latencies.add(self.latency_s)
         self.updated_at = time.time()
 
     def info(self) -> DataflowInfo:
@@ -111,7 +130,8 @@ class Dataflow:
         return DataflowInfo(self.name, self.status, self.error, frontier,
                             frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
                             len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views,
-                            self.latency_s, self.updated_at, self.serial)
+                            self.latency_s, self.updated_at, self.serial,
+                            latency_counts=self.latencies.published(), installed_at=self._installed)
 
 
 class Scheduler:
@@ -485,7 +505,7 @@ class Scheduler:
         entry = self.catalog.get(cmd.name)
         if entry is None:
             raise UnknownNameError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
-        h = entry.trace.handle(on_close=cmd.on_close)
+        h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})")
         entry.handles.add(h)
         return h
 

@@ -48,10 +48,13 @@ class InputSession:
         self.dropped = False  # set by the scheduler (Engine.drop_input); every later call refuses
         self._buffer: list = []
         self._lock = threading.Lock()
+        self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
         # scheduler side
-        self._handle = self.trace.handle(logical=at_epoch(0))  # keeps the trace compacted to the last epoch
+        self.trace.key_names = tuple(schema.names)
+        # keeps the trace compacted to the last epoch
+        self._handle = self.trace.handle(logical=at_epoch(0), owner=f"input {name!r}")
         self._batcher = Batcher(k, 0, 1, workers)
         self._incoming: list = []
         self._target = at_epoch(0)
@@ -112,6 +115,16 @@ class InputSession:
             self._send(at_epoch(epoch))
             self.epoch = epoch
 
+    def advanced_past(self, epoch: int):
+        """When (``time.perf_counter()``) this input was first advanced beyond ``epoch`` (or closed), as far
+        as its last 256 advances tell; None if it has not been. Any thread: for measuring how far behind
+        a dataflow reading it is."""
+        with self._lock:
+            for ep, t in self._sent:
+                if ep is None or ep > epoch:
+                    return t
+        return None
+
     def flush(self):
         """Advance to the next epoch."""
         self.advance_to(self.epoch + 1)
@@ -130,8 +143,10 @@ class InputSession:
         the caller leaves the epoch as it was."""
         buf = self._buffer
         chunks = [Chunk(data, diffs, self.epoch) for data, diffs in buf]
-        self._submit(Seal(self, chunks, upper, time.perf_counter()))
+        now = time.perf_counter()
+        self._submit(Seal(self, chunks, upper, now))
         self._buffer = []
+        self._sent.append((epoch_of(upper), now))
 
     # -- scheduler side -----------------------------------------------------------------------------
     def accept(self, seal: Seal):

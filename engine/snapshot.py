@@ -27,6 +27,8 @@ class DataflowInfo:
     latency_s: float | None = None   # its last epoch: from the input's advance_to to the dataflow's frontier
     updated_at: float | None = None  # wall-clock time (time.time()) its frontier last moved
     serial: int = 0                  # which install this is: a replacement of the same name gets another
+    latency_counts: object = None    # read-only int64 counts per bucket of engine/latency.py: every update
+    installed_at: float | None = None  # time.perf_counter() when it was installed
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class Spine:
         self.lower = lower
         self.entries: list = []  # batches and merges in progress, oldest first
         self.version = 0         # bumped whenever entries change (readers' snapshots are rebuilt then)
+        self.progress = 0        # bumped whenever merges in progress are given fuel (their shortfall shrinks)
         self._readable = None
         self._merging = None
         self._records = 0        # updates held (both inputs of merges in progress)
@@ -153,11 +154,12 @@ class Spine:
         return self._merging_count() > 0 or self.tidy_work(logical, physical)
 
     def merging(self) -> tuple:
-        """(merges in progress, bytes of their output buffers)."""
+        """(merges in progress, bytes of their output buffers, input rows they still have to merge)."""
         if self._merging is None:
             ms = [e for e in self.entries if isinstance(e, _Merging)]
             self._merging = (len(ms), sum(m.merger.nbytes for m in ms))
-        return self._merging
+        count, nbytes = self._merging
+        return count, nbytes, sum(e.merger.remaining for e in self.entries if isinstance(e, _Merging)) if count else 0
 
     # -- writing ------------------------------------------------------------------------------
     def append(self, batch: Batch):
@@ -280,6 +282,7 @@ class Spine:
         for i, e in enumerate(self.entries):
             if isinstance(e, _Merging):
                 faults.point("merge")
+                self.progress += 1
             if isinstance(e, _Merging) and e.merger.work(fuel):
                 self._complete(i, e, logical)
                 completed = True

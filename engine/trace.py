@@ -38,14 +38,16 @@ class TraceSnapshot:
     frontier (the meet over the shards: every time not in advance of it is complete in every shard), and
     maintenance figures for statistics."""
 
-    __slots__ = ("shards", "upper", "merges", "merge_bytes", "lower")
+    __slots__ = ("shards", "upper", "merges", "merge_bytes", "lower", "merge_rows")
 
-    def __init__(self, shards, upper: Antichain, merges=(), merge_bytes=(), lower: Antichain | None = None):
+    def __init__(self, shards, upper: Antichain, merges=(), merge_bytes=(), lower: Antichain | None = None,
+                 merge_rows=()):
         self.shards = shards
         self.upper = upper
         self.merges = merges
         self.merge_bytes = merge_bytes
         self.lower = lower
+        self.merge_rows = merge_rows  # per shard: input rows its merges in progress still have to merge
 
     def batches(self, shard: int, through: Antichain | None = None) -> tuple:
         """A shard's batches, or the prefix of them whose upper is at or before ``through``."""
@@ -70,10 +72,11 @@ class TraceSnapshot:
         return since if since is not None else (self.lower if self.lower is not None else Antichain())
 
     def shard_stats(self) -> list:
+        zeros = [0] * len(self.shards)
         return [{"records": sum(len(b) for b in bs), "keys": sum(b.nkeys for b in bs), "batches": len(bs),
-                 "bytes": sum(b.nbytes for b in bs) + mb, "merges": m}
-                for bs, m, mb in zip(self.shards, self.merges or [0] * len(self.shards),
-                                     self.merge_bytes or [0] * len(self.shards))]
+                 "bytes": sum(b.nbytes for b in bs) + mb, "merges": m, "merge_shortfall": mr}
+                for bs, m, mb, mr in zip(self.shards, self.merges or zeros, self.merge_bytes or zeros,
+                                         self.merge_rows or zeros)]
 
 
 class Trace:
@@ -86,6 +89,8 @@ class Trace:
         self.name = name
         self.spines = [Spine(kk, kv, depth, lower, effort) for _ in range(workers)]
         self._readers: dict = {}
+        self._owners: dict = {}      # reader key -> who reads (named in statistics: who holds compaction back)
+        self.key_names: tuple = ()   # the key columns' names, where the builder knows them (statistics)
         self._lock = threading.Lock()
         self.logical = lower        # meet of the readers' logical frontiers
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
@@ -94,25 +99,35 @@ class Trace:
         self._stalled = False   # idle maintenance failed: not offered again before the next such change
         self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
         self._versions = tuple(s.version for s in self.spines)
+        self._progress = tuple(s.progress for s in self.spines)
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
-               on_close=None) -> "TraceHandle":
-        return TraceHandle(self, logical, physical, on_close)
+               on_close=None, owner: str | None = None) -> "TraceHandle":
+        """A new reader; ``owner`` names it in statistics (e.g. as the reader holding compaction back)."""
+        return TraceHandle(self, logical, physical, on_close, owner)
 
     @property
     def readers(self) -> int:
         return len(self._readers)
 
-    def _set_reader(self, key, logical: Antichain, physical: Antichain):
+    def reader_frontiers(self) -> list:
+        """(owner, logical frontier) of every reader, for statistics (any thread)."""
+        with self._lock:
+            return [(self._owners.get(k, f"handle #{k}"), lo) for k, (lo, _) in self._readers.items()]
+
+    def _set_reader(self, key, logical: Antichain, physical: Antichain, owner: str | None = None):
         with self._lock:
             self._readers[key] = (logical, physical)
+            if owner is not None:
+                self._owners[key] = owner
             self._recompute()
             self._unsettled = True
 
     def _drop_reader(self, key):
         with self._lock:
             self._readers.pop(key, None)
+            self._owners.pop(key, None)
             self._recompute()
             self._unsettled = True
 
@@ -153,9 +168,10 @@ class Trace:
         self._each_shard(lambda spine, logical, physical: spine.maintain(logical, physical), run,
                          sum(s.owed for s in self.spines))
 
-    def _each_shard(self, work, run, rows: int):
+    def _each_shard(self, work, run, rows: int, progress: bool = False):
         """``work(spine, logical, physical)`` on every shard (in parallel when ``run`` is the pool's and
-        there are several), with the readers' frontiers as of now; then publish, whatever happens."""
+        there are several), with the readers' frontiers as of now; then publish, whatever happens (with
+        ``progress``, also when merges only advanced)."""
         with self._lock:
             logical, physical = self.logical, self.physical
         try:
@@ -165,7 +181,7 @@ class Trace:
             else:
                 run(lambda s: work(self.spines[s], logical, physical), range(self.workers), rows=rows)
         finally:
-            self.publish()
+            self.publish(progress)
 
     def idle_work(self, merges: bool = True) -> bool:
         """Whether idle maintenance would do anything: tidy a bloated shard, or (``merges``) finish a
@@ -186,7 +202,7 @@ class Trace:
         the trace alone until it is appended to or its readers move, rather than retry in a loop."""
         try:
             self._each_shard(lambda spine, logical, physical: spine.exert(logical, physical, fuel), run,
-                             fuel * self.workers)
+                             fuel * self.workers, progress=True)
         except BaseException:
             with self._lock:
                 self._stalled, self._unsettled = True, False
@@ -203,21 +219,27 @@ class Trace:
         self.append(batches)
         self.maintain(run)
 
-    def publish(self):
-        """Swap in a new snapshot if any shard changed since the last one."""
+    def publish(self, progress: bool = False):
+        """Swap in a new snapshot if any shard changed since the last one, or (``progress``: after idle
+        merging) if only its merges advanced, so the published merge shortfall catches up while idle.
+        Merging right after an append is not republished for that alone: the hot path pays nothing."""
         versions = tuple(s.version for s in self.spines)
-        if versions == self._versions:
+        moved = progress and tuple(s.progress for s in self.spines) != self._progress
+        if versions == self._versions and not moved:
             return
         self._versions = versions
-        shards, merges, mbytes = [], [], []
+        self._progress = tuple(s.progress for s in self.spines)
+        shards, merges, mbytes, mrows = [], [], [], []
         upper = None
         for s in self.spines:
             shards.append(s.batches())
-            m, mb = s.merging()
+            m, mb, mr = s.merging()
             merges.append(m)
             mbytes.append(mb)
+            mrows.append(mr)
             upper = s.upper if upper is None else upper.meet(s.upper)
-        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), self.spines[0].lower)
+        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), self.spines[0].lower,
+                                      tuple(mrows))
 
     # -- reading ------------------------------------------------------------------------------
     @property
@@ -225,18 +247,43 @@ class Trace:
         return self.snapshot.upper
 
     def stats(self) -> dict:
-        return trace_stats(self.snapshot, self.readers, self.logical, self.name)
+        return trace_stats(self.snapshot, self.readers, self.logical, self.name, self.reader_frontiers())
 
 
-def trace_stats(snap: TraceSnapshot, readers: int, logical: Antichain, name=None) -> dict:
-    """Totals over the shards (records, keys, batches, bytes, merges in progress), readers, frontiers,
-    and the per-shard figures (to show skew)."""
+HISTORY = 1  # epochs behind the upper a reader normally stays (views and imports read the last complete one)
+
+
+def trace_stats(snap: TraceSnapshot, readers: int, logical: Antichain, name=None, holders=None) -> dict:
+    """Totals over the shards (records, keys, batches, bytes, merges in progress and the rows they still
+    have to merge), readers, frontiers, the per-shard figures and ``skew`` (max over mean shard records:
+    1.0 is even). With ``holders`` (``Trace.reader_frontiers()``), ``blocker`` names the reader(s)
+    holding compaction furthest back when that is more than ``HISTORY`` epochs behind the upper, and
+    ``blocked_epochs`` says by how much (else None and 0)."""
     shards = snap.shard_stats()
-    out = {k: sum(s[k] for s in shards) for k in ("records", "keys", "batches", "bytes", "merges")}
-    out.update(readers=readers, since=snap.since, upper=snap.upper, logical=logical, shards=shards)
+    out = {k: sum(s[k] for s in shards) for k in ("records", "keys", "batches", "bytes", "merges",
+                                                   "merge_shortfall")}
+    mean = out["records"] / len(shards) if shards else 0
+    out.update(readers=readers, since=snap.since, upper=snap.upper, logical=logical, shards=shards,
+               skew=max(s["records"] for s in shards) / mean if mean else 1.0)
+    if holders is not None:
+        out["blocker"], out["blocked_epochs"] = compaction_blocker(holders, snap.upper)
     if name is not None:
         out["name"] = name
     return out
+
+
+def compaction_blocker(holders, upper: Antichain) -> tuple:
+    """(the owners, joined, of the readers whose logical frontier is furthest behind ``upper``, by how
+    many epochs), or (None, 0) when no reader is more than ``HISTORY`` epochs behind. Epochs are the
+    first coordinate (the least one over a frontier's elements), so this reads nested traces too."""
+    if not upper.elements:
+        return None, 0
+    top = min(t[0] for t in upper.elements)
+    lags = [(top - min(t[0] for t in lo.elements), who) for who, lo in holders if lo.elements]
+    worst = max((lag for lag, _ in lags), default=0)
+    if worst <= HISTORY:
+        return None, 0
+    return ", ".join(sorted(who for lag, who in lags if lag == worst)), int(worst)
 
 
 def live_records(snap: TraceSnapshot, kk: int, kv: int, depth: int, logical: Antichain) -> int:
@@ -267,13 +314,13 @@ class TraceHandle:
     go through the trace's published snapshot, so they are safe from any thread."""
 
     def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None,
-                 on_close=None):
+                 on_close=None, owner: str | None = None):
         self._trace = trace
         self._key = next(_ids)
         self._logical = logical if logical is not None else trace.logical
         self._physical = physical if physical is not None else Antichain()
         self.inbox = None
-        trace._set_reader(self._key, self._logical, self._physical)
+        trace._set_reader(self._key, self._logical, self._physical, owner)
         self._finalizer = weakref.finalize(self, _release, trace, self._key, on_close)
 
     # -- frontiers ----------------------------------------------------------------------------

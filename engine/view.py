@@ -160,6 +160,12 @@ class View:
             parts.append(f"last update {_duration(info.latency_s)}")
         return " · ".join(parts)
 
+    def head(self, k: int | None = None) -> tuple:
+        """(the first ``k`` rows in sorted order as a DataFrame, the row count): what a notebook shows
+        (``HEAD`` rows by default), the same for the same contents whatever the workers' order."""
+        df = self.to_pandas()
+        return _sorted_head(df, self.HEAD if k is None else k), len(df)
+
     def _render(self):
         """(summary, the first rows in sorted order as a DataFrame, row count), or (summary, None, error
         text). Sorted so that the same contents always render the same, whatever the workers' order."""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os as _os
+import sys as _sys
 
 # When run from a source checkout without installing, find the sibling engine/ and widgets/ folders.
 _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
@@ -13,7 +14,8 @@ if _os.path.isdir(_os.path.join(_root, "engine")) and _os.path.isfile(_os.path.j
         __path__.append(_root)
 
 __all__ = ["Engine", "Variable", "Antichain", "Schema", "KpgnbError", "SchemaError", "DataflowError", "CompactedError",
-           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "engine", "input"]
+           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "engine", "input",
+           "dashboard"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -38,9 +40,9 @@ _LAZY = {
 
 
 def __getattr__(name):
-    if name == "spark":  # kp.spark: the Spark bridge (imports pyspark only when a function needs it)
-        import importlib
-        return importlib.import_module(".spark", __name__)
+    if name in ("spark", "widgets"):  # kp.spark: the Spark bridge (pyspark only when a function needs it);
+        import importlib                # kp.widgets: the dashboard's widgets (ipywidgets, matplotlib)
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
         mod, attr = _LAZY[name]
@@ -66,6 +68,14 @@ def input(name: str):  # noqa: A001 - kp.input(name), as eng.inputs()[name] with
     return inputs[name]
 
 
+def dashboard(engine=None):
+    """The live dashboard (``kpgnb.widgets.Dashboard``) over ``engine``, by default the kernel's engine:
+    arrangements, frontiers, latency CCDFs and trace sizes, refreshed a few times a second by one
+    background thread until ``.close()`` or until the engine closes."""
+    from .widgets import dashboard as make
+    return make(engine if engine is not None else _kernel_engine())
+
+
 # ``kpgnb.engine`` names the engine's package too, and importing it (which any use of the engine does)
 # binds that name here. So the package is made callable: ``kp.engine()`` is the kernel's engine, while
 # ``kpgnb.engine.runtime`` and friends import as usual. The package itself knows nothing of this.
@@ -78,6 +88,10 @@ class _CallableEngineModule(type(_os)):
 from . import engine  # noqa: E402 - cheap: no numba until a runtime module is imported
 
 engine.__class__ = _CallableEngineModule
+
+if "IPython" in _sys.modules:  # in a kernel, views shown as a cell's result render live (kpgnb/display.py)
+    from . import display as _display
+    _display.register()
 
 
 def load_ipython_extension(ipython):

@@ -32,6 +32,8 @@ def load(ip):
         return prev_handler(etype, value, tb, tb_offset)
 
     ip.set_custom_exc(handled, handler)
+    from . import display
+    display.register(ip)  # views shown as a cell's result render live
     _state.update(ip=ip, magics=magics, warmer=warmer, previous=previous)
     print("kpgnb: %%dataflow and %dataflow are ready (%dataflow? for help); the engine starts on first use, "
           "its kernels compile in the background")

@@ -114,19 +114,31 @@ def dtypes_of(df) -> dict:
     return out
 
 
-def input_from(eng, name: str, df, advance: bool = True):
+def input_from(eng, name: str, df, advance: bool = True, progress=None):
     """Create the engine input ``name`` with the columns and dtypes of ``df`` (a Spark DataFrame, or an
     Arrow table) and insert its rows (through ``toArrow()``; strings interned). With ``advance`` (the
     default) the rows are sealed as epoch 0 (``advance_to(1)``), so dataflows see them at once. A
     DataFrame the engine cannot take (a type, a null) raises a SchemaError before the input is created.
-    Returns the InputSession."""
-    dtypes = dtypes_of(df)
-    table = df.toArrow() if hasattr(df, "toArrow") else df
-    schema = Schema.of(list(dtypes), dtypes)
-    check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
-    inp = eng.input(name, list(dtypes), dtypes, rows=table)
-    if advance:
-        inp.advance_to(inp.epoch + 1)
+    ``progress``: a ``kpgnb.widgets.Progress`` (or anything with its ``update``/``finish``/``fail``) told
+    each stage (reading from Spark, loading the rows, sealing). Returns the InputSession."""
+    try:
+        if progress is not None:
+            progress.update(note="reading the DataFrame (toArrow)")
+        dtypes = dtypes_of(df)
+        table = df.toArrow() if hasattr(df, "toArrow") else df
+        schema = Schema.of(list(dtypes), dtypes)
+        check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
+        if progress is not None:
+            progress.update(0, table.num_rows, note=f"loading into input {name!r}")
+        inp = eng.input(name, list(dtypes), dtypes, rows=table)
+        if advance:
+            inp.advance_to(inp.epoch + 1)
+    except BaseException as e:
+        if progress is not None:
+            progress.fail(f"{type(e).__name__}: {e}")
+        raise
+    if progress is not None:
+        progress.finish(f"input {name!r} loaded" + (" and sealed as epoch 0" if advance else ""))
     return inp
 
 

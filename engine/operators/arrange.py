@@ -91,7 +91,7 @@ class ImportOp(Operator):
         trace = self._strong
         upper = trace.upper
         frontier = last_complete(upper, trace.logical)
-        self.handle = trace.handle(logical=frontier, physical=upper)
+        self.handle = trace.handle(logical=frontier, physical=upper, owner=self.label())
         self.handle.subscribe()
         self.lens = TimeLens(frontier) if frontier.elements else IDENTITY
         shards = tuple(self.handle.batches(s) for s in range(trace.workers))
@@ -149,7 +149,7 @@ class SinkOp(Operator):
         up = self.inputs[0]
         trace = up.trace
         logical = trace.logical
-        self.handle = trace.handle(logical=logical)
+        self.handle = trace.handle(logical=logical, owner=self.label())
 
     def step(self, rt):
         self.take()

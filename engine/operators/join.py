@@ -59,7 +59,7 @@ class JoinOp(Operator):
         self.futures = deque()     # (lower, [product per shard])
 
     def install(self, rt):
-        self.sides = [ArrangedInput(up) for up in self.inputs]
+        self.sides = [ArrangedInput(up, self.label()) for up in self.inputs]
 
     def release(self):
         for side in self.sides:

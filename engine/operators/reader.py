@@ -14,10 +14,10 @@ from ..lattice import Antichain
 class ArrangedInput:
     """An operator's reading of one upstream arranged stream (opened at install)."""
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, owner: str | None = None):
         trace = upstream.trace
         zero = Antichain([(0,) * trace.depth])
-        self.handle = trace.handle(logical=trace.logical, physical=zero)
+        self.handle = trace.handle(logical=trace.logical, physical=zero, owner=owner)
         self.ack = zero
         self.lens = upstream.lens
         self.kk, self.kv, self.depth = trace.kk, trace.kv, trace.depth

@@ -65,7 +65,7 @@ class ReduceOp(Operator):
         d = scope.depth
         self.upper = Antichain([(0,) * d])
         self.out_trace = Trace(kk, spec.out_kv, d, workers, self.upper, effort, name)
-        self.h_out = self.out_trace.handle()
+        self.h_out = self.out_trace.handle(owner=f"{self.label()} (its output)")
         self.pending = [None] * workers  # per shard: (kh, keys, times) of future (key, time) work
         self.input = None  # ArrangedInput, from install until released
         self.held = Antichain()  # minimal times of pending work: where output may still change
@@ -81,7 +81,7 @@ class ReduceOp(Operator):
         return self.out_trace
 
     def install(self, rt):
-        self.input = ArrangedInput(self.inputs[0])
+        self.input = ArrangedInput(self.inputs[0], self.label())
 
     def release(self):
         if self.input is not None:

@@ -1,0 +1,119 @@
+"""The dashboard: every widget over one engine, refreshed together (``kp.dashboard()``,
+``%dataflow dashboard``)."""
+from __future__ import annotations
+
+import ipywidgets as w
+
+from . import fmt
+from .arrangements import ArrangementTable
+from .frontiers import Frontiers
+from .latency import LatencyCCDF
+from .progress import Progress
+from .tracesizes import TraceSizes
+from .updater import Part, Updater
+
+
+class Dashboard(w.VBox):
+    """A header line, a progress bar for the dataflow furthest behind its inputs, the dataflows'
+    frontiers, the arrangement table, and the latency CCDF beside the trace sizes. Made on the calling
+    thread with a first reading already shown; then the engine's updater thread refreshes it a few times
+    a second until ``close()`` (which ends that thread when nothing else is live) or until the engine
+    closes. Its parts: ``header``, ``progress``, ``frontiers``, ``arrangements``, ``latency``, ``sizes``."""
+
+    def __init__(self, engine, **kwargs):
+        self.engine = engine
+        self.header = _Header()
+        self.progress = _Behind()
+        self.frontiers = Frontiers()
+        self.arrangements = ArrangementTable()
+        self.latency = LatencyCCDF()
+        self.sizes = TraceSizes()
+        self.parts = [self.header, self.progress, self.frontiers, self.arrangements, self.latency, self.sizes]
+        title = lambda t: w.HTML(f"<b>{t}</b>")  # noqa: E731
+        super().__init__(children=[
+            self.header, self.progress,
+            title("Dataflows"), self.frontiers,
+            title("Arrangements"), self.arrangements,
+            w.HBox([self.latency, self.sizes]),
+        ], **kwargs)
+        self.updater = Updater.of(engine)
+        self.updater.refresh_now(self.parts)
+        for p in self.parts:
+            self.updater.add(p)
+
+    def refresh(self):
+        """Refresh every part now, on the calling thread (the updater does this by itself)."""
+        self.updater.refresh_now(self.parts)
+
+    def close(self):
+        """Stop refreshing and close every widget; the updater thread ends if nothing else is live."""
+        self.updater.remove(*self.parts)
+        for p in self.parts:
+            p.close()
+        super().close()
+
+
+def dashboard(engine) -> Dashboard:
+    """The live dashboard over ``engine`` (what ``%dataflow dashboard`` shows for the kernel's engine)."""
+    return Dashboard(engine)
+
+
+class _Header(w.HTML, Part):
+    """One line: workers, dataflows, arrangements, records and bytes in all."""
+
+    min_interval = 1.0
+
+    def refresh(self, reading):
+        if reading.closed:
+            self.value = "<b>kpgnb engine</b> · closed (the dashboard stopped)"
+            return
+        arrs = reading.arrangements
+        running = sum(d["status"] == "running" for d in reading.dataflows)
+        failed = sum(d["error"] is not None for d in reading.dataflows)
+        value = (f"<b>kpgnb engine</b> · {reading.workers} workers · {running} dataflows running"
+                 f"{f' · {failed} failed' if failed else ''} · {len(arrs)} arrangements · "
+                 f"{fmt.count(sum(a['records'] for a in arrs))} records · "
+                 f"{fmt.nbytes(sum(a['bytes'] for a in arrs))}")
+        if reading.error:
+            value += f" · <span style='color:#b00'>engine failed: {fmt.html.escape(reading.error)}</span>"
+        if value != self.value:
+            self.value = value
+
+
+BEHIND_S = 1.0  # a dataflow shows as behind once it lags its inputs this long (not every epoch in flight)
+
+
+class _Behind(Progress):
+    """The dashboard's progress bar: the dataflow furthest behind its inputs (for ``BEHIND_S`` or more),
+    how many epochs it has done of those it had to do when it fell behind, and for how long; full when
+    all are up to date."""
+
+    min_interval = 0.5
+
+    def __init__(self):
+        super().__init__("dataflows")
+        self._behind: dict = {}  # dataflow -> its epoch when it was first seen behind
+        self._shown = None       # what the bar shows (nothing is sent while it stays the same)
+
+    def refresh(self, reading):
+        if reading.closed:
+            return
+        lagging = [d for d in reading.dataflows if d["error"] is None and d["lag_epochs"] > 0
+                   and d["lag_s"] >= BEHIND_S]
+        self._behind = {d["name"]: self._behind.get(d["name"], d["epoch"]) for d in lagging}
+        if not lagging:
+            shown = ("dataflows", None, 0, "finished", "all up to date")
+        else:
+            d = max(lagging, key=lambda d: (d["lag_s"], d["lag_epochs"]))
+            first = self._behind[d["name"]]
+            goal = d["epoch"] + d["lag_epochs"]
+            more = f" (and {len(lagging) - 1} more behind)" if len(lagging) > 1 else ""
+            shown = (f"dataflow {d['name']!r}", max(1, goal - first), d["epoch"] - first, "running",
+                     f"final before epoch {d['epoch']} of {goal}, {fmt.seconds(d['lag_s'])} behind{more}")
+        if shown == self._shown:
+            return
+        self._shown = shown
+        with self._lock:
+            self.description, self.total, self.done, self.state, note = shown
+            self.unit = "epochs"
+            self._show(note, elapsed=False)

@@ -1,0 +1,150 @@
+"""Live views: a view shown as a cell's result stays current in place.
+
+A :class:`LiveView` is a table of the view's first rows (sorted, as the static rendering shows them) under
+a line with the view's frontier, row count and last update latency, and a pause button. The engine's
+updater thread re-reads the view (one published snapshot, whole epochs only) whenever its frontier has
+moved, at most every ``min_interval`` seconds, longer if reading it is slow (see ``updater``).
+
+``kpgnb`` registers :func:`mimebundle` with IPython's display formatter in a kernel, so ``view`` on a
+cell's last line or ``display(view)`` shows a LiveView; in a terminal, or where widgets are unavailable,
+views render as before (text, or static HTML). At most ``MAX_LIVE`` live views per engine refresh at once:
+showing one more freezes the oldest (it says so).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+import ipywidgets as w
+
+from . import fmt
+from .updater import Part, Updater
+
+HEAD = 20          # rows shown, as the static rendering shows
+MAX_LIVE = 16      # live views refreshed at once per engine
+
+_live: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # engine -> [LiveView], oldest first
+_live_lock = threading.Lock()
+
+
+class LiveView(w.VBox, Part):
+    """A view rendered live (module docstring). ``header`` (HTML: view, dataflow, frontier, rows, last
+    update latency), ``table`` (HTML: the first ``HEAD`` rows, sorted) and ``pause`` (a ToggleButton: while
+    down the table keeps what it shows). ``frontier`` and ``rows`` are what is shown; it stops refreshing
+    for good when the view's dataflow is dropped or fails (saying so), or the engine closes."""
+
+    min_interval = 0.5
+
+    def __init__(self, view, **kwargs):
+        self.view = view
+        self.header = w.HTML(value="")
+        self.table = w.HTML(value="")
+        self.pause = w.ToggleButton(value=False, description="pause", icon="pause",
+                                    tooltip="keep the table as it is; the view itself stays current",
+                                    layout=w.Layout(width="90px"))
+        super().__init__(children=[w.HBox([self.pause, self.header]), self.table], **kwargs)
+        self.frontier = None
+        self.rows = None
+        self.state = "live"        # live | paused | ended
+        self.pause.observe(self._paused, "value")
+        self._updater = Updater.of(view.engine)
+        self.refresh(None)         # the first paint, on the creating thread
+        if self.state == "live":
+            _admit(self)
+            self._updater.add(self)
+
+    # -- refreshing -----------------------------------------------------------------------------------
+    def refresh(self, reading):
+        if self.state == "ended":
+            return
+        view, engine = self.view, self.view.engine
+        if engine.closed or (reading is not None and reading.closed):
+            self._end("the engine is closed")
+            return
+        info = engine.snapshot().dataflows.get(view.dataflow)
+        if info is None or info.error is not None or all(n != view.name for n, _ in info.views):
+            why = "dropped" if info is None or info.error is None else f"failed: {info.error}"
+            self._end(f"dataflow {view.dataflow!r} {why}")
+            return
+        if self.state == "paused":
+            return
+        frontier = view.frontier
+        if frontier == self.frontier:
+            return  # nothing new is final: nothing to read
+        head, n = view.head(HEAD)
+        more = f"<div>&hellip; {n - len(head)} more rows</div>" if n > len(head) else ""
+        table = (head.to_html(index=False) if len(head) else "<i>(empty)</i>") + more
+        header = (f"<b>{fmt.html.escape(view.summary())} · {n:,} row{'' if n == 1 else 's'}</b> · "
+                  f"<i>live</i>")
+        self.frontier, self.rows = frontier, n
+        with self.hold_sync():
+            self.header.value = header
+            self.table.value = table
+
+    def _paused(self, change):
+        if change["new"]:
+            self.state = "paused"
+            self.pause.description, self.pause.icon = "resume", "play"
+            self.header.value = self.header.value.replace("<i>live</i>", "<i>paused</i>")
+        elif self.state == "paused":
+            self.state = "live"
+            self.pause.description, self.pause.icon = "pause", "pause"
+            self.frontier = None  # redraw on the next refresh
+
+    def _end(self, why: str):
+        self.state = "ended"
+        self._stopped = True
+        with self.hold_sync():
+            self.pause.disabled = True
+            self.header.value = (self.header.value.replace(" · <i>live</i>", "").replace(" · <i>paused</i>", "")
+                                 + f" · <i>{fmt.html.escape(why)}; not updating</i>")
+        self._updater.remove(self, wait=0)
+
+    def stop(self, why: str = "stopped"):
+        """Stop refreshing (the table keeps what it shows)."""
+        if self.state != "ended":
+            self._end(why)
+
+    def close(self):
+        self.stop("closed")
+        super().close()
+
+    def show_error(self, error):
+        self.table.value = f"<pre>{fmt.html.escape(f'{type(error).__name__}: {error}')}</pre>"
+
+
+def _admit(lv: LiveView):
+    """Count a new live view against MAX_LIVE, freezing the oldest still refreshing beyond it."""
+    with _live_lock:
+        views = [v for v in _live.get(lv.view.engine, []) if v.state != "ended"]
+        views.append(lv)
+        _live[lv.view.engine] = views
+        over = views[:-MAX_LIVE] if len(views) > MAX_LIVE else []
+    for old in over:
+        old.stop(f"more than {MAX_LIVE} live views; show it again to resume")
+
+
+def available() -> bool:
+    """Whether a live view can be shown: a kernel with comms (not a terminal) and KPGNB_LIVE_VIEWS not 0."""
+    if os.environ.get("KPGNB_LIVE_VIEWS", "1").lower() in ("0", "", "false", "no"):
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def mimebundle(view):
+    """IPython's mimebundle formatter for views: the widget's ``application/vnd.jupyter.widget-view+json``
+    only (IPython adds the usual text/plain and text/html, so notebooks without the widget still show the
+    static table), or None (render as before) outside a kernel, or when the view cannot be read."""
+    if not available() or view.engine.closed or view.released:
+        return None
+    lv = LiveView(view)
+    if lv.state == "ended":
+        return None
+    data = lv._repr_mimebundle_()
+    return {k: v for k, v in data.items() if k != "text/plain"}

@@ -1,0 +1,133 @@
+"""Progress bars for long work: loading a large input (Spark ingestion) and a large first computation.
+
+Two ways to drive one:
+
+- by hand, from the code doing the work (any thread): ``p = Progress("loading edges"); p.update(done,
+  total, note=...)``, then ``p.finish()`` or ``p.fail(error)`` (a ``with`` block does both);
+  ``kpgnb.spark.input_from(..., progress=p)`` reports its stages this way;
+- following a dataflow: ``Progress.follow(eng, name)`` is refreshed by the engine's updater thread and
+  shows the epochs the dataflow has finished out of those its inputs were advanced to, with the time
+  spent computing; it finishes once the dataflow has caught up and shows the error if it fails.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import ipywidgets as w
+
+from . import fmt
+from .updater import Part, Updater
+
+
+class Progress(w.HBox, Part):
+    """A bar (``bar``: a FloatProgress from 0 to 1, or pulsing at 0 while the total is unknown) and a
+    line of text (``label``). Thread-safe: updates from any thread are applied under ``hold_sync``."""
+
+    min_interval = 0.25
+
+    def __init__(self, description: str = "", total: float | None = None, unit: str = "", **kwargs):
+        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info",
+                                   layout=w.Layout(width="40%"))
+        self.label = w.HTML(value="")
+        super().__init__(children=[self.bar, self.label], **kwargs)
+        self.description = description
+        self.total = total
+        self.unit = unit
+        self.done = 0.0
+        self.state = "running"     # running | finished | failed
+        self._start = time.perf_counter()
+        self._lock = threading.Lock()
+        self._follow = None        # (engine, dataflow name, its first epoch when following began)
+        self._show("")
+
+    # -- driving it by hand -----------------------------------------------------------------------------
+    def update(self, done: float | None = None, total: float | None = None, note: str = ""):
+        """Report progress: ``done`` out of ``total`` (kept from earlier calls when None)."""
+        with self._lock:
+            if total is not None:
+                self.total = total
+            if done is not None:
+                self.done = done
+            self._show(note)
+
+    def finish(self, note: str = "done"):
+        with self._lock:
+            self.state = "finished"
+            if self.total:
+                self.done = self.total
+            self._show(note)
+        self._stop()
+
+    def fail(self, error):
+        with self._lock:
+            self.state = "failed"
+            self._show(f"failed: {error}")
+        self._stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, exc, tb):
+        if exc is None:
+            self.finish()
+        else:
+            self.fail(f"{etype.__name__}: {exc}")
+        return False
+
+    def _show(self, note: str, elapsed: bool = True):
+        frac = min(1.0, self.done / self.total) if self.total else (1.0 if self.state == "finished" else 0.0)
+        amount = ""
+        if self.total:
+            amount = f"{fmt.count(self.done)} / {fmt.count(self.total)}{' ' + self.unit if self.unit else ''} · "
+        took = f" · {fmt.seconds(time.perf_counter() - self._start)}" if elapsed else ""
+        text = f"<b>{fmt.html.escape(self.description)}</b> {amount}{fmt.html.escape(note)}{took}"
+        style = {"running": "info", "finished": "success", "failed": "danger"}[self.state]
+        with self.hold_sync():
+            self.bar.value = frac
+            self.bar.bar_style = style
+            self.label.value = text
+
+    # -- following a dataflow -----------------------------------------------------------------------------
+    @classmethod
+    def follow(cls, engine, name: str) -> "Progress":
+        """A bar for dataflow ``name`` catching up with its inputs, refreshed by the engine's updater
+        until it has caught up (or failed, or was dropped)."""
+        p = cls(f"dataflow {name!r}", unit="epochs")
+        stats = {d["name"]: d for d in engine.dataflow_stats()}.get(name)
+        p._follow = (engine, name, stats["epoch"] if stats and stats["epoch"] is not None else 0)
+        u = Updater.of(engine)
+        u.add(p)
+        u.refresh_now([p])
+        return p
+
+    def refresh(self, reading):
+        if self._follow is None or self.state != "running":
+            return
+        engine, name, first = self._follow
+        if reading.closed:
+            self.fail("the engine closed")
+            return
+        d = next((d for d in reading.dataflows if d["name"] == name), None)
+        if d is None:
+            self.fail("the dataflow was dropped")
+            return
+        if d["error"] is not None:
+            self.fail(d["error"])
+            return
+        epoch, lag = d["epoch"], d["lag_epochs"]
+        if epoch is None or lag == 0:
+            self.finish(f"up to date ({fmt.seconds(d['busy_s'])} computing, {fmt.count(d['steps'])} operator steps)")
+            return
+        goal = epoch + lag
+        self.update(epoch - first, goal - first,
+                    f"final before epoch {epoch} of {goal} · {fmt.seconds(d['busy_s'])} computing, "
+                    f"{fmt.count(d['steps'])} operator steps")
+
+    def _stop(self):
+        if self._follow is not None:
+            self._stopped = True
+            Updater.of(self._follow[0]).remove(self, wait=0)
+
+    def show_error(self, error):
+        self.label.value = f"progress: {type(error).__name__}: {error}"

@@ -1,0 +1,75 @@
+"""Matplotlib plots as PNG bytes for ``ipywidgets.Image``, without pyplot, cheaply enough to redraw live.
+
+pyplot keeps global state and may start a GUI backend; the widgets draw on their own ``Figure`` with the
+Agg canvas instead, which is safe off the main thread. A full draw of a small log-log plot costs tens of
+milliseconds (tick labels, text layout), too much to repeat every second beside a running engine, so a
+:class:`Plot` draws its static part (axes, ticks, labels, grid) once per *layout* (limits, scales: what
+the caller's ``key`` says) and keeps the pixels; each refresh restores them and draws only the data
+(lines, legend) on top (blitting), then encodes the PNG with fast compression. One lock serializes
+drawing (matplotlib's font caches are shared); no engine lock is ever held while drawing.
+"""
+from __future__ import annotations
+
+import io
+import threading
+import time
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+from PIL import Image
+
+DPI = 80
+_lock = threading.Lock()
+
+
+class Plot:
+    """A figure whose static part is drawn once per layout key (module docstring)."""
+
+    def __init__(self, width_in: float = 4.6, height_in: float = 3.0):
+        self.fig = Figure(figsize=(width_in, height_in), dpi=DPI)
+        self.canvas = FigureCanvasAgg(self.fig)
+        self._key = None
+        self._background = None
+        self.axes: list = []
+        self.full_draws = 0  # how often the static part was drawn (it should be rare)
+
+    def render(self, key, layout, data) -> bytes:
+        """PNG bytes: ``layout(fig)`` builds the static part and returns the axes (called when ``key``
+        differs from the last one); ``data(axes)`` adds the artists drawn on top and returns them."""
+        with _lock:
+            if key != self._key or self._background is None:
+                self.fig.clear()
+                self.axes = list(layout(self.fig))
+                self.canvas.draw()
+                self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+                self._key = key
+                self.full_draws += 1
+            else:
+                self.canvas.restore_region(self._background)
+            renderer = self.canvas.get_renderer()
+            for artist in data(self.axes):
+                artist.draw(renderer)
+                artist.remove()
+            time.sleep(0)  # drawing holds the GIL: let the engine's threads have it before encoding
+            w, h = self.canvas.get_width_height()
+            buf = io.BytesIO()
+            Image.frombuffer("RGBA", (w, h), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB").save(
+                buf, format="png", compress_level=1)
+            return buf.getvalue()
+
+
+def log_axes(ax, x: bool = True, y: bool = True):
+    """Log scales with plain tick labels (``0.001``, not mathtext: much cheaper) and no minor ticks."""
+    for on, axis, scale in ((x, ax.xaxis, ax.set_xscale), (y, ax.yaxis, ax.set_yscale)):
+        if on:
+            scale("log")
+            axis.set_major_locator(LogLocator(base=10, numticks=8))
+            axis.set_minor_locator(NullLocator())
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def message(text: str, width_in: float = 4.6, height_in: float = 1.0) -> bytes:
+    """A PNG of one line of text (a widget that cannot draw says why)."""
+    p = Plot(width_in, height_in)
+    return p.render(None, lambda fig: [fig.text(0.02, 0.5, text, fontsize=8, va="center")], lambda axes: [])

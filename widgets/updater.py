@@ -1,0 +1,163 @@
+"""The one thread that refreshes the widgets of an engine.
+
+Widgets are created on the caller's (the kernel's main) thread; afterwards a single updater thread per
+engine refreshes every open widget a few times a second: it takes one :class:`~.reading.Reading` from the
+engine's published snapshots and hands it to each widget that is due, which sets its traits under
+``hold_sync`` (one comm message per widget and refresh). It never holds an engine lock and never waits
+on the engine, so neither a cell nor the scheduler ever waits for it.
+
+Cost is bounded twice: each widget says how often it wants refreshing (``min_interval``: tables a few
+times a second, plots once a second or two), and a widget that took ``t`` seconds to render waits at least
+``COST_FACTOR * t`` before its next turn, so a slow render (a big live view, a busy machine) cannot take
+more than about 1/COST_FACTOR of a core. The thread ends when its last widget is closed (or goes away) or
+when the engine closes (each widget first shows that it did); :meth:`Updater.close` ends it at once.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+from .reading import Reading
+
+PERIOD = 0.25       # seconds between looks: the fastest any widget refreshes
+COST_FACTOR = 20    # a widget that rendered in t seconds waits at least COST_FACTOR * t for its next turn
+
+_registry: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # engine -> its Updater
+_registry_lock = threading.Lock()
+
+
+class Updater:
+    """Refreshes the widgets of one engine from one daemon thread (see the module docstring)."""
+
+    def __init__(self, engine, period: float = PERIOD):
+        self._engine = weakref.ref(engine)
+        self.period = period
+        self._parts: dict = {}          # widget -> when it is next due (perf_counter)
+        self._lock = threading.Lock()   # guards _parts and the thread's start and end
+        self._stop = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.refreshes = 0              # readings taken
+        self.cpu_s = 0.0                # CPU time the thread spent refreshing (what the dashboard costs)
+        self.cpu_by_part: dict = {}     # widget class name -> CPU seconds spent refreshing it
+        self.last_error: BaseException | None = None
+
+    @classmethod
+    def of(cls, engine) -> "Updater":
+        """The engine's updater (one per engine, made on first use)."""
+        with _registry_lock:
+            u = _registry.get(engine)
+            if u is None:
+                u = _registry[engine] = cls(engine)
+            return u
+
+    # -- widgets --------------------------------------------------------------------------------------
+    def add(self, part):
+        """Refresh ``part`` from now on (``part.refresh(reading)``, at most every ``part.min_interval``
+        seconds), starting the thread if it is not running."""
+        with self._lock:
+            self._parts[part] = 0.0
+            if self.thread is None or not self.thread.is_alive():
+                self._stop.clear()
+                # not in the caller's context: ipykernel then sends the widgets' updates as part of whichever
+                # cell is running, so a notebook executed by nbclient stores their latest state
+                self.thread = threading.Thread(target=self._loop, name="kpgnb-widgets", daemon=True)
+                self.thread.start()
+
+    def remove(self, *parts, wait: float = 5.0):
+        """Stop refreshing ``parts``; if no widget is left, end the thread and wait for it (``wait``
+        seconds at most), so that closing the last widget leaves no thread behind."""
+        with self._lock:
+            for p in parts:
+                self._parts.pop(p, None)
+            if self._parts:
+                return
+            self._stop.set()
+            t = self.thread
+        if t is not None and t is not threading.current_thread():
+            t.join(wait)
+
+    def parts(self) -> list:
+        with self._lock:
+            return list(self._parts)
+
+    @property
+    def running(self) -> bool:
+        t = self.thread
+        return t is not None and t.is_alive()
+
+    def close(self, timeout: float = 5.0):
+        """Stop refreshing every widget and end the thread (waits for a refresh in progress)."""
+        self.remove(*self.parts(), wait=timeout)
+
+    def refresh_now(self, parts=None):
+        """One refresh of ``parts`` (default: all) on the calling thread: the first paint of new widgets."""
+        engine = self._engine()
+        if engine is None:
+            return
+        reading = Reading.take(engine)
+        for p in parts if parts is not None else self.parts():
+            self._refresh(p, reading)
+
+    # -- the thread -----------------------------------------------------------------------------------
+    def _loop(self):
+        while not self._stop.wait(self.period):
+            engine = self._engine()
+            now = time.perf_counter()
+            with self._lock:
+                for p in [p for p in self._parts if not p.alive]:
+                    del self._parts[p]
+                if engine is None or not self._parts:
+                    self.thread = None
+                    return
+                due = [p for p, t in self._parts.items() if t <= now]
+            if not due:
+                continue
+            c0 = time.thread_time()
+            reading = Reading.take(engine)
+            self.refreshes += 1
+            self.cpu_by_part["Reading"] = self.cpu_by_part.get("Reading", 0.0) + time.thread_time() - c0
+            for p in (self.parts() if reading.closed else due):
+                time.sleep(0)  # let the engine's threads have the GIL between widgets
+                spent = self._refresh(p, reading)
+                with self._lock:
+                    if p in self._parts:
+                        self._parts[p] = time.perf_counter() + max(p.min_interval, COST_FACTOR * spent)
+            self.cpu_s += time.thread_time() - c0
+            if reading.closed:  # every widget has shown that the engine closed: nothing will change again
+                with self._lock:
+                    self._parts.clear()
+                    self.thread = None
+                return
+
+    def _refresh(self, part, reading) -> float:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            part.refresh(reading)
+        except Exception as e:  # noqa: BLE001 - one widget's failure must not stop the others
+            self.last_error = e
+            try:
+                part.show_error(e)
+            except Exception:  # noqa: BLE001 - nothing more to do for it
+                pass
+        name = type(part).__name__
+        self.cpu_by_part[name] = self.cpu_by_part.get(name, 0.0) + time.thread_time() - c0
+        return time.perf_counter() - t0
+
+
+class Part:
+    """What the updater refreshes: a widget with ``refresh(reading)`` (on the updater thread, setting
+    traits under ``hold_sync``), ``min_interval`` seconds between refreshes, and ``alive`` while it
+    should be refreshed (not closed; a closed widget drops out by itself)."""
+
+    min_interval = 0.5
+
+    @property
+    def alive(self) -> bool:
+        return getattr(self, "comm", None) is not None and not getattr(self, "_stopped", False)
+
+    def refresh(self, reading):
+        raise NotImplementedError
+
+    def show_error(self, error: BaseException):
+        """A refresh failed: say so where the widget's content would be."""
