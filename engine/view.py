@@ -170,11 +170,10 @@ class View:
         """(summary, the first rows in sorted order as a DataFrame, row count), or (summary, None, error
         text). Sorted so that the same contents always render the same, whatever the workers' order."""
         try:
-            df = self.to_pandas()
+            head, n = self.head()
         except Exception as e:  # noqa: BLE001 - rendering must not raise
             return f"view {self.name!r}", None, f"{type(e).__name__}: {e}"
-        head = _sorted_head(df, self.HEAD)
-        return f"{self.summary()} · {len(df)} row{'' if len(df) == 1 else 's'}", head, len(df)
+        return f"{self.summary()} · {n} row{'' if n == 1 else 's'}", head, n
 
     def _repr_pretty_(self, p, cycle):
         head, df, n = self._render()
