@@ -25,11 +25,12 @@ __all__ = ["session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write
 # -- the session ------------------------------------------------------------------------------------------
 
 
-def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: str = "ERROR", **conf):
-    """A SparkSession on loopback (``getOrCreate``: the running one if there is one, with the SQL settings
-    given here applied to it; its master and core count stay what they were): master
-    ``local[cores]``, driver host and bind address 127.0.0.1, UI and console progress bars off,
-    ``spark.sql.shuffle.partitions = partitions``, Arrow on, time zone UTC. ``PYSPARK_PYTHON`` and
+def session(app: str = "kpgnb", cores: int = 2, partitions: int | None = None, log_level: str = "ERROR",
+            **conf):
+    """A SparkSession on loopback (``getOrCreate``: the running one if there is one, with the settings given
+    here applied to it as pyspark does; a running session's shuffle partitions change only when
+    ``partitions`` is given): master ``local[cores]``, driver host and bind address 127.0.0.1, UI and
+    console progress bars off, ``spark.sql.shuffle.partitions = partitions`` (4 for a new session), Arrow on, time zone UTC. ``PYSPARK_PYTHON`` and
     ``PYSPARK_DRIVER_PYTHON`` are set to this interpreter before the JVM starts (Python workers would
     otherwise pick a Python without pyarrow). ``conf`` adds Spark settings (dots as in Spark:
     ``session(**{"spark.driver.memory": "2g"})``). The JVM's stderr is ``sys.stderr``'s descriptor: in a Jupyter
@@ -43,21 +44,20 @@ def session(app: str = "kpgnb", cores: int = 2, partitions: int = 4, log_level: 
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": str(partitions),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         **{k: str(v) for k, v in conf.items()},
     }
+    from pyspark import SparkContext
+    if partitions is not None or SparkContext._active_spark_context is None:
+        settings["spark.sql.shuffle.partitions"] = str(4 if partitions is None else int(partitions))
     master = f"local[{int(cores)}]"
     _start_jvm(master, app, settings)
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    for k, v in settings.items():  # a running session keeps its own: the SQL settings that can change, change
-        if k.startswith("spark.sql.") and spark.conf.isModifiable(k) and spark.conf.get(k, None) != v:
-            spark.conf.set(k, v)
     spark.sparkContext.setLogLevel(log_level)
     return spark
 

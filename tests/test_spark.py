@@ -48,7 +48,10 @@ def test_session_is_loopback(spark):
     assert conf.get("spark.ui.enabled") == "false"
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
     assert os.environ["PYSPARK_PYTHON"] == sys.executable == os.environ["PYSPARK_DRIVER_PYTHON"]
-    assert ks.session() is spark  # getOrCreate
+    assert ks.session() is spark  # getOrCreate, its shuffle partitions kept
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert ks.session(partitions=3) is spark and spark.conf.get("spark.sql.shuffle.partitions") == "3"
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
     assert kp.spark is ks
 
 
