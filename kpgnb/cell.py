@@ -280,14 +280,14 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
                 break
             except TimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
-                    progress.end()
+                    progress.end(stopped=f"timed out waiting: {_position(eng, handle.name)}")
                     raise
                 progress.show(eng)
     except KeyboardInterrupt:
-        progress.end()
+        progress.end(stopped=f"stopped waiting: {_position(eng, handle.name)}")
         raise CellError(KeyboardInterrupt(f"stopped waiting: {how_far(eng, handle.name)}"), None) from None
     except (DataflowError, KpgnbError) as e:
-        progress.end()
+        progress.end(f"{type(e).__name__}: {e}")
         if first:
             try:
                 eng.drop(handle.name)
@@ -300,18 +300,27 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
     progress.end()
 
 
-def _position(eng, name: str) -> str:
-    """How far a dataflow got, e.g. "final before epoch 3 of 10" (its inputs are at epoch 10)."""
+def _epochs(eng, name: str):
+    """(the dataflow's first epoch not final or None when complete, the epoch its inputs are at or None),
+    or None when it is not installed."""
     info = eng.snapshot().dataflows.get(name)
     if info is None:
-        return "not installed"
+        return None
     from .engine.scope import epoch_of
     inputs = eng.inputs()
     goal = [inputs[s].epoch for s in sorted(info.sources) if s in inputs and not inputs[s].closed]
-    at = epoch_of(info.frontier)
+    return epoch_of(info.frontier), (min(goal) if goal else None)
+
+
+def _position(eng, name: str) -> str:
+    """How far a dataflow got, e.g. "final before epoch 3 of 10" (its inputs are at epoch 10)."""
+    where = _epochs(eng, name)
+    if where is None:
+        return "not installed"
+    at, goal = where
     if at is None:
         return "complete"
-    return f"final before epoch {at}" + (f" of {min(goal)}" if goal else "")
+    return f"final before epoch {at}" + (f" of {goal}" if goal is not None else "")
 
 
 def how_far(eng, name: str) -> str:
@@ -320,13 +329,17 @@ def how_far(eng, name: str) -> str:
 
 
 class _Progress:
-    """A progress line on stderr while a wait lasts more than PROGRESS_AFTER_S (KPGNB_PROGRESS=0: none)."""
+    """While a wait lasts more than PROGRESS_AFTER_S (KPGNB_PROGRESS=0: never): in a kernel with widgets, a
+    ``kpgnb.widgets.Progress`` bar shown in the cell's output (epochs done of those the inputs were
+    advanced to); elsewhere (a terminal, IPython's shell) a line on stderr, refreshed each second."""
 
     def __init__(self, name: str, warmer):
         self.name = name
         self.warmer = warmer
         self.start = time.perf_counter()
         self.shown = False
+        self.bar = None        # the widget, once shown
+        self.first = None      # the dataflow's epoch when the bar appeared
         self.enabled = os.environ.get("KPGNB_PROGRESS", "1") not in ("0", "", "false", "no")
 
     def show(self, eng):
@@ -334,15 +347,56 @@ class _Progress:
         if not self.enabled or elapsed < PROGRESS_AFTER_S:
             return
         text = f"computing dataflow {self.name!r}: {_position(eng, self.name)}"
+        compiling = ""
         if self.warmer is not None and not self.warmer.done:
             done, total, current = self.warmer.progress()
-            text += f"; compiling kernels ({done}/{total}{', ' + current if current else ''})"
+            compiling = f"compiling kernels ({done}/{total}{', ' + current if current else ''})"
+        if not self.shown and self.bar is None:
+            self.bar = _progress_widget(self.name)
+        if self.bar is not None:
+            at, goal = _epochs(eng, self.name) or (None, None)
+            if self.first is None:
+                self.first = at or 0
+            note = _position(eng, self.name) + (f"; {compiling}" if compiling else "")
+            if at is not None and goal is not None and goal > self.first:
+                self.bar.update(max(0, at - self.first), goal - self.first, note=note)
+            else:
+                self.bar.update(note=note)
+            return
+        if compiling:
+            text += f"; {compiling}"
         sys.stderr.write(f"\r{text} · {elapsed:.0f} s ")
         sys.stderr.flush()
         self.shown = True
 
-    def end(self):
+    def end(self, error: str | None = None, stopped: str | None = None):
+        """The wait ended: caught up, failed (``error``), or stopped waiting with the dataflow still
+        computing (``stopped``: the bar keeps where it got to and says why it stopped moving)."""
+        if self.bar is not None:
+            if stopped is not None:
+                self.bar.update(note=stopped)
+            elif error is not None:
+                self.bar.fail(error)
+            else:
+                self.bar.finish("up to date")
+            self.bar = None
         if self.shown:
             sys.stderr.write("\n")
             sys.stderr.flush()
             self.shown = False
+
+
+def _progress_widget(name: str):
+    """A progress bar displayed in the running cell's output, in a kernel with ipywidgets; else None."""
+    try:
+        from IPython import get_ipython
+        ip = get_ipython()
+        if ip is None or getattr(ip, "kernel", None) is None:
+            return None
+        from IPython.display import display
+        from .widgets import Progress
+        bar = Progress(f"computing dataflow {name!r}", unit="epochs")
+        display(bar)
+        return bar
+    except Exception:  # noqa: BLE001 - no widgets: the stderr line instead
+        return None

@@ -419,6 +419,35 @@ v = t.map(lambda k: {"k": nap(k)}).view("v")
     assert re.search(r"computing dataflow 'slowish': final before epoch 0 of 1 · \d+ s", out), out
 
 
+def test_a_long_wait_in_a_kernel_shows_a_progress_bar(ip, capsys, monkeypatch):
+    """In a kernel (a shell with a kernel) the progress of a long first computation is a
+    kpgnb.widgets.Progress bar displayed in the cell's output, not a stderr line."""
+    pytest.importorskip("ipywidgets")
+    import IPython.display
+    from kpgnb import cell
+    from kpgnb.widgets import Progress
+    monkeypatch.setenv("KPGNB_PROGRESS", "1")
+    monkeypatch.setattr(cell, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(ip, "kernel", object(), raising=False)
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    ip.user_ns.update(time=time, t=pd.DataFrame({"k": [1, 2]}))
+    r, out = run(ip, capsys, """%%dataflow slowbar --inputs t=t
+def nap(k):
+    if (k == 2).any():
+        time.sleep(2.5)
+    return k
+v = t.map(lambda k: {"k": nap(k)}).view("v")
+""")
+    assert r.success, out
+    assert "computing dataflow" not in out, out
+    bars = [b for b in shown if isinstance(b, Progress)]
+    assert len(bars) == 1, shown
+    bar = bars[0]
+    assert bar.state == "finished" and bar.bar.value == 1.0 and "up to date" in bar.label.value
+    assert bar.description == "computing dataflow 'slowbar'"
+
+
 def test_arrow_tables_and_dicts_of_arrays_as_inputs(ip, capsys):
     import pyarrow as pa
     ip.user_ns["tbl"] = pa.table({"k": [1, 2, 2], "name": ["a", "b", "b"], "w": [0.5, 1.0, 1.5]})

@@ -444,3 +444,18 @@ def test_dataflow_dashboard_magic():
     finally:
         sh.run_line_magic("unload_ext", "kpgnb")  # closes the kernel's engine: the updater ends with it
     until(lambda: not widget_threads(), "the updater ending with the kernel's engine")
+
+
+def test_a_widget_on_its_own_watches_an_engine():
+    eng, edges, view = graph_engine(2)
+    try:
+        table = widgets.ArrangementTable().watch(eng)
+        assert row(table, "edges_by_src") is not None, "the first reading is shown at once"
+        assert widget_threads()
+        upper = row(table, "edges_by_src")["upper"]
+        advance(eng, edges, view, 3)
+        until(lambda: row(table, "edges_by_src")["upper"] != upper, "the table following the engine")
+        table.close()
+        until(lambda: not widget_threads(), "the updater ending once the widget closed")
+    finally:
+        eng.close()

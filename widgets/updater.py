@@ -156,6 +156,15 @@ class Part:
     def alive(self) -> bool:
         return getattr(self, "comm", None) is not None and not getattr(self, "_stopped", False)
 
+    def watch(self, engine):
+        """Show ``engine`` in this widget on its own (outside a dashboard): a first reading now, on the
+        calling thread, then refreshed by the engine's updater thread until closed. Returns the widget,
+        so ``kp.widgets.ArrangementTable().watch(eng)`` on a cell's last line shows it."""
+        u = Updater.of(engine)
+        u.refresh_now([self])
+        u.add(self)
+        return self
+
     def refresh(self, reading):
         raise NotImplementedError
 
