@@ -403,18 +403,20 @@ def test_unload_stops_engine_threads_and_reload_works(shell, capsys):
     capsys.readouterr()
 
 
+SLOW_BODY = """def nap(k):
+    if (k == 2).any():
+        time.sleep(2.5)
+    return k
+v = t.map(lambda k: {"k": nap(k)}).view("v")
+"""
+
+
 def test_a_long_wait_shows_a_progress_line(ip, capsys, monkeypatch):
     from kpgnb import cell
     monkeypatch.setenv("KPGNB_PROGRESS", "1")
     monkeypatch.setattr(cell, "PROGRESS_AFTER_S", 0.0)
     ip.user_ns.update(time=time, t=pd.DataFrame({"k": [1, 2]}))
-    r, out = run(ip, capsys, """%%dataflow slowish --inputs t=t
-def nap(k):
-    if (k == 2).any():
-        time.sleep(2.5)
-    return k
-v = t.map(lambda k: {"k": nap(k)}).view("v")
-""")
+    r, out = run(ip, capsys, "%%dataflow slowish --inputs t=t\n" + SLOW_BODY)
     assert r.success, out
     assert re.search(r"computing dataflow 'slowish': final before epoch 0 of 1 · \d+ s", out), out
 
@@ -432,13 +434,7 @@ def test_a_long_wait_in_a_kernel_shows_a_progress_bar(ip, capsys, monkeypatch):
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
     ip.user_ns.update(time=time, t=pd.DataFrame({"k": [1, 2]}))
-    r, out = run(ip, capsys, """%%dataflow slowbar --inputs t=t
-def nap(k):
-    if (k == 2).any():
-        time.sleep(2.5)
-    return k
-v = t.map(lambda k: {"k": nap(k)}).view("v")
-""")
+    r, out = run(ip, capsys, "%%dataflow slowbar --inputs t=t\n" + SLOW_BODY)
     assert r.success, out
     assert "computing dataflow" not in out, out
     bars = [b for b in shown if isinstance(b, Progress)]
