@@ -346,3 +346,51 @@ def test_phase_work_is_linear_in_times(listing, d):
         des_cnt = np.ones(len(g_key), np.int64)
         *_, w3 = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs)
         assert w3[1] == 0 and w3[0] <= 20 * T, (T, w3)
+
+
+# -- the live symptom: a writer sealing epochs every few ms, dataflows installed meanwhile ---------------
+
+def test_dataflows_installed_while_a_writer_runs_keep_up():
+    """A dataflow whose every step takes longer than the writer's epochs come (its map sleeps 20 ms per
+    batch; an epoch is sealed every 2 ms) always has work. Dataflows installed after it must still get
+    turns while the writer runs: the scheduler used to give the first dataflow the first turn after every
+    command, so later ones froze until the writer stopped."""
+    import time
+
+    def slow(k, g):
+        time.sleep(0.02)
+        return {"k": k, "g": g}
+
+    with kp.Engine(workers=1) as eng:
+        st = eng.input("st", ["k", "g"])
+        st.advance_to(1)
+        with eng.dataflow("busy") as df:
+            busy = df.input("st").map(slow).count(by="g").view("busy")
+        eng.wait(busy)
+        stop = threading.Event()
+
+        def writer():
+            e = 1
+            while not stop.is_set():
+                st.insert([(e, e % 3)])
+                e += 1
+                st.advance_to(e)
+                time.sleep(0.002)
+
+        t = threading.Thread(target=writer, daemon=True)
+        t.start()
+        try:
+            time.sleep(0.3)
+            with eng.dataflow("late") as df:
+                late = df.input("st").count(by=[]).view("late")
+            target = st.epoch + 20
+            deadline = time.monotonic() + 60
+            while (late.epoch or 0) < target and time.monotonic() < deadline and t.is_alive():
+                time.sleep(0.05)
+            reached = late.epoch or 0
+            assert reached >= target, f"the late dataflow is at epoch {reached} while the input is at {st.epoch}"
+        finally:
+            stop.set()
+            t.join()
+        eng.wait(late, timeout=60)
+        eng.wait(busy, timeout=60)

@@ -163,8 +163,8 @@ def _same_vals(vals, i, j):
 
 # Phases 1 and 3 never reallocate inside their loops (numba then cannot keep arrays in registers, which
 # measured 10x slower): an inner "run" kernel works through keys until a buffer would overflow, rolls back
-# the key in progress and returns which buffer and how large it must be (counts[NEED_AT]); the outer
-# function grows that buffer and resumes. The outer functions are plain Python (they loop once per
+# the key in progress and returns which buffer and how large it must be (counts[P1_NEED_AT] or
+# counts[P3_NEED_AT]); the outer function grows that buffer and resumes. The outer functions are plain Python (they loop once per
 # growth, a handful of times per call): as kernels they cost 5 s of compilation after an install,
 # re-optimizing the inlined run kernel, for no speed at run time.
 NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS, NEED_X = range(7)
@@ -172,11 +172,11 @@ NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS, NEED_X =
 #           that took the general (not totally ordered) route
 #           phase 3: corrections, work, the size a NEED asks for, keys that took the general route
 P1_WORK, P1_NEED_AT, P1_ATTEMPTS, P1_GENERAL = 3, 4, 5, 6
+P3_WORK, P3_NEED_AT, P3_GENERAL = 1, 2, 3
 # What phase 1 lists of a group's accumulated input (``listing``): every value of non-zero multiplicity
 # (in value order); only the first, or only the last, value of positive multiplicity (all that MIN and MAX
 # over one column read); or one entry holding the total multiplicity (COUNT).
 LIST_ALL, LIST_FIRST, LIST_LAST, LIST_TOTAL = range(4)
-P3_WORK, P3_NEED_AT, P3_GENERAL = 1, 2, 3
 
 
 @kernel
