@@ -158,6 +158,7 @@ class Scheduler:
         self._lat_lock = threading.Lock()
         self._stop = False
         self._slice_end = 0.0
+        self._turn = 0                 # where the next pass over the dataflows starts (round robin)
         self.thread = threading.Thread(target=self._loop, name="kpgnb-scheduler", daemon=True)
         self.thread.start()
 
@@ -318,12 +319,19 @@ class Scheduler:
     # -- running ------------------------------------------------------------------------------------
     def _run_dataflows(self) -> bool:
         """Run every live dataflow, a time slice each in turn, until all are quiet (True), a command is
-        waiting or it is time to publish progress (False)."""
+        waiting or it is time to publish progress (False). Turns go round robin across calls: a pass cut
+        short resumes with the dataflow after the one it ended with, so that while commands keep coming
+        (an input sealing an epoch every few milliseconds) the dataflows installed first, which always
+        have the newest epoch to work on, do not starve the others."""
         publish_at = time.perf_counter() + PUBLISH_S
         progressed = True
         while progressed:
             progressed = False
-            for df in [d for d in list(self.dataflows.values()) + self.retired if d.error is None]:
+            dfs = [d for d in list(self.dataflows.values()) + self.retired if d.error is None]
+            start = self._turn % len(dfs) if dfs else 0
+            for i in range(len(dfs)):
+                df = dfs[(start + i) % len(dfs)]
+                self._turn = start + i + 1
                 self._slice_end = time.perf_counter() + SLICE_S
                 try:
                     if df.context.run(df.graph.run, self):

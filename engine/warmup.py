@@ -81,12 +81,12 @@ def kernel_signatures(family: str) -> list:
         return [(join.product_total, (I1, I1)),
                 (join.join_product, (I1, I2, I1, I1, I2, I1, I1, i8))]
     if family == "reduce":
-        return [(rk._times_run, (i8, I1, I2, I2, I1, I1, I2, I1, I2, I2, b1,
-                                 I1, I2, I1, I1, I1, I1, I2, I2, I2, I1, I1, I1, I1)),
+        return [(rk._times_run, (i8, I1, I2, I2, I1, I1, I2, I1, I2, I2, i8,
+                                 I1, I2, I1, I1, I1, I1, I2, I2, I2, I2, I2, I2, I2, I1)),
                 (rk.order_keys, (I2, I1, I1)),
                 (rk.reduce_apply, (i8, I1, I1, I1, I2, F2, I2, i8, i8, i8, b1, I2, F2)),
                 (rk._diff_run, (i8, I1, I2, I1, I2, I1, I1, I2, I2, I1,
-                                I1, I2, I2, I1, I2, I2, I1, I1, I1, I1, I1))]
+                                I1, I2, I2, I1, I2, I2, I1, I1, I1, I1, I2, I2, I2, I1))]
     if family == "views":
         return []
     raise ValueError(f"unknown kernel family {family!r}; families are {list(FAMILIES)}")

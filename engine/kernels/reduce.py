@@ -10,13 +10,21 @@ The work is split in three phases so that the user's function never sits inside 
    desired output for each (key, ready time).
 3. ``reduce_diff``: in time order per key, the desired output minus the output accumulated so far
    (history plus corrections already made at earlier times) gives the corrections to emit.
+
+Cost. A key's history from before its seeds collapses onto the seeds' meet (DD's "advance by the meet" in
+its history replay), and when the key's times are then totally ordered (always at depth 1; inside a loop,
+whenever one epoch's rounds are all that is in play) phases 1 and 3 each sweep them once in time order,
+updating running accumulations: a backlog of T epochs for one key costs O((T + updates) log) plus the
+accumulations handed to phase 2, not T re-accumulations of the whole history. Times that are not totally
+ordered take the general route: the lub closure through a hash set of times, and a scan of the key's
+updates per ready time.
 """
 import numpy as np
 from numba import njit
 
 from . import helper, kernel
-from .rows import cmp_cols, in_advance, leq_time
-from .sort import sort_index_segment
+from .rows import cmp_cols, cmp_times, in_advance, leq_time
+from .sort import mix64, sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
 MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
@@ -49,73 +57,169 @@ def _grow_cols(a, need):
 
 
 @kernel
-def _insertion_sort(idx, n, m):
-    """Insertion sort of idx[:n] by the columns of m they point at (short lists only)."""
-    k = m.shape[0]
-    for a in range(1, n):
-        x = idx[a]
-        b = a - 1
-        while b >= 0:
-            y = idx[b]
-            c = 0
-            for q in range(k):
-                if m[q, y] != m[q, x]:
-                    c = 1 if m[q, y] > m[q, x] else -1
-                    break
-            if c <= 0:
-                break
-            idx[b + 1] = y
-            b -= 1
-        idx[b + 1] = x
+def _sort_rows_by_vals(idx, n, vals, tmp, none2d):
+    """Sort idx[:n] by the value columns of the rows it points at (insertion sort when short)."""
+    sort_index_segment(idx, 0, n, none2d, vals, none2d, tmp)
 
 
 @kernel
-def _sort_rows_by_vals(idx, n, vals, tmp, none2d):
-    """Sort idx[:n] by the value columns of the rows it points at (insertion sort when short)."""
+def _sort_rows_by_time(idx, n, times, tmp, none2d):
+    """Sort idx[:n] by the time rows it points at, lexicographically (a linear extension of the product
+    order); stable."""
+    sort_index_segment(idx, 0, n, none2d, none2d, times, tmp)
+
+
+@kernel
+def _sort_ints(a, n, tmp):
+    """Sort a[:n] ascending: insertion sort when short, a bottom-up merge sort through ``tmp`` (at least
+    n long) otherwise."""
     if n <= 16:
-        _insertion_sort(idx, n, vals)
-    else:
-        sort_index_segment(idx, 0, n, none2d, vals, none2d, tmp)
+        for i in range(1, n):
+            x = a[i]
+            j = i - 1
+            while j >= 0 and a[j] > x:
+                a[j + 1] = a[j]
+                j -= 1
+            a[j + 1] = x
+        return
+    width = 1
+    in_a = True
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i = lo
+            j = mid
+            k = lo
+            while k < hi:
+                if in_a:
+                    take_j = i >= mid or (j < hi and a[j] < a[i])
+                    if take_j:
+                        tmp[k] = a[j]
+                        j += 1
+                    else:
+                        tmp[k] = a[i]
+                        i += 1
+                else:
+                    take_j = i >= mid or (j < hi and tmp[j] < tmp[i])
+                    if take_j:
+                        a[k] = tmp[j]
+                        j += 1
+                    else:
+                        a[k] = tmp[i]
+                        i += 1
+                k += 1
+            lo = hi
+        in_a = not in_a
+        width *= 2
+    if not in_a:
+        for i in range(n):
+            a[i] = tmp[i]
 
 
 @helper
-def _add_time(buf, n, times, r):
-    """Add time row times[r] to the distinct rows buf[:n]: the new count, or -1 when buf is full."""
-    d = buf.shape[1]
-    for i in range(n):
+def _time_hash(times, r, mask):
+    h = np.uint64(0x9E3779B97F4A7C15)
+    for c in range(times.shape[1]):
+        h = mix64(h ^ np.uint64(times[r, c]))
+    return np.int64(h & np.uint64(mask))
+
+
+@helper
+def _hash_add(C, nc, times, r, HT, stamp):
+    """Add time row times[r] to the distinct rows C[:nc], indexed by the open-addressing table HT (row 0:
+    the stamp of the key that filled a slot, row 1: the index into C; slots of other stamps are empty).
+    Returns the new count, or -1 when C is full."""
+    d = C.shape[1]
+    mask = HT.shape[1] - 1
+    h = _time_hash(times, r, mask)
+    while HT[0, h] == stamp:
+        i = HT[1, h]
         same = True
         for c in range(d):
-            if buf[i, c] != times[r, c]:
+            if C[i, c] != times[r, c]:
                 same = False
                 break
         if same:
-            return n
-    if n == buf.shape[0]:
+            return nc
+        h = (h + 1) & mask
+    if nc == C.shape[0]:
         return -1
     for c in range(d):
-        buf[n, c] = times[r, c]
-    return n + 1
+        C[nc, c] = times[r, c]
+    HT[0, h] = stamp
+    HT[1, h] = nc
+    return nc + 1
+
+
+@helper
+def _same_vals(vals, i, j):
+    for c in range(vals.shape[0]):
+        if vals[c, i] != vals[c, j]:
+            return False
+    return True
 
 
 # Phases 1 and 3 never reallocate inside their loops (numba then cannot keep arrays in registers, which
 # measured 10x slower): an inner "run" kernel works through keys until a buffer would overflow, rolls back
-# the key in progress and returns; the outer function grows that buffer and resumes. The outer functions
-# are plain Python (they loop once per growth, a handful of times per call): as kernels they cost 5 s of
-# compilation after an install, re-optimizing the inlined run kernel, for no speed at run time.
-NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS = range(6)
+# the key in progress and returns which buffer and how large it must be (counts[P1_NEED_AT] or
+# counts[P3_NEED_AT]); the outer function grows that buffer and resumes. The outer functions are plain Python (they loop once per
+# growth, a handful of times per call): as kernels they cost 5 s of compilation after an install,
+# re-optimizing the inlined run kernel, for no speed at run time.
+NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS, NEED_X = range(7)
+# counts[]: phase 1: groups, acc entries, future times, work, the size a NEED asks for, key attempts, keys
+#           that took the general (not totally ordered) route
+#           phase 3: corrections, work, the size a NEED asks for, keys that took the general route
+P1_WORK, P1_NEED_AT, P1_ATTEMPTS, P1_GENERAL = 3, 4, 5, 6
+P3_WORK, P3_NEED_AT, P3_GENERAL = 1, 2, 3
+# What phase 1 lists of a group's accumulated input (``listing``): every value of non-zero multiplicity
+# (in value order); only the first, or only the last, value of positive multiplicity (all that MIN and MAX
+# over one column read); or one entry holding the total multiplicity (COUNT).
+LIST_ALL, LIST_FIRST, LIST_LAST, LIST_TOTAL = range(4)
 
 
 @kernel
-def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only,
-               g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, C, H, ready, idx, tmp, counts):
+def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing,
+               g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, X, XI, C, CI, HT, RW, counts):
+    """Phase 1 from key p0 on. Per key, with m the meet of its seed times, every history time h (input and
+    output) is replaced by lub(h, m): every closure time is >= m, and for t >= m, h <= t iff lub(h, m) <= t,
+    so closure and accumulations are unchanged, while history from before the seeds collapses onto m.
+
+    Chain case (the seeds and the advanced history times totally ordered, as always at depth 1): the
+    closure is exactly those times (each is >= m, the least seed, so lub(m, h') = h'); one sweep in time
+    order accumulates the input, adding each update once, and lists each ready time's accumulation:
+    O((S + R + O) log) for a key of S seeds, R input and O output updates, plus the accumulations listed
+    (one entry per ready time for a count).
+
+    Otherwise: the closure of the seeds under lub with the distinct advanced history times (a hash set of
+    times, O(|closure| x |history times|)), and each ready time's accumulation by a scan of the rows."""
     m = ioff.shape[0] - 1
     d = itimes.shape[1]
-    kv = ivals.shape[0]
     none2d = np.empty((0, 0), np.int64)
+    meet = np.empty((1, d), np.int64)
     lub = np.empty((1, d), np.int64)
     ng = counts[0]
     na = counts[1]
     nf = counts[2]
+    work = counts[P1_WORK]
+    general = counts[P1_GENERAL]
+    xi = XI[0]
+    xt = XI[1]
+    hl = XI[2]
+    ready = CI[0]
+    rtmp = CI[1]
+    idx = RW[0]
+    tmp = RW[1]
+    vid = RW[2]
+    rep = RW[3]
+    cnt = RW[4]
+    inact = RW[5]
+    act = RW[6]
+    act2 = RW[7]
+    new = RW[8]
+    ntmp = RW[9]
+    pos = RW[8]  # LIST_FIRST, LIST_LAST: the Fenwick tree (new and ntmp serve LIST_ALL only)
     for p in range(p0, m):
         s0 = soff[p]
         s1 = soff[p + 1]
@@ -124,45 +228,221 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
         counts[0] = ng
         counts[1] = na
         counts[2] = nf
+        counts[P1_WORK] = work
+        counts[P1_GENERAL] = general
+        counts[P1_ATTEMPTS] += 1
+        stamp = counts[P1_ATTEMPTS]
         r0 = ioff[p]
         r1 = ioff[p + 1]
         o0 = ooff[p]
         o1 = ooff[p + 1]
-        # C: the distinct seed times
+        S = s1 - s0
+        R = r1 - r0
+        O = o1 - o0
+        n = S + R + O
+        if n > X.shape[0]:
+            counts[P1_NEED_AT] = n
+            return p, NEED_X
+        if listing != LIST_TOTAL and R + 1 > RW.shape[1]:
+            counts[P1_NEED_AT] = R + 1
+            return p, NEED_ROWS
+        # the meet of the seeds; entries: seeds, then input and output history advanced by the meet
+        for c in range(d):
+            meet[0, c] = stimes[s0, c]
+        for s in range(s0 + 1, s1):
+            for c in range(d):
+                meet[0, c] = min(meet[0, c], stimes[s, c])
+        for e in range(S):
+            for c in range(d):
+                X[e, c] = stimes[s0 + e, c]
+        for e in range(R):
+            for c in range(d):
+                X[S + e, c] = max(itimes[r0 + e, c], meet[0, c])
+        for e in range(O):
+            for c in range(d):
+                X[S + R + e, c] = max(otimes[o0 + e, c], meet[0, c])
+        for e in range(n):
+            xi[e] = e
+        _sort_rows_by_time(xi, n, X, xt, none2d)
+        chain = True
+        for a in range(1, n):
+            if not leq_time(X, xi[a - 1], X, xi[a]):
+                chain = False
+                break
+        kwork = n
+        if listing != LIST_TOTAL:
+            # the key's input rows in value order (the order phase 2 reads a group's values in)
+            for r in range(R):
+                idx[r] = r0 + r
+            if R > 1:
+                _sort_rows_by_vals(idx, R, ivals, tmp, none2d)
+        if chain:
+            # value ids in value order; in LIST_FIRST/LIST_LAST, pos[1..nv] is a Fenwick tree counting the
+            # values of positive multiplicity
+            nv = 0
+            if listing != LIST_TOTAL:
+                for a in range(R):
+                    r = idx[a]
+                    if a == 0 or not _same_vals(ivals, r, idx[a - 1]):
+                        rep[nv] = r
+                        cnt[nv] = 0
+                        inact[nv] = 0
+                        nv += 1
+                    vid[r - r0] = nv - 1
+                if listing != LIST_ALL:
+                    for v in range(nv + 1):
+                        pos[v] = 0
+            top = 1
+            while 2 * top <= nv:
+                top *= 2
+            npos = 0
+            nact = 0
+            total = 0
+            a = 0
+            while a < n:
+                # one distinct time: apply its input updates
+                t = xi[a]
+                nn = 0
+                b = a
+                while b < n and (b == a or cmp_times(X, xi[b], X, t) == 0):
+                    e = xi[b]
+                    if e >= S and e < S + R:
+                        w = idiffs[r0 + e - S]
+                        if listing == LIST_TOTAL:
+                            total += w
+                        elif listing == LIST_ALL:
+                            v = vid[e - S]
+                            cnt[v] += w
+                            if inact[v] == 0:
+                                inact[v] = 1
+                                new[nn] = v
+                                nn += 1
+                        else:
+                            v = vid[e - S]
+                            was = cnt[v] > 0
+                            cnt[v] += w
+                            now = cnt[v] > 0
+                            if was != now:
+                                delta = 1 if now else -1
+                                npos += delta
+                                i = v + 1
+                                while i <= nv:
+                                    pos[i] += delta
+                                    i += i & (-i)
+                                kwork += 1
+                    b += 1
+                if nn > 0:
+                    # merge the values that became active into the active list, in value order
+                    _sort_ints(new, nn, ntmp)
+                    i = 0
+                    j = 0
+                    k = 0
+                    while i < nact or j < nn:
+                        if j >= nn or (i < nact and act[i] < new[j]):
+                            v = act[i]
+                            i += 1
+                        else:
+                            v = new[j]
+                            j += 1
+                        if cnt[v] != 0:
+                            act2[k] = v
+                            k += 1
+                        else:
+                            inact[v] = 0
+                    kwork += nact + nn
+                    act, act2 = act2, act
+                    nact = k
+                if in_advance(X, t, upper):
+                    if nf >= f_key.shape[0]:
+                        counts[P1_NEED_AT] = nf + 1
+                        return p, NEED_FUTURE
+                    f_key[nf] = p
+                    for c in range(d):
+                        f_time[nf, c] = X[t, c]
+                    nf += 1
+                else:
+                    if ng + 2 > g_key.shape[0]:
+                        counts[P1_NEED_AT] = ng + 2
+                        return p, NEED_GROUPS
+                    if na + nact + 1 > acc_row.shape[0]:
+                        counts[P1_NEED_AT] = na + nact + 1
+                        return p, NEED_ACC
+                    g_key[ng] = p
+                    for c in range(d):
+                        g_time[ng, c] = X[t, c]
+                    g_off[ng] = na
+                    if listing == LIST_TOTAL:
+                        if total != 0:
+                            acc_row[na] = r0
+                            acc_cnt[na] = total
+                            na += 1
+                    elif listing == LIST_ALL:
+                        k = 0
+                        for j in range(nact):
+                            v = act[j]
+                            if cnt[v] != 0:
+                                acc_row[na] = rep[v]
+                                acc_cnt[na] = cnt[v]
+                                na += 1
+                                act[k] = v
+                                k += 1
+                            else:
+                                inact[v] = 0
+                        kwork += nact
+                        nact = k
+                    elif npos > 0:
+                        # the first (or last) value of positive multiplicity: the least index whose prefix
+                        # count reaches 1 (or npos), by descending the Fenwick tree
+                        want = 1 if listing == LIST_FIRST else npos
+                        i = 0
+                        step = top
+                        while step > 0:
+                            if i + step <= nv and pos[i + step] < want:
+                                i += step
+                                want -= pos[i]
+                            step //= 2
+                            kwork += 1
+                        acc_row[na] = rep[i]
+                        acc_cnt[na] = cnt[i]
+                        na += 1
+                    ng += 1
+                a = b
+            work += kwork
+            continue
+        # -- general partial order: the closure under lub, then accumulations by scanning --------------
+        if HT.shape[1] < 2 * C.shape[0]:
+            counts[P1_NEED_AT] = C.shape[0]
+            return p, NEED_SCRATCH
+        nh = 0
+        for a in range(n):
+            e = xi[a]
+            if e >= S and (nh == 0 or cmp_times(X, hl[nh - 1], X, e) != 0):
+                hl[nh] = e
+                nh += 1
         nc = 0
         for s in range(s0, s1):
-            nc = _add_time(C, nc, stimes, s)
+            nc = _hash_add(C, nc, stimes, s, HT, stamp)
             if nc < 0:
-                return p, NEED_SCRATCH
-        # closure under lub with the distinct times of the key's input and output histories (output times
-        # take part so that, whatever compaction did to either trace, accumulations at every time equal
-        # those at a closure time)
-        nh = 0
-        for r in range(r0, r1):
-            nh = _add_time(H, nh, itimes, r)
-            if nh < 0:
-                return p, NEED_SCRATCH
-        for r in range(o0, o1):
-            nh = _add_time(H, nh, otimes, r)
-            if nh < 0:
+                counts[P1_NEED_AT] = 2 * C.shape[0]
                 return p, NEED_SCRATCH
         i = 0
         while i < nc:
             for h in range(nh):
                 for c in range(d):
-                    lub[0, c] = max(C[i, c], H[h, c])
-                nc = _add_time(C, nc, lub, 0)
+                    lub[0, c] = max(C[i, c], X[hl[h], c])
+                nc = _hash_add(C, nc, lub, 0, HT, stamp)
                 if nc < 0:
+                    counts[P1_NEED_AT] = 2 * C.shape[0]
                     return p, NEED_SCRATCH
             i += 1
-        # ready times (not in advance of the frontier), in lexicographic order; the rest is future work
-        if ready.shape[0] < nc:
-            return p, NEED_SCRATCH
-        if nf + nc > f_key.shape[0]:
-            return p, NEED_FUTURE
+        kwork += nc * nh
+        general += 1
         nready = 0
         for i in range(nc):
             if in_advance(C, i, upper):
+                if nf >= f_key.shape[0]:
+                    counts[P1_NEED_AT] = nf + nc
+                    return p, NEED_FUTURE
                 f_key[nf] = p
                 for c in range(d):
                     f_time[nf, c] = C[i, c]
@@ -171,31 +451,25 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                 ready[nready] = i
                 nready += 1
         if nready == 0:
+            work += kwork
             continue
-        if nready > 1:
-            _insertion_sort(ready, nready, C.T)  # a key's few ready times, lexicographically
-        nrows = r1 - r0
+        _sort_rows_by_time(ready, nready, C, rtmp, none2d)
         if ng + nready + 1 > g_key.shape[0]:
+            counts[P1_NEED_AT] = ng + nready + 1
             return p, NEED_GROUPS
-        if na + nready * max(nrows, 1) > acc_row.shape[0]:
-            return p, NEED_ACC
-        if not counts_only:
-            if idx.shape[0] < nrows:
-                return p, NEED_ROWS
-            for r in range(nrows):
-                idx[r] = r0 + r
-            if nrows > 1:
-                _sort_rows_by_vals(idx, nrows, ivals, tmp, none2d)
         for q in range(nready):
             ci = ready[q]
+            if na + max(R, 1) > acc_row.shape[0]:
+                counts[P1_NEED_AT] = na + max(R, 1)
+                return p, NEED_ACC
             g_key[ng] = p
             for c in range(d):
                 g_time[ng, c] = C[ci, c]
             g_off[ng] = na
-            if counts_only:
+            if listing == LIST_TOTAL:
                 total = 0
                 for r in range(r0, r1):
-                    if leq_time(itimes, r, C, ci):
+                    if leq_time(X, S + r - r0, C, ci):
                         total += idiffs[r]
                 if total != 0:
                     acc_row[na] = r0
@@ -203,40 +477,48 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                     na += 1
             else:
                 a = 0
-                while a < nrows:
+                while a < R:
                     ra = idx[a]
                     total = 0
                     b = a
-                    while b < nrows:
+                    while b < R:
                         rb = idx[b]
-                        if b > a:
-                            same = True
-                            for c in range(kv):
-                                if ivals[c, rb] != ivals[c, ra]:
-                                    same = False
-                                    break
-                            if not same:
-                                break
-                        if leq_time(itimes, rb, C, ci):
+                        if b > a and not _same_vals(ivals, rb, ra):
+                            break
+                        if leq_time(X, S + rb - r0, C, ci):
                             total += idiffs[rb]
                         b += 1
-                    if total != 0:
+                    if total > 0 or (total != 0 and listing == LIST_ALL):
+                        if listing == LIST_LAST:
+                            na = g_off[ng]  # only the last value of positive multiplicity
                         acc_row[na] = ra
                         acc_cnt[na] = total
                         na += 1
+                        if listing == LIST_FIRST:
+                            break
                     a = b
             ng += 1
+        kwork += nready * R
+        work += kwork
     counts[0] = ng
     counts[1] = na
     counts[2] = nf
+    counts[P1_WORK] = work
+    counts[P1_GENERAL] = general
     return m, NEED_NONE
 
 
-def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only):
-    """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time): group g is key g_key[g]
-    at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
+def _pow2(n):
+    return 1 << max(4, int(n - 1).bit_length())
+
+
+def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing):
+    """Phase 1. Returns (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, work): group g is key
+    g_key[g] at ready time g_time[g], whose accumulated input is (row acc_row[a] standing for its value,
     multiplicity acc_cnt[a]) for a in g_off[g]:g_off[g+1], listed in the signed lexicographic order of
-    ``ivals`` (pass order keys, see order_keys, for value order); (f_key, f_time) is future work."""
+    ``ivals`` (pass order keys, see order_keys, for value order); a key's groups come in lexicographic
+    time order; (f_key, f_time) is future work; ``work`` is (the times and updates visited, sorting aside;
+    the keys whose times were not totally ordered), for tests to check how the cost grows."""
     m = ioff.shape[0] - 1
     d = itimes.shape[1]
     cap = max(16, soff[m] + soff[m] // 4)
@@ -247,39 +529,46 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
     acc_cnt = np.empty(acc_row.shape[0], np.int64)
     f_key = np.empty(64, np.int64)
     f_time = np.empty((64, d), np.int64)
+    X = np.empty((64, d), np.int64)
+    XI = np.empty((3, 64), np.int64)
     C = np.empty((64, d), np.int64)
-    H = np.empty((64, d), np.int64)
-    ready = np.empty(64, np.int64)
-    idx = np.empty(64, np.int64)
-    tmp = np.empty(64, np.int64)
-    counts = np.zeros(3, np.int64)
+    CI = np.empty((2, 64), np.int64)
+    HT = np.zeros((2, 128), np.int64)
+    RW = np.empty((10, 0 if listing == LIST_TOTAL else 64), np.int64)
+    counts = np.zeros(7, np.int64)
     p = 0
     while True:
-        p, need = _times_run(p, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, counts_only,
-                             g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, C, H, ready, idx, tmp, counts)
+        p, need = _times_run(p, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing,
+                             g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, X, XI, C, CI, HT, RW, counts)
         if need == NEED_NONE:
             break
-        if need == NEED_SCRATCH:
-            C = _grow_rows(C, 2 * C.shape[0])
-            H = _grow_rows(H, 2 * H.shape[0])
-            ready = _grow1(ready, 2 * C.shape[0])
+        at = int(counts[P1_NEED_AT])
+        if need == NEED_X:
+            size = max(at, 2 * X.shape[0])
+            X = np.empty((size, d), np.int64)
+            XI = np.empty((3, size), np.int64)
+        elif need == NEED_SCRATCH:
+            size = max(at, 2 * C.shape[0])
+            C = np.empty((size, d), np.int64)
+            CI = np.empty((2, size), np.int64)
+            HT = np.zeros((2, _pow2(2 * size)), np.int64)
+        elif need == NEED_ROWS:
+            RW = np.empty((10, max(at, 2 * RW.shape[1])), np.int64)
         elif need == NEED_GROUPS:
-            g_key = _grow1(g_key, 2 * g_key.shape[0])
+            g_key = _grow1(g_key, at)
             g_time = _grow_rows(g_time, g_key.shape[0])
             g_off = _grow1(g_off, g_key.shape[0] + 1)
         elif need == NEED_ACC:
-            acc_row = _grow1(acc_row, 2 * acc_row.shape[0] + ioff[p + 1] - ioff[p])
+            acc_row = _grow1(acc_row, at)
             acc_cnt = _grow1(acc_cnt, acc_row.shape[0])
-        elif need == NEED_FUTURE:
-            f_key = _grow1(f_key, 2 * f_key.shape[0] + C.shape[0])
-            f_time = _grow_rows(f_time, f_key.shape[0])
         else:
-            idx = _grow1(idx, 2 * (ioff[p + 1] - ioff[p]))
-            tmp = _grow1(tmp, idx.shape[0])
+            f_key = _grow1(f_key, at)
+            f_time = _grow_rows(f_time, f_key.shape[0])
     ng, na, nf = counts[0], counts[1], counts[2]
     g_off[ng] = na
     return (g_key[:ng].copy(), g_time[:ng].copy(), g_off[:ng + 1].copy(), acc_row[:na].copy(),
-            acc_cnt[:na].copy(), f_key[:nf].copy(), f_time[:nf].copy())
+            acc_cnt[:na].copy(), f_key[:nf].copy(), f_time[:nf].copy(),
+            (int(counts[P1_WORK]), int(counts[P1_GENERAL])))
 
 
 # -- value order ---------------------------------------------------------------------------------
@@ -492,23 +781,170 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
 
 @kernel
 def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs,
-              c_key, c_vals, c_time, c_diff, w_vals, w_time, w_diff, cur, des, tmp, counts):
+              c_key, c_vals, c_time, c_diff, w_vals, w_time, w_diff, cur, des, tmp, X, U, UW, counts):
+    """Phase 3 from group g0 on. A key's groups come in lexicographic time order, so a correction made at
+    an earlier group that is <= a later group's time is already in the output accumulated there.
+
+    Chain case (the key's group times and its output history times advanced by their meet totally
+    ordered, as always at depth 1): one sweep in time order keeps the output accumulated so far per
+    distinct value and, per group, visits only the values currently in the output or desired there.
+    Otherwise: per group, the output history and the corrections made so far that are <= its time,
+    accumulated by a scan."""
     G = g_key.shape[0]
     ko = des_vals.shape[0]
     d = g_time.shape[1]
     none2d = np.empty((0, 0), np.int64)
+    pt = np.empty((1, d), np.int64)
     nc = counts[0]
+    work = counts[P3_WORK]
+    general = counts[P3_GENERAL]
+    xi = UW[0]
+    xt = UW[1]
+    ui = UW[2]
+    uvid = UW[3]
+    rep = UW[4]
+    have = UW[5]
+    want = UW[6]
+    mark = UW[7]
+    inact = UW[8]
+    act = UW[9]
+    touched = UW[10]
     g = g0
     while g < G:
         counts[0] = nc
+        counts[P3_WORK] = work
+        counts[P3_GENERAL] = general
         p = g_key[g]
         ge = g
         while ge < G and g_key[ge] == p:
             ge += 1
-        # the key's output history, then the corrections as they are made
         h0 = ooff[p]
         h1 = ooff[p + 1]
+        nout = h1 - h0
+        chain = ge - g > 1
+        for q in range(g + 1, ge):
+            if not leq_time(g_time, q - 1, g_time, q):
+                chain = False
+                break
+        if chain:
+            nd_all = des_off[ge] - des_off[g]
+            nu = nout + nd_all
+            if nout > X.shape[0] or nu > U.shape[1] or nu > UW.shape[1]:
+                counts[P3_NEED_AT] = nu
+                return g, NEED_X
+            # output history advanced by the meet of the group times (the first, in a chain), in time order
+            for r in range(nout):
+                xi[r] = r
+                for c in range(d):
+                    X[r, c] = max(otimes[h0 + r, c], g_time[g, c])
+            _sort_rows_by_time(xi, nout, X, xt, none2d)
+            # is the merged sequence of group and output times a chain too?
+            i = 0
+            j = g
+            first = True
+            while chain and (i < nout or j < ge):
+                if j >= ge or (i < nout and cmp_times(X, xi[i], g_time, j) <= 0):
+                    if not first and not leq_time(pt, 0, X, xi[i]):
+                        chain = False
+                    for c in range(d):
+                        pt[0, c] = X[xi[i], c]
+                    i += 1
+                else:
+                    if not first and not leq_time(pt, 0, g_time, j):
+                        chain = False
+                    for c in range(d):
+                        pt[0, c] = g_time[j, c]
+                    j += 1
+                first = False
+        if chain:
+            # value ids over the output history's and the desired outputs' values
+            for r in range(nout):
+                for c in range(ko):
+                    U[c, r] = ovals[c, h0 + r]
+            for j in range(nd_all):
+                for c in range(ko):
+                    U[c, nout + j] = des_vals[c, des_off[g] + j]
+            for k in range(nu):
+                ui[k] = k
+            if nu > 1:
+                _sort_rows_by_vals(ui, nu, U, xt, none2d)
+            nv = 0
+            for k in range(nu):
+                e = ui[k]
+                if k == 0 or not _same_vals(U, e, ui[k - 1]):
+                    rep[nv] = e
+                    have[nv] = 0
+                    want[nv] = 0
+                    mark[nv] = -1
+                    inact[nv] = 0
+                    nv += 1
+                uvid[e] = nv - 1
+            kwork = nout + nu
+            nact = 0
+            ptr = 0
+            for q in range(g, ge):
+                while ptr < nout and leq_time(X, xi[ptr], g_time, q):
+                    r = xi[ptr]
+                    v = uvid[r]
+                    have[v] += odiffs[h0 + r]
+                    if inact[v] == 0:
+                        inact[v] = 1
+                        act[nact] = v
+                        nact += 1
+                    ptr += 1
+                nt = 0
+                for r in range(des_off[q], des_off[q + 1]):
+                    if des_cnt[r] != 0:
+                        v = uvid[nout + r - des_off[g]]
+                        if mark[v] != q:
+                            mark[v] = q
+                            touched[nt] = v
+                            nt += 1
+                        want[v] += des_cnt[r]
+                if nc + nact + nt > c_key.shape[0]:
+                    counts[P3_NEED_AT] = nc + nact + nt
+                    return g, NEED_GROUPS
+                kwork += nact + nt
+                nact0 = nact
+                for jj in range(nact0 + nt):
+                    if jj < nact0:
+                        v = act[jj]
+                    else:
+                        v = touched[jj - nact0]
+                        if mark[v] != q:
+                            continue  # also current: done above
+                    mark[v] = -1
+                    delta = want[v] - have[v]
+                    if delta != 0:
+                        for c in range(ko):
+                            c_vals[c, nc] = U[c, rep[v]]
+                        for c in range(d):
+                            c_time[nc, c] = g_time[q, c]
+                        c_key[nc] = p
+                        c_diff[nc] = delta
+                        nc += 1
+                        have[v] += delta
+                        if inact[v] == 0:
+                            inact[v] = 1
+                            act[nact] = v
+                            nact += 1
+                for jj in range(nt):
+                    want[touched[jj]] = 0
+                k = 0
+                for jj in range(nact):
+                    v = act[jj]
+                    if have[v] != 0:
+                        act[k] = v
+                        k += 1
+                    else:
+                        inact[v] = 0
+                nact = k
+            work += kwork
+            g = ge
+            continue
+        # -- general partial order: the key's output history, then the corrections as they are made ----
         if h1 - h0 > w_diff.shape[0]:
+            counts[P3_NEED_AT] = h1 - h0
             return g, NEED_ROWS
         nw = 0
         for r in range(h0, h1):
@@ -518,15 +954,22 @@ def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes
                 w_time[nw, c] = otimes[r, c]
             w_diff[nw] = odiffs[r]
             nw += 1
+        kwork = nw
+        if ge - g > 1:
+            general += 1
         for q in range(g, ge):
             nd_all = des_off[q + 1] - des_off[q]
             if max(nw, nd_all) > cur.shape[0]:
+                counts[P3_NEED_AT] = max(nw, nd_all)
                 return g, NEED_SCRATCH
             # at most one correction per distinct value of the current and desired outputs
             if nc + nw + nd_all > c_key.shape[0]:
+                counts[P3_NEED_AT] = nc + nw + nd_all
                 return g, NEED_GROUPS
             if nw + nw + nd_all > w_diff.shape[0]:
+                counts[P3_NEED_AT] = nw + nw + nd_all
                 return g, NEED_ROWS
+            kwork += nw + nd_all
             # output accumulated at this time and the desired output, each sorted by value
             ncur = 0
             for r in range(nw):
@@ -551,28 +994,28 @@ def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes
                     o = -1
                 else:
                     o = cmp_cols(w_vals, cur[i], des_vals, des[j])
-                have = 0
-                want = 0
+                have_ = 0
+                want_ = 0
                 if o <= 0:
                     vi = cur[i]
                     while i < ncur and cmp_cols(w_vals, cur[i], w_vals, vi) == 0:
-                        have += w_diff[cur[i]]
+                        have_ += w_diff[cur[i]]
                         i += 1
                     if o == 0:
                         vj = des[j]
                         while j < nd and cmp_cols(des_vals, des[j], des_vals, vj) == 0:
-                            want += des_cnt[des[j]]
+                            want_ += des_cnt[des[j]]
                             j += 1
                     from_w = True
                     src = vi
                 else:
                     vj = des[j]
                     while j < nd and cmp_cols(des_vals, des[j], des_vals, vj) == 0:
-                        want += des_cnt[des[j]]
+                        want_ += des_cnt[des[j]]
                         j += 1
                     from_w = False
                     src = vj
-                delta = want - have
+                delta = want_ - have_
                 if delta != 0:
                     for c in range(ko):
                         v = w_vals[c, src] if from_w else des_vals[c, src]
@@ -586,14 +1029,18 @@ def _diff_run(g0, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes
                     w_diff[nw] = delta
                     nc += 1
                     nw += 1
+        work += kwork
         g = ge
     counts[0] = nc
+    counts[P3_WORK] = work
+    counts[P3_GENERAL] = general
     return G, NEED_NONE
 
 
 def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs):
     """Phase 3: corrections (c_key, c_vals, c_time, c_diff) making the output accumulate, at every ready
-    time, to the desired output."""
+    time, to the desired output; and ``work``: (the output updates and values visited, sorting aside; the
+    keys of several groups whose times were not totally ordered)."""
     G = g_key.shape[0]
     ko = des_vals.shape[0]
     d = g_time.shape[1]
@@ -608,25 +1055,35 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
     cur = np.empty(64, np.int64)
     des = np.empty(64, np.int64)
     tmp = np.empty(64, np.int64)
-    counts = np.zeros(1, np.int64)
+    X = np.empty((64, d), np.int64)
+    U = np.empty((ko, 64), np.int64)
+    UW = np.empty((11, 64), np.int64)
+    counts = np.zeros(4, np.int64)
     g = 0
     while True:
         g, need = _diff_run(g, g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs,
-                            c_key, c_vals, c_time, c_diff, w_vals, w_time, w_diff, cur, des, tmp, counts)
+                            c_key, c_vals, c_time, c_diff, w_vals, w_time, w_diff, cur, des, tmp, X, U, UW, counts)
         if need == NEED_NONE:
             break
-        if need == NEED_SCRATCH:
-            cur = _grow1(cur, 2 * cur.shape[0] + w_diff.shape[0])
+        at = int(counts[P3_NEED_AT])
+        if need == NEED_X:
+            size = max(at, 2 * UW.shape[1])
+            X = np.empty((size, d), np.int64)
+            U = np.empty((ko, size), np.int64)
+            UW = np.empty((11, size), np.int64)
+        elif need == NEED_SCRATCH:
+            cur = _grow1(cur, at)
             des = _grow1(des, cur.shape[0])
             tmp = _grow1(tmp, cur.shape[0])
         elif need == NEED_GROUPS:
-            c_key = _grow1(c_key, 2 * c_key.shape[0] + w_diff.shape[0])
+            c_key = _grow1(c_key, at)
             c_vals = _grow_cols(c_vals, c_key.shape[0])
             c_time = _grow_rows(c_time, c_key.shape[0])
             c_diff = _grow1(c_diff, c_key.shape[0])
         else:
-            w_diff = _grow1(w_diff, 2 * w_diff.shape[0] + ooff[g_key[g] + 1] - ooff[g_key[g]])
+            w_diff = _grow1(w_diff, at)
             w_vals = _grow_cols(w_vals, w_diff.shape[0])
             w_time = _grow_rows(w_time, w_diff.shape[0])
     nc = counts[0]
-    return c_key[:nc].copy(), c_vals[:, :nc].copy(), c_time[:nc].copy(), c_diff[:nc].copy()
+    return (c_key[:nc].copy(), c_vals[:, :nc].copy(), c_time[:nc].copy(), c_diff[:nc].copy(),
+            (int(counts[P3_WORK]), int(counts[P3_GENERAL])))

@@ -69,6 +69,18 @@ class ReduceOp(Operator):
         self.pending = [None] * workers  # per shard: (kh, keys, times) of future (key, time) work
         self.input = None  # ArrangedInput, from install until released
         self.held = Antichain()  # minimal times of pending work: where output may still change
+        # per shard: what the kernels count as work (see work_done)
+        self.work = [[0, 0, 0, 0] for _ in range(workers)]
+        # what phase 1 lists per group: COUNT reads the total only; MIN and MAX (over their one value
+        # column, in value order) the first or last value of positive multiplicity; the rest everything
+        self._listing = {rk.COUNT: rk.LIST_TOTAL, rk.MIN: rk.LIST_FIRST, rk.MAX: rk.LIST_LAST}.get(spec.op, rk.LIST_ALL)
+
+    def work_done(self) -> dict:
+        """Totals over all shards since install: the times and updates phase 1 visited, the output updates
+        and values phase 3 visited (sorting aside), and the keys each phase took the general route for
+        (times not totally ordered). A measure of algorithmic cost that tests assert on without timing."""
+        names = ("times", "diff", "times_general", "diff_general")
+        return {n: sum(w[i] for w in self.work) for i, n in enumerate(names)}
 
     def capabilities(self):
         return self.held
@@ -160,17 +172,20 @@ class ReduceOp(Operator):
         hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
         hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
         up = upper.matrix(d)
-        counts_only = spec.op == rk.COUNT
         okeys = self._order_keys(hin.vals)
-        g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time = rk.reduce_times(
-            hin.off, okeys, hin.times, hin.diffs, hout.off, hout.times, soff, stimes, up, counts_only)
+        g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, work = rk.reduce_times(
+            hin.off, okeys, hin.times, hin.diffs, hout.off, hout.times, soff, stimes, up, self._listing)
+        self.work[s][0] += work[0]
+        self.work[s][2] += work[1]
         if len(f_key):
             self._add_pending(s, pkh[f_key], pkeys[:, f_key], f_time)
         if not len(g_key):
             return empty
         des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals, okeys)
-        c_key, c_vals, c_time, c_diff = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
-                                                       hout.off, hout.vals, hout.times, hout.diffs)
+        c_key, c_vals, c_time, c_diff, work = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
+                                                             hout.off, hout.vals, hout.times, hout.diffs)
+        self.work[s][1] += work[0]
+        self.work[s][3] += work[1]
         if not len(c_key):
             return empty
         return Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
