@@ -62,6 +62,11 @@ def enter_times(times: np.ndarray, rounds: int = 1) -> np.ndarray:
     return np.concatenate([times, np.zeros((times.shape[0], rounds), np.int64)], axis=1)
 
 
+def enter_at_times(times: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    """Times entering one loop at the given rounds: t -> (t, round)."""
+    return np.concatenate([times, np.asarray(rounds, np.int64).reshape(-1, 1)], axis=1)
+
+
 def leave_times(times: np.ndarray, rounds: int = 1) -> np.ndarray:
     return np.ascontiguousarray(times[:, :-rounds])
 

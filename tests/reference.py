@@ -54,6 +54,14 @@ def f_thresh(c):
     return (c > 1).astype(np.int64) + (c > 2).astype(np.int64)
 
 
+def f_round(a, b):
+    """The round at which a row enters a loop through ``delay`` (enter_at)."""
+    return (a + 2 * b) % DELAYS
+
+
+DELAYS = 3  # f_round's rounds are 0 .. DELAYS - 1
+_ROUNDS: list = []  # the round of each enclosing loop being evaluated, innermost last (for "delay")
+
 RMOD = 6  # f_reduce's modulus: a constant, since numba freezes globals when it compiles
 
 
@@ -190,12 +198,18 @@ def evaluate(expr, inputs: dict, env: list | None = None) -> Counter:
             for x, m in ref_reduce(Counter({b: m for b, m in g.items() if m})).items():
                 out[(a, x)] += m
         return clean(out)
+    if op == "delay":  # an outer collection entering the innermost loop at round f_round(row)
+        return Counter({r: m for r, m in ev(expr[1]).items() if (r[0] + 2 * r[1]) % DELAYS <= _ROUNDS[-1]})
     if op == "iterate":
         _, init, body, rounds = expr
         x = ev(init)
-        for _ in range(rounds if rounds is not None else 10_000):
-            nxt = clean(evaluate(body, inputs, env + [x]))
-            if nxt == x:
+        for i in range(rounds if rounds is not None else 10_000):
+            _ROUNDS.append(i)
+            try:
+                nxt = clean(evaluate(body, inputs, env + [x]))
+            finally:
+                _ROUNDS.pop()
+            if nxt == x and i >= DELAYS - 1:  # converged, and every delayed row has entered
                 break
             x = nxt
         return x
@@ -270,6 +284,8 @@ def build(expr, df, env: list | None = None):
         return bd(expr[1]).top_k(by="a", order_by="b", k=expr[2])
     if op == "reduce":
         return bd(expr[1]).reduce(by="a", fn=f_reduce, columns=["b"], out={"b": "int64"})
+    if op == "delay":
+        return bd(expr[1]).enter_at(env[-1].scope, f_round)
     if op == "iterate":
         _, init, body, rounds = expr
         return here(bd(init), env).iterate(lambda v: build(body, df, env + [v]), max_rounds=rounds)
@@ -297,6 +313,8 @@ BINARY = ["concat", "join", "semijoin", "antijoin"]
 def random_program(rng, depth: int = 3, loops: int = 0, inputs=("A", "B"), top: bool = True):
     """A random program; ``loops`` is how many enclosing loop variables may be referenced."""
     leaf_choices = [("input", n) for n in inputs] + [("var", i) for i in range(loops)]
+    if loops:  # inputs entering the innermost loop gradually (kept in unbounded loops only: see _undelay)
+        leaf_choices += [("delay", ("input", n)) for n in inputs]
     if depth <= 0 or (not top and rng.random() < 0.15):
         return leaf_choices[rng.integers(len(leaf_choices))]
     sub = lambda d, l=loops: random_program(rng, d, l, inputs, top=False)  # noqa: E731
@@ -314,15 +332,31 @@ def random_program(rng, depth: int = 3, loops: int = 0, inputs=("A", "B"), top: 
         if ("var", 0) not in _leaves(body):
             body = ("concat", ("var", 0), body)
         rounds = None if rng.random() < 0.3 else int(rng.integers(1, 5))
+        if rounds is not None:
+            body = _undelay(body)
         if rounds is None:  # unbounded loops must converge: keep the body monotone over a finite domain
             body = ("distinct", ("concat", ("var", 0), _monotone(body)))
         return ("iterate", init, ("distinct", body) if rng.random() < 0.5 else body, rounds)
-    body_x = ("distinct", ("concat", ("var", 0), sub(depth - 2, loops + 2)))
-    body_y = ("distinct", ("concat", ("var", 1), sub(depth - 2, loops + 2)))
+    body_x = ("distinct", ("concat", ("var", 0), _undelay(sub(depth - 2, loops + 2))))
+    body_y = ("distinct", ("concat", ("var", 1), _undelay(sub(depth - 2, loops + 2))))
     return ("mutual", sub(depth - 2), sub(depth - 2), body_x, body_y, int(rng.integers(1, 5)))
 
 
-MONOTONE = {"input", "var", "swap", "mix", "filter", "flat", "concat", "join", "semijoin", "distinct", "consolidate"}
+MONOTONE = {"input", "var", "delay", "swap", "mix", "filter", "flat", "concat", "join", "semijoin", "distinct", "consolidate"}
+
+
+def _undelay(expr):
+    """A loop body whose delayed inputs enter at round 0 (``delay`` is generated for unbounded loops only:
+    in a loop cut at max_rounds, rows entering at later rounds still change its last result)."""
+    if expr[0] == "delay":
+        return expr[1]
+    if expr[0] in ("input", "var"):
+        return expr
+    if expr[0] == "iterate":  # a nested loop's body delays belong to it; its initial value is ours
+        return (expr[0], _undelay(expr[1])) + expr[2:]
+    if expr[0] == "mutual":
+        return (expr[0], _undelay(expr[1]), _undelay(expr[2])) + expr[3:]
+    return (expr[0],) + tuple(_undelay(x) if isinstance(x, tuple) else x for x in expr[1:])
 
 
 def _monotone(expr):

@@ -37,8 +37,13 @@ def random_graph_stream(seed, n=40, m=70, epochs=EPOCHS, churn=6):
     return sorted(initial), steps
 
 
-def run_graph(seed, workers, build, check, epochs=EPOCHS, roots=(0, 1)):
+def run_graph(seed, workers, build, check, epochs=EPOCHS, roots=(0, 1), ids=None):
+    """``ids``: node id -> the id the engine sees (default: the same), to spread ids over int64."""
     initial, steps = random_graph_stream(seed, epochs=epochs)
+    if ids is not None:
+        relabel = lambda es: sorted((ids[u], ids[v]) for u, v in es)  # noqa: E731
+        initial, roots = relabel(initial), tuple(ids[r] for r in roots)
+        steps = [(relabel(a), relabel(d)) for a, d in steps]
     current = set(initial)
     with kp.Engine(workers=workers) as eng:
         e_in = eng.input("edges", ["src", "dst"])
@@ -118,6 +123,18 @@ def test_reachability(seed, workers):
 @pytest.mark.parametrize("seed", [4, 5])
 def test_weakly_connected_components(seed, workers):
     run_graph(seed, workers, lambda e, r: wcc(e), check_wcc)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_wcc_over_the_whole_int64_range(workers):
+    """wcc enters each label at the round of its bit length: ids from -2**63 to 2**63 - 1 (negative ones
+    at round 0, the largest at round 63) give the same components as networkx."""
+    rng = np.random.default_rng(workers)
+    wide = rng.integers(-2**63, 2**63 - 1, 40, dtype=np.int64, endpoint=True)
+    wide[:3] = [-2**63, 2**63 - 1, 0]
+    ids = {i: int(x) for i, x in enumerate(wide)}
+    assert len(set(ids.values())) == 40
+    run_graph(9, workers, lambda e, r: wcc(e), check_wcc, epochs=8, ids=ids)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])

@@ -133,3 +133,18 @@ def test_deeper_random_programs(seed):
     rng = np.random.default_rng(50_000 + seed)
     prog = random_program(rng, depth=4)
     run_program(prog, seed, workers=1 + seed % 3, epochs=5, batched=seed % 2 == 0)
+
+
+def test_delayed_entry():
+    """enter_at: inputs entering a loop at the rounds f_round gives their rows, in a fixed-point loop and
+    in a loop nested in another; the fixed point is the one the reference computes round by round."""
+    progs = [("iterate", ("input", "A"), ("distinct", ("concat", ("var", 0),
+              ("join", ("var", 0), ("delay", ("input", "B"))))), None),
+             ("iterate", ("input", "A"), ("distinct", ("concat", ("var", 0),
+              ("mix", ("concat", ("var", 0), ("delay", ("input", "B")))))), None),
+             ("iterate", ("input", "A"), ("distinct", ("concat", ("var", 0), ("iterate", ("delay", ("input", "B")),
+              ("distinct", ("concat", ("var", 0), ("join", ("var", 0), ("delay", ("input", "A"))))), None))),
+              None)]
+    for i, prog in enumerate(progs):
+        for workers in (1, 2, 3):
+            run_program(prog, seed=i, workers=workers, epochs=5)

@@ -111,6 +111,11 @@ def sort_index_segment(idx, s, e, keys, vals, times, tmp):
                 b -= 1
             idx[b + 1] = x
         return
+    for a in range(s + 1, e):  # runs often arrive sorted (a key's rows from one batch): check first
+        if cmp_update(keys, vals, times, idx[a - 1], idx[a]) > 0:
+            break
+    else:
+        return
     width = 1
     in_idx = True
     while width < m:

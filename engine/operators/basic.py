@@ -7,7 +7,7 @@ import numpy as np
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_column, infer_dtype
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
-from ..scope import enter, enter_times, leave, leave_times, next_round
+from ..scope import enter, enter_at_times, enter_times, leave, leave_times, next_round
 
 
 def _per_shard(rt, fn, shards):
@@ -228,6 +228,30 @@ class EnterOp(Operator):
         for msg in self.take():
             self.send(Updates([None if b is None else UpdateBatch(b.data, enter_times(b.times), b.diffs)
                                for b in msg.shards], enter(msg.lower)))
+
+
+class EnterAtOp(UserFunctionOp):
+    """Bring a collection into a nested scope at the rounds a user function gives its rows: t becomes
+    (t, fn(row)). Rows are held back from the loop until that round (differential dataflow's enter_at),
+    e.g. to introduce small labels first so that large ones mostly never propagate (kpgnb.graphs.wcc)."""
+
+    kind = "enter_at"
+
+    def summary(self, frontier):
+        return enter(frontier)  # rounds are >= 0: (t, 0) bounds every output time from below
+
+    def step(self, rt):
+        def one(b):
+            rounds = np.asarray(self.call(b))
+            if rounds.shape != (len(b),) or rounds.dtype.kind not in "iub":
+                raise SchemaError(f"the enter_at function must return an integer array of length {len(b)} "
+                                  f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+            if len(b) and rounds.min() < 0:
+                raise SchemaError(f"the enter_at function returned a negative round ({int(rounds.min())}); "
+                                  f"rounds start at 0")
+            return UpdateBatch(b.data, enter_at_times(b.times, rounds), b.diffs)
+        for msg in self.take():
+            self.send(Updates(_per_shard(rt, one, msg.shards), enter(msg.lower)))
 
 
 class LeaveOp(Operator):
