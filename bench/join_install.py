@@ -3,24 +3,25 @@ small collection of 10 .. 100,000 keys against a pre-arranged --keys collection,
 shared arrangement, and DuckDB answering the same join.
 
     python -m bench.join_install [--keys 10000000] [--compare-keys 1000000] [--sizes 10,100,1000,10000,100000]
-                                 [--repeats 5] [--unshared-repeats 2] [--workers 2] [--peer-timeout 300] [--quick]
+                                 [--repeats 5] [--unshared-repeats 2] [--workers 1] [--peer-timeout 300] [--quick]
 
-Per big size (--keys, then --compare-keys, to show the time does not follow the big side): a collection
-``big(k, v)`` of unique keys (inserted in random order) is loaded once, arranged by ``k`` and exported
-(``df.input("big").arrange_by("k").export("big")``). Then, per small size m and repeat, a new input
-``small(k, q)`` of m distinct keys (about 91% of them present in big) is created and advanced, a
-dataflow ``df.input(small).join(df.use("big"), on="k").view(...)`` installed and waited for; the time
-runs from creating the small input to the view being current (install + execute + complete), split into
-input, install and wait, plus reading the answer (``view.columns()``). The dataflow and the small input
-are dropped after each repeat. "unshared" is the same dataflow arranging big itself
-(``df.input("big").arrange_by("k")``). Every answer is compared with pandas (a merge of the small frame
-with the big frame indexed by ``k``): row count and the sorted rows.
+Per big size (--keys, then --compare-keys, to show that the time does not follow the big side): a
+collection ``big(k, v)`` of unique keys (inserted in random order, random values) is loaded once, arranged
+by ``k`` and exported (``df.input("big").arrange_by("k").export("big")``). Then, per small size m and
+repeat, a new input ``small(k)`` of m distinct keys (about 91% of them in big) is created and advanced, a
+dataflow ``df.input(small).join(df.use("big"), on="k").view(...)`` installed and waited for: the time runs
+from creating the small input to the view being current (install + execute + complete; also split into
+input, install and wait), then reading the answer (``view.columns()``) is timed too ("answer ms"). The
+dataflow and the small input are dropped after each repeat; each repeat joins different keys. "unshared"
+is the same dataflow arranging big itself (``df.input("big").arrange_by("k")``). Every answer is compared
+with pandas (a merge of the small frame with the big frame indexed by ``k``): row count and sorted rows.
 
-Peer: DuckDB, in a subprocess (--peer-timeout), the big table loaded once from the same pandas frame
-(``CREATE TABLE big AS SELECT * FROM frame``), then the same small frames joined one query each
-(``register`` + ``SELECT s.k, s.q, b.v FROM small s JOIN big b ON s.k = b.k`` + ``fetchnumpy``); once on
-the plain table (what a user does first) and once more after ``CREATE UNIQUE INDEX ON big(k)``. Ratio
-columns: DuckDB's median time over kpgnb's (shared) time to the same answer in NumPy arrays.
+Peer: DuckDB, in a subprocess (--peer-timeout), with as many threads as kpgnb has workers
+(--duckdb-threads): the big table loaded once from the same pandas frame (``CREATE TABLE big AS SELECT *
+FROM frame``), then the same small frames joined one query each (``register`` + ``SELECT s.k, b.v FROM
+small s JOIN big b ON s.k = b.k`` + ``fetchnumpy``): on the plain table (what a user does first), then
+again after ``CREATE UNIQUE INDEX ON big(k)``. Ratio columns: DuckDB's median time over kpgnb's (shared)
+median time to the same answer in NumPy arrays ("answer ms"): above 1, kpgnb is faster.
 """
 from __future__ import annotations
 
@@ -47,18 +48,18 @@ def big_frame(n: int, seed: int = 0):
 
 
 def small_frame(n_big: int, m: int, rep: int, seed: int = 0):
-    """``small(k, q)``: m distinct keys drawn from 0 .. 1.1 n_big (so about 9% miss), q = 0..m-1."""
+    """``small(k)``: m distinct keys drawn from 0 .. 1.1 n_big (so about 9% are not in big)."""
     import pandas as pd
     rng = np.random.default_rng([seed, n_big, m, rep, 1])
     k = rng.choice(n_big + n_big // 10, m, replace=False).astype(np.int64)
-    return pd.DataFrame({"k": k, "q": np.arange(m, dtype=np.int64)})
+    return pd.DataFrame({"k": k})
 
 
-COLS = ["k", "q", "v"]
+COLS = ["k", "v"]
 
 
 def expected_join(small, big_by_k):
-    """The reference answer: pandas merge of the small frame with big indexed by k (rows k, q, v)."""
+    """The reference answer: pandas merge of the small frame with big indexed by k (rows k, v)."""
     out = small.merge(big_by_k, left_on="k", right_index=True, how="inner")
     return {c: out[c].to_numpy(np.int64) for c in COLS}
 
@@ -69,7 +70,7 @@ def _sorted_rows(cols: dict) -> np.ndarray:
 
 
 def check_join(got: dict, expected: dict) -> str | None:
-    """None if ``got`` (columns k, q, v) holds exactly the expected rows, else what differs."""
+    """None if ``got`` (columns k, v) holds exactly the expected rows, else what differs."""
     missing = [c for c in COLS if c not in got]
     if missing:
         return f"wrong answer: columns {missing} missing (got {sorted(got)})"
@@ -130,7 +131,7 @@ def _one(eng, name: str, small, shared: bool, cheap: bool = False) -> dict:
     sname = f"small_{name}_{'s' if shared else 'u'}"
     dname = f"{name}_{'s' if shared else 'u'}"
     t0 = time.perf_counter()
-    s = eng.input(sname, ["k", "q"], rows={"k": small["k"].to_numpy(), "q": small["q"].to_numpy()})
+    s = eng.input(sname, ["k"], rows={"k": small["k"].to_numpy()})
     s.advance_to(1)
     t1 = time.perf_counter()
     with eng.dataflow(dname) as df:
@@ -164,12 +165,12 @@ def _summary(runs: list) -> dict:
 
 # -- the DuckDB peer (subprocess) ---------------------------------------------------------------------
 
-def duckdb_side(n_big: int, sizes, repeats: int, seed: int = 0, indexes=(False, True)) -> dict:
+def duckdb_side(n_big: int, sizes, repeats: int, seed: int = 0, threads: int = 0, indexes=(False, True)) -> dict:
     """In the peer's process: load big once, then time each small join; with ``True`` in ``indexes`` the
     same again after creating a unique index on big(k). Returns times and the answers (for checking)."""
     import duckdb
     big = big_frame(n_big, seed)
-    con = duckdb.connect()
+    con = duckdb.connect(config={"threads": threads} if threads else {})
     t0 = time.perf_counter()
     con.register("big_frame", big)
     con.execute("CREATE TABLE big AS SELECT * FROM big_frame")
@@ -183,7 +184,7 @@ def duckdb_side(n_big: int, sizes, repeats: int, seed: int = 0, indexes=(False, 
             t0 = time.perf_counter()
             con.execute("CREATE UNIQUE INDEX big_k ON big(k)")
             cfg["index_s"] = time.perf_counter() - t0
-        q = "SELECT s.k, s.q, b.v FROM small s JOIN big b ON s.k = b.k"
+        q = "SELECT s.k, b.v FROM small s JOIN big b ON s.k = b.k"
         con.register("small", small_frame(n_big, 10, 1_000_000, seed))  # warm
         con.execute(q).fetchnumpy()
         con.unregister("small")
@@ -236,13 +237,13 @@ def run_peer(fn, args, timeout: float):
             p.join()
 
 
-def peer_duckdb(n_big, sizes, repeats, seed, timeout, expected) -> dict:
+def peer_duckdb(n_big, sizes, repeats, seed, timeout, expected, threads: int = 0) -> dict:
     try:
         import duckdb  # noqa: F401 - only whether it is installed
     except ImportError:
         return {"status": "not installed"}
     t0 = time.perf_counter()
-    status, res = run_peer(duckdb_side, (n_big, list(sizes), repeats, seed), timeout)
+    status, res = run_peer(duckdb_side, (n_big, list(sizes), repeats, seed, threads), timeout)
     if status == "timeout":
         return {"status": f"> {timeout:g} s"}
     if status != "ok":
@@ -275,14 +276,15 @@ def reference(n_big: int, sizes, repeats: int, seed: int = 0):
 
 
 def run(bigs, sizes, repeats: int, unshared_repeats: int, workers: int, peer_timeout: float, seed: int = 0,
-        peers: bool = True, log=print) -> dict:
+        peers: bool = True, duckdb_threads: int | None = None, log=print) -> dict:
+    duckdb_threads = workers if duckdb_threads is None else duckdb_threads
     out = {"sizes": list(sizes), "repeats": repeats, "unshared_repeats": unshared_repeats, "workers": workers,
-           "peer_timeout_s": peer_timeout, "bigs": {}}
+           "duckdb_threads": duckdb_threads or "default", "peer_timeout_s": peer_timeout, "bigs": {}}
     for n in bigs:
         expected = reference(n, sizes, max(repeats, unshared_repeats), seed)
         res = kpgnb_side(n, sizes, repeats, unshared_repeats, workers, seed, expected, log)
         if peers:
-            res["duckdb"] = peer_duckdb(n, sizes, repeats, seed, peer_timeout, expected)
+            res["duckdb"] = peer_duckdb(n, sizes, repeats, seed, peer_timeout, expected, duckdb_threads)
             log(f"  duckdb big {n:,}: {res['duckdb']['status']}")
         out["bigs"][n] = res
     return out
@@ -328,14 +330,17 @@ def main(argv=None):
                    help="small-side sizes, comma separated")
     p.add_argument("--repeats", type=int, default=5, help="repeats per size with the shared arrangement")
     p.add_argument("--unshared-repeats", type=int, default=2, help="repeats per size without it")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=1, help="kpgnb workers (K-Pg's Fig. 6f: one)")
+    p.add_argument("--duckdb-threads", type=int, default=None,
+                   help="DuckDB threads (default: as many as kpgnb's workers; 0: DuckDB's own default)")
     p.add_argument("--peer-timeout", type=float, default=300.0, help="seconds before a peer is stopped")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     a = parse_args(p, argv, QUICK)
     bigs = [a.keys] + ([a.compare_keys] if a.compare_keys else [])
     sizes = [m for m in a.sizes if m <= min(bigs)]
-    res = run(bigs, sizes, a.repeats, a.unshared_repeats, a.workers, a.peer_timeout, a.seed, not a.no_peers)
+    res = run(bigs, sizes, a.repeats, a.unshared_repeats, a.workers, a.peer_timeout, a.seed, not a.no_peers,
+              a.duckdb_threads)
     rows = rows_of(res)
     cols = [c for c in ["big", "small", "shared ms", "install ms", "answer ms", "unshared ms", "unshared/shared"]
             + [f"vs {bigs[1]:,}" for _ in bigs[1:2]] + ["duckdb", "duckdb ratio", "duckdb+index",
