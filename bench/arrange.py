@@ -279,6 +279,8 @@ def open_loop_run(rate: float, keys: int, seconds: float, effort: str = "default
             "p99_ms": float(np.percentile(lat_k, 99) * 1e3) if len(lat_k) else None,
             "p999_ms": float(np.percentile(lat_k, 99.9) * 1e3) if len(lat_k) else None,
             "max_ms": float(lat_k.max() * 1e3) if len(lat_k) else None,
+            # median latency in each quarter of the measured window: it grows when the engine falls behind
+            "p50_by_quarter_ms": [float(np.median(q) * 1e3) for q in np.array_split(lat_k, 4) if len(q)],
             "monitor_cpu_s": monitor_cpu[0], "monitor_wakeups": len(marks),
             "driver_lag_p99_ms": float(np.percentile(driver_lag, 99) * 1e3) if len(driver_lag) else None,
             "driver_lag_max_ms": float(driver_lag.max() * 1e3) if len(driver_lag) else None,
@@ -362,11 +364,13 @@ def open_loop_rows(res: dict) -> list:
         rows.append({"effort": r["effort"], "offered/s": r["offered_per_s"], "achieved/s": r["achieved_per_s"],
                      "p50 ms": r["p50_ms"], "p99 ms": r["p99_ms"], "max ms": r["max_ms"],
                      "updates/epoch": r["mean_epoch_updates"], "kept up": "yes" if r["kept_up"] else "no",
+                     "drain s": r["drain_s"],
                      "answer": r["answer"]})
     return rows
 
 
-OPEN_COLS = ["effort", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "updates/epoch", "kept up", "answer"]
+OPEN_COLS = ["effort", "offered/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "updates/epoch", "drain s", "kept up",
+             "answer"]
 
 
 def main(argv=None):
