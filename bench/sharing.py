@@ -11,7 +11,8 @@ argument row, is answered when its view is final for that epoch, and is retired 
 - ``hop1`` (``q_hop1(x)``): the nodes one step from x along an edge either way (out- and in-neighbours), (x, n);
 - ``hop2`` (``q_hop2(x)``): the nodes at the end of a two-step directed path from x, (x, z);
 - ``path`` (``q_path(x, y)``): the length of a shortest directed path from x to y of at most 4 steps,
-  (x, y, d): up to two steps forward from x, up to two steps backward from y, joined on the middle node.
+  (x, y, d): walks of up to two steps forward from x and up to two steps backward from y (with their
+  lengths), joined on the middle node, the least total length per (x, y).
 
 Shared: one dataflow arranges the edges by src and by dst and exports both; the four query dataflows
 ``df.use()`` them. Unshared: each query dataflow arranges its own copies from the input (lookup 1, hop1 2,
@@ -53,8 +54,8 @@ import numpy as np
 
 from .common import parse_args, percentile, table, write_result
 
-QUICK = {"nodes": 20_000, "edges": 200_000, "rate": 400.0, "duration": 10.0, "warmup": 2.0, "live": 20,
-         "closed_queries": 30, "kuzu_queries": 50, "checks": 3}
+QUICK = {"nodes": 10_000, "edges": 100_000, "rate": 400.0, "duration": 6.0, "warmup": 1.0, "live": 20,
+         "closed_queries": 20, "kuzu_queries": 40, "checks": 2}
 
 CLASSES = ("lookup", "hop1", "hop2", "path")
 INPUTS = {"lookup": ("q_lookup", ["x"]), "hop1": ("q_hop1", ["x"]), "hop2": ("q_hop2", ["x"]),
@@ -397,7 +398,7 @@ def build_queries(eng, shared: bool, history: int = 8) -> dict:
                 .map(lambda x, y, m: {"x": x, "y": y, "m": m, "d": np.ones(len(x), np.int64)})
             l2 = l1.join(g(by), left_on="m", right_on=by).select("x", "y", other).rename(**{other: "m"}) \
                 .map(lambda x, y, m: {"x": x, "y": y, "m": m, "d": np.full(len(x), 2, np.int64)})
-            return l0.concat(l1, l2).min(by=["x", "y", "m"], col="d")
+            return l0.concat(l1, l2)
         fwd, bwd = side("src", "x", "dst"), side("dst", "y", "src")
         j = fwd.join(bwd, on=["x", "y", "m"]).map(lambda x, y, d, d_right: {"x": x, "y": y, "d": d + d_right})
         views["path"] = j.min(by=["x", "y"], col="d").view("path", history)
@@ -420,9 +421,9 @@ def run_engine(cfg: dict, mode: str, src=None, dst=None, stream=None) -> dict:
     if stream is None:
         stream = make_stream(cfg, src, dst)
     gen_s = time.perf_counter() - t_gen
+    eng = kp.Engine(workers=cfg["workers"])
     rss_base = rss_bytes()
     res = {"mode": mode, "generate_s": gen_s, "rss_baseline": rss_base}
-    eng = kp.Engine(workers=cfg["workers"])
     try:
         t0 = time.perf_counter()
         edges = eng.input("edges", ["src", "dst"])
@@ -468,7 +469,17 @@ def run_engine(cfg: dict, mode: str, src=None, dst=None, stream=None) -> dict:
             eng.wait(v)
         res["closed_ms"] = {c: (np.array(v) * 1e3).tolist() for c, v in closed.items()}
 
+        before = {d["name"]: (d["busy_s"], d["steps"]) for d in eng.stats()["dataflows"]}
+        ops_before = _op_busy(eng)
         res.update(open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch))
+        ep = max(res["epochs"], 1)
+        res["per_epoch_ops"] = {k: {"ops": n, "busy_ms": (b - ops_before.get(k, (0, 0.0, 0))[1]) * 1e3 / ep,
+                                    "steps": (st - ops_before.get(k, (0, 0.0, 0))[2]) / ep}
+                                for k, (n, b, st) in _op_busy(eng).items()}
+        res["per_epoch"] = {d["name"]: {"operators": d["operators"],
+                                        "busy_ms": (d["busy_s"] - before[d["name"]][0]) * 1e3 / ep,
+                                        "steps": (d["steps"] - before[d["name"]][1]) / ep}
+                            for d in eng.stats()["dataflows"]}
         res["trace_bytes_end"], res["arrangements"] = trace_bytes(eng)
         res["rss_end"] = rss_bytes()
         res["peak_rss"] = peak_rss_bytes()
@@ -476,6 +487,21 @@ def run_engine(cfg: dict, mode: str, src=None, dst=None, stream=None) -> dict:
     finally:
         eng.close()
     return res
+
+
+def _op_busy(eng) -> dict:
+    """{"dataflow/OperatorClass": (operators, busy s, steps)}: a diagnostic read of the scheduler's own
+    dataflows (private state, read between epochs; empty if the engine's layout changes)."""
+    out = {}
+    try:
+        for name, df in list(eng._scheduler.dataflows.items()):
+            for op in list(df.graph.ops):
+                k = f"{name}/{type(op).__name__}"
+                n, b, st = out.get(k, (0, 0.0, 0))
+                out[k] = (n + 1, b + op.busy, st + op.steps)
+    except AttributeError:
+        return {}
+    return out
 
 
 def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
@@ -492,6 +518,7 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
                      + (cfg["duration"] - cfg["warmup"]) / (2 * max(cfg["checks"], 1)))
     answers, rss_samples, epochs_issued = [], [], 0
     sched = eng._scheduler  # the engine publishes a snapshot after each scheduler pass: wake on it
+    cpu0, load0 = time.process_time(), os.getloadavg()
     grace = cfg.get("grace", 60.0)
     inflight = cfg.get("inflight", 1)
     i = 0
@@ -560,6 +587,7 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
         if timeout > 0:
             sched.wait_published(snap, timeout)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
     for v in view_list:
         eng.wait(v, timeout=grace)
     answers.append({"epoch": epoch - 1, "when": "end", "rows": {cls: _view_rows(views[cls], cls) for cls in CLASSES}})
@@ -574,7 +602,8 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
     issued = ev_epoch >= 0
     return {"open_ms": lat, "open_from_issue_ms": lat_issue, "unanswered": unanswered, "answers": answers,
             "ev_epoch": ev_epoch.tolist(), "epochs": epochs_issued, "events_issued": int(issued.sum()),
-            "stream_s": elapsed, "rss_samples": rss_samples,
+            "stream_s": elapsed, "rss_samples": rss_samples, "cpu_s": cpu,
+            "cpu_ms_per_event": cpu * 1e3 / max(int(issued.sum()), 1), "loadavg": [load0, os.getloadavg()],
             "events_per_epoch": float(issued.sum() / max(epochs_issued, 1)),
             "behind_s": float(np.nanmax(ev_issue - t_ev)) if issued.any() else None}
 
@@ -653,9 +682,15 @@ def _du(path) -> int:
 
 
 # -- subprocesses --------------------------------------------------------------------------------------------
+WARM = {"nodes": 500, "edges": 2500, "rate": 100.0, "duration": 0.5, "warmup": 0.0, "live": 5,
+        "closed_queries": 2, "checks": 1, "seed": 1}
+
+
 def _child(spec: str):
     kw = json.loads(spec)
     cfg, what, out = kw["cfg"], kw["what"], kw["out"]
+    if what != "kuzu":  # load every kernel the run uses (numba cache, LLVM) before the baseline is taken
+        run_engine({**cfg, **WARM}, what)
     res = run_kuzu(cfg) if what == "kuzu" else run_engine(cfg, what)
     with open(out, "w") as f:
         json.dump(res, f)
@@ -792,10 +827,21 @@ def report(cfg, runs, quick):
                     "RSS end MB": r["rss_end"] / 2**20, "baseline MB": r["rss_baseline"] / 2**20,
                     "trace MB": r["trace_bytes_end"] / 2**20 if "trace_bytes_end" in r else None,
                     "db MB": r["db_bytes"] / 2**20 if "db_bytes" in r else None,
-                    "epochs": r.get("epochs"), "events/epoch": r.get("events_per_epoch")})
+                    "epochs": r.get("epochs"), "events/epoch": r.get("events_per_epoch"),
+                    "CPU ms/event": r.get("cpu_ms_per_event"),
+                    "load avg": r["loadavg"][1][0] if "loadavg" in r else None})
     print()
     print(table(mem, ["mode", "load s", "peak RSS MB", "RSS end MB", "baseline MB", "trace MB", "db MB",
-                      "epochs", "events/epoch"]))
+                      "epochs", "events/epoch", "CPU ms/event", "load avg"]))
+    busy = []
+    for m in ("shared", "unshared"):
+        r = runs.get(m)
+        for name, d in ((r or {}).get("per_epoch") or {}).items():
+            busy.append({"mode": m, "dataflow": name, "operators": d["operators"], "busy ms/epoch": d["busy_ms"],
+                         "steps/epoch": d["steps"]})
+    if busy:
+        print("\nwhere an open-loop epoch's time goes (scheduler busy time per dataflow)")
+        print(table(busy, ["mode", "dataflow", "operators", "busy ms/epoch", "steps/epoch"]))
     goals = {}
     sh, un = runs.get("shared"), runs.get("unshared")
     if sh and un and "failure" not in sh and "failure" not in un:
