@@ -162,14 +162,25 @@ class Graph:
         order = np.lexsort((src, dst))
         self.in_ptr = np.searchsorted(dst[order], np.arange(nodes + 1))
         self.in_nbr = src[order]
+        self._changes(ins, dels)
+
+    def _changes(self, ins, dels):
         e = np.zeros(0, np.int64)
         ins = (e, e) if ins is None else ins
         dels = (e, e) if dels is None else dels
-        self.dels = np.sort(dels[0] * nodes + dels[1])
+        self.dels = np.sort(dels[0] * self.nodes + dels[1])
         o = np.argsort(ins[0], kind="stable")
         self.ins_out = (ins[0][o], ins[1][o])
         o = np.argsort(ins[1], kind="stable")
         self.ins_in = (ins[1][o], ins[0][o])
+
+    def at(self, ins, dels) -> "Graph":
+        """The same base graph with other inserted / removed edges (the base arrays are shared)."""
+        g = object.__new__(Graph)
+        g.nodes, g.out_ptr, g.out_nbr, g.in_ptr, g.in_nbr = \
+            self.nodes, self.out_ptr, self.out_nbr, self.in_ptr, self.in_nbr
+        g._changes(ins, dels)
+        return g
 
     @staticmethod
     def _gather(ptr, nbr, extra, q):
@@ -269,12 +280,12 @@ def compare(expected: np.ndarray, actual: np.ndarray) -> dict:
     return out
 
 
-def graph_at(cfg, src, dst, stream, ev_epoch, epoch) -> Graph:
+def graph_at(base: Graph, stream, ev_epoch, epoch) -> Graph:
     """The graph after every event issued at an epoch <= ``epoch``."""
     done = (ev_epoch >= 0) & (ev_epoch <= epoch)
     k, a, b = stream["kind"], stream["a"], stream["b"]
     ins, dels = done & (k == EDGE_INS), done & (k == EDGE_DEL)
-    return Graph(cfg["nodes"], src, dst, (a[ins], b[ins]), (a[dels], b[dels]))
+    return base.at((a[ins], b[ins]), (a[dels], b[dels]))
 
 
 def live_args(stream, ev_epoch, epoch, c: int) -> np.ndarray:
@@ -288,7 +299,7 @@ def live_args(stream, ev_epoch, epoch, c: int) -> np.ndarray:
     return _rows(stream["a"][idx], stream["b"][idx])[:, :len(INPUTS[CLASSES[c]][1])]
 
 
-def check_engine(cfg: dict, res: dict, src=None, dst=None, stream=None) -> dict:
+def check_engine(cfg: dict, res: dict, src=None, dst=None, stream=None, base: Graph | None = None) -> dict:
     """Compare every answer snapshot an engine run returned (``res["answers"]``: epoch and rows per class)
     with the reference. Returns {"ok": bool, "checked": [...], "queries_checked": n}."""
     if src is None:
@@ -296,9 +307,11 @@ def check_engine(cfg: dict, res: dict, src=None, dst=None, stream=None) -> dict:
     if stream is None:
         stream = make_stream(cfg, src, dst)
     ev_epoch = np.asarray(res["ev_epoch"], np.int64)
+    if base is None:
+        base = Graph(cfg["nodes"], src, dst)
     checked, ok, nq = [], True, 0
     for snap in res["answers"]:
-        g = graph_at(cfg, src, dst, stream, ev_epoch, snap["epoch"])
+        g = graph_at(base, stream, ev_epoch, snap["epoch"])
         for c, cls in enumerate(CLASSES):
             args = live_args(stream, ev_epoch, snap["epoch"], c)
             exp = reference(g, cls, args)
@@ -311,11 +324,13 @@ def check_engine(cfg: dict, res: dict, src=None, dst=None, stream=None) -> dict:
     return {"ok": bool(ok and checked), "checked": checked, "queries_checked": nq}
 
 
-def check_kuzu(cfg: dict, res: dict, src=None, dst=None) -> dict:
+def check_kuzu(cfg: dict, res: dict, src=None, dst=None, base: Graph | None = None) -> dict:
     """Compare kuzu's answers (one result list per query, on the static graph) with the reference."""
-    if src is None:
-        src, dst = make_graph(cfg["nodes"], cfg["edges"], cfg["seed"])
-    g = Graph(cfg["nodes"], src, dst)
+    if base is None:
+        if src is None:
+            src, dst = make_graph(cfg["nodes"], cfg["edges"], cfg["seed"])
+        base = Graph(cfg["nodes"], src, dst)
+    g = base
     out, ok = [], True
     for cls in CLASSES:
         args = np.asarray(res["args"][cls], np.int64).reshape(-1, len(INPUTS[cls][1]))
@@ -743,7 +758,7 @@ def main(argv=None):
     p.add_argument("--duration", type=float, default=60.0, help="seconds of the open-loop stream")
     p.add_argument("--warmup", type=float, default=5.0, help="first seconds left out of the statistics")
     p.add_argument("--live", type=int, default=100, help="live queries per class")
-    p.add_argument("--closed-queries", type=int, default=200, help="closed-loop queries per class")
+    p.add_argument("--closed-queries", type=int, default=100, help="closed-loop queries per class")
     p.add_argument("--kuzu-queries", type=int, default=200, help="kuzu queries per class")
     p.add_argument("--checks", type=int, default=4, help="answer snapshots checked during the stream")
     p.add_argument("--workers", type=int, default=1)
@@ -766,10 +781,11 @@ def main(argv=None):
     # answers
     src, dst = make_graph(cfg["nodes"], cfg["edges"], cfg["seed"])
     stream = make_stream(cfg, src, dst)
+    base = Graph(cfg["nodes"], src, dst)
     for m, r in runs.items():
         if "failure" in r:
             continue
-        chk = check_kuzu(cfg, r, src, dst) if m == "kuzu" else check_engine(cfg, r, src, dst, stream)
+        chk = check_kuzu(cfg, r, base=base) if m == "kuzu" else check_engine(cfg, r, src, dst, stream, base)
         r["check"] = chk
         r.pop("answers", None)
         r.pop("ev_epoch", None)
