@@ -18,18 +18,24 @@ Shared: one dataflow arranges the edges by src and by dst and exports both; the 
 ``df.use()`` them. Unshared: each query dataflow arranges its own copies from the input (lookup 1, hop1 2,
 hop2 1, path 2: six arrangements of the edges instead of two; the input's own arrangement exists in both).
 
-Workload, open loop as in the paper: events are scheduled at ``--rate`` per second, half single-edge
-changes (an insert of a new edge or a removal of an existing one, alternately) and half query arrivals
-(spread evenly over the four classes, each retiring its class's oldest live query). Each pass of the
-driver issues every event that is due as one epoch (insert/remove + advance_to on the five inputs) and
-never waits for answers before issuing the next; a query's latency runs from its scheduled arrival to
-the first engine snapshot published after its view became final for the query's epoch (what
-``eng.wait(view)`` observes). The first ``--warmup`` seconds are left out of the statistics. Before the
+Workload, open loop as in the paper: events are scheduled at ``--rate`` per second whatever the answers
+do, ``--graph-share`` (half) of them single-edge changes (an insert of a new edge or a removal of an
+existing one, alternately) and the rest query arrivals (spread evenly over the four classes, each
+retiring its class's oldest live query). As in K-Pg's worker loop, events due while the engine computes
+accumulate: once the last epoch is final in every view (``--inflight`` epochs may be outstanding), the
+driver issues everything due as one epoch (insert/remove + advance_to on the five inputs). A query's
+latency runs from its *scheduled* arrival, so queueing behind a slow epoch counts, to the first engine
+snapshot published after its view became final for the query's epoch (what ``eng.wait(view)`` observes;
+polling the view's own frontier instead would see an answer a few ms sooner, before the scheduler's pass
+over the other dataflows ends). The first ``--warmup`` seconds are left out of the statistics. Before the
 stream, a closed loop (one query at a time on the static graph: insert, advance, wait) gives each class's
 single-query latency, K-Pg's Table 10 measure.
 
-Memory: each mode runs in a subprocess of its own (peak RSS = VmHWM of that process; RSS sampled during the
-run; trace bytes = ``eng.stats()["arrangements"]`` summed). Answers: every live query at the end of the
+Memory: each mode runs in a subprocess of its own, which first runs the whole program at a tiny size so
+that every kernel is loaded; baseline = RSS then (process, kernels, empty engine), before any data. Peak
+RSS = VmHWM of the process; RSS "live" = RSS at the end after glibc's ``malloc_trim`` (what the process
+holds, not the free heap the allocator keeps); RSS and the merges in progress sampled each second; trace
+bytes = ``eng.stats()["arrangements"]`` summed. Answers: every live query at the end of the
 stream and ``--checks`` snapshots during it (read at an epoch with ``view.columns(at=)``) are compared with
 a NumPy/pandas reference computed on the graph as of that epoch; a mode whose answers differ is reported as
 "wrong answer", never as a number.
@@ -82,10 +88,17 @@ def make_graph(nodes: int, edges: int, seed: int = 0):
         m = int((edges - len(packed)) * 1.05) + 16
         s, d = rng.integers(0, nodes, m), rng.integers(0, nodes, m)
         keep = s != d
-        packed = np.unique(np.concatenate([packed, s[keep] * nodes + d[keep]]))
+        packed = _sorted_unique(np.concatenate([packed, s[keep] * nodes + d[keep]]))
     if len(packed) > edges:
         packed = np.sort(rng.choice(packed, edges, replace=False))
     return packed // nodes, packed % nodes
+
+
+def _sorted_unique(x):
+    """np.unique by sorting: NumPy 2.4's np.unique (hash-based) takes 30 s on 10.5M distinct int64 here,
+    a sort and a comparison 1.2 s."""
+    x = np.sort(x)
+    return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x
 
 
 def make_stream(cfg: dict, src, dst) -> dict:
@@ -96,7 +109,7 @@ def make_stream(cfg: dict, src, dst) -> dict:
     n = int(rate * duration)
     t = np.arange(n) / rate
     is_graph = np.zeros(n, bool)
-    is_graph[rng.choice(n, n // 2, replace=False)] = True
+    is_graph[rng.choice(n, int(n * cfg.get("graph_share", 0.5)), replace=False)] = True
     kind = np.empty(n, np.int64)
     g = np.flatnonzero(is_graph)
     kind[g] = np.where(np.arange(len(g)) % 2 == 0, EDGE_INS, EDGE_DEL)
@@ -775,6 +788,10 @@ def main(argv=None):
                    help="events per second offered (half edge changes, half query arrivals)")
     p.add_argument("--duration", type=float, default=60.0, help="seconds of the open-loop stream")
     p.add_argument("--warmup", type=float, default=5.0, help="first seconds left out of the statistics")
+    p.add_argument("--graph-share", type=float, default=0.5,
+                   help="fraction of the events that are edge changes (the rest are query arrivals)")
+    p.add_argument("--inflight", type=int, default=1,
+                   help="epochs the driver may have issued and not yet answered before it issues the next")
     p.add_argument("--live", type=int, default=100, help="live queries per class")
     p.add_argument("--closed-queries", type=int, default=100, help="closed-loop queries per class")
     p.add_argument("--kuzu-queries", type=int, default=200, help="kuzu queries per class")
@@ -790,7 +807,8 @@ def main(argv=None):
     a = parse_args(p, argv, QUICK)
     cfg = {"nodes": a.nodes, "edges": a.edges, "rate": a.rate, "duration": a.duration, "warmup": a.warmup,
            "live": a.live, "closed_queries": a.closed_queries, "kuzu_queries": a.kuzu_queries,
-           "checks": a.checks, "workers": a.workers, "seed": a.seed}
+           "checks": a.checks, "workers": a.workers, "seed": a.seed, "graph_share": a.graph_share,
+           "inflight": a.inflight}
     modes = [m for m in a.modes.split(",") if m]
     runs = {}
     for m in modes:
@@ -850,7 +868,8 @@ def report(cfg, runs, quick):
                                     "shared 1-query p50", "unshared 1-query p50", "kuzu p50", "kuzu p99",
                                     "kuzu/shared p50", "kuzu/shared 1-query") if any(c in r for r in rows)]
     print(f"\nquery latency, ms ({cfg['nodes']:,} nodes, {cfg['edges']:,} edges, {cfg['rate']:,.0f} events/s "
-          f"open loop, W={cfg['workers']}; 1-query: closed loop, static graph; kuzu: static graph)")
+          f"open loop, {cfg.get('graph_share', 0.5):.0%} edge changes, W={cfg['workers']}; 1-query: closed loop, "
+          f"static graph; kuzu: static graph)")
     print(table(rows, cols))
     mem = []
     for m in ("shared", "unshared", "kuzu"):
