@@ -506,7 +506,7 @@ def run_engine(cfg: dict, mode: str, src=None, dst=None, stream=None) -> dict:
             s.advance_to(epoch)
         for v in views.values():
             eng.wait(v)
-        res["closed_ms"] = {c: (np.array(v) * 1e3).tolist() for c, v in closed.items()}
+        res["closed_ms"] = {c: np.round(np.array(v) * 1e3, 3).tolist() for c, v in closed.items()}
 
         before = {d["name"]: (d["busy_s"], d["steps"]) for d in eng.stats()["dataflows"]}
         ops_before = _op_busy(eng)
@@ -579,7 +579,7 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
                     done_ptr[c] = k
         if now >= next_rss:  # once a second: RSS, and the merges the traces have in progress
             arrs = eng.arrangements()
-            rss_samples.append((now, rss_bytes(), sum(x["merges"] for x in arrs),
+            rss_samples.append((round(now, 3), rss_bytes(), sum(x["merges"] for x in arrs),
                                 sum(x["merge_shortfall"] for x in arrs), sum(x["records"] for x in arrs)))
             next_rss = now + 1.0
         if checks_at and now >= checks_at[0] and i < n:
@@ -640,8 +640,8 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
         idx = idx[(t_ev[idx] >= cfg["warmup"]) & (ev_epoch[idx] >= 0)]
         fin = ~np.isnan(ev_done[idx])
         unanswered[cls] = int((~fin).sum())
-        lat[cls] = ((ev_done[idx][fin] - t_ev[idx][fin]) * 1e3).tolist()
-        lat_issue[cls] = ((ev_done[idx][fin] - ev_issue[idx][fin]) * 1e3).tolist()
+        lat[cls] = np.round((ev_done[idx][fin] - t_ev[idx][fin]) * 1e3, 3).tolist()  # ms, to the microsecond
+        lat_issue[cls] = np.round((ev_done[idx][fin] - ev_issue[idx][fin]) * 1e3, 3).tolist()
     issued = ev_epoch >= 0
     return {"open_ms": lat, "open_from_issue_ms": lat_issue, "unanswered": unanswered, "answers": answers,
             "ev_epoch": ev_epoch.tolist(), "epochs": epochs_issued, "events_issued": int(issued.sum()),
@@ -703,7 +703,7 @@ def run_kuzu(cfg: dict, src=None, dst=None, stream=None) -> dict:
             for q in args[cls].tolist():
                 t = time.perf_counter()
                 rows = conn.execute(CYPHER[cls], dict(zip(names, q))).get_all()
-                lat[cls].append((time.perf_counter() - t) * 1e3)
+                lat[cls].append(round((time.perf_counter() - t) * 1e3, 3))
                 answers[cls].append(rows)
         res.update(latency_ms=lat, answers=answers, args={c: v.tolist() for c, v in args.items()})
         res["db_bytes"] = _du(d)
@@ -777,7 +777,7 @@ def ccdf(xs, points: int = 200) -> list:
     if not len(xs):
         return []
     grid = np.unique(np.geomspace(max(xs[0], 1e-3), xs[-1], points))
-    return [(float(g), float(1 - np.searchsorted(xs, g, "right") / len(xs))) for g in grid]
+    return [(round(float(g), 3), round(float(1 - np.searchsorted(xs, g, "right") / len(xs)), 6)) for g in grid]
 
 
 def main(argv=None):
