@@ -531,17 +531,13 @@ def run_engine(cfg: dict, mode: str, src=None, dst=None, stream=None) -> dict:
 
 
 def _op_busy(eng) -> dict:
-    """{"dataflow/OperatorClass": (operators, busy s, steps)}: a diagnostic read of the scheduler's own
-    dataflows (private state, read between epochs; empty if the engine's layout changes)."""
+    """{"dataflow/kind": (operators, busy s, steps)}, from eng.operator_stats."""
     out = {}
-    try:
-        for name, df in list(eng._scheduler.dataflows.items()):
-            for op in list(df.graph.ops):
-                k = f"{name}/{type(op).__name__}"
-                n, b, st = out.get(k, (0, 0.0, 0))
-                out[k] = (n + 1, b + op.busy, st + op.steps)
-    except AttributeError:
-        return {}
+    for name in eng.dataflows():
+        for op in eng.operator_stats(name):
+            k = f"{name}/{op['kind']}"
+            n, b, st = out.get(k, (0, 0.0, 0))
+            out[k] = (n + 1, b + op["busy_s"], st + op["steps"])
     return out
 
 
@@ -558,7 +554,6 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
     checks_at = list(np.linspace(cfg["warmup"], cfg["duration"], cfg["checks"] + 1)[:-1]
                      + (cfg["duration"] - cfg["warmup"]) / (2 * max(cfg["checks"], 1)))
     answers, rss_samples, epochs_issued = [], [], 0
-    sched = eng._scheduler  # the engine publishes a snapshot after each scheduler pass: wake on it
     cpu0, load0 = time.process_time(), os.getloadavg()
     grace = cfg.get("grace", 60.0)
     inflight = cfg.get("inflight", 1)
@@ -628,7 +623,7 @@ def open_loop(eng, cfg, stream, sessions, edges, qin, views, epoch) -> dict:
         else:
             timeout = min(0.05, t_ev[i] - now)
         if timeout > 0:
-            sched.wait_published(snap, timeout)
+            eng.wait_snapshot(snap, timeout)  # wakes on the next published state
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu0
     for v in view_list:

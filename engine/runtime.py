@@ -254,6 +254,25 @@ class Engine:
                             "updates": 0 if counts is None else int(counts.sum()), "retired": n in snap.retired})
         return out
 
+    def operator_stats(self, name: str) -> list:
+        """Where dataflow ``name`` spends its time: one dict per operator (``operator``, its label as in
+        errors, e.g. ``bfs: min#12``; ``kind``; ``busy_s``, seconds its steps took; ``steps``), busiest
+        first. Read while the engine runs: each figure is at most one step old."""
+        df = self._scheduler.dataflows.get(name)
+        if df is None:
+            raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows())}")
+        ops = [{"operator": op.label(), "kind": op.kind, "busy_s": op.busy, "steps": op.steps}
+               for op in list(df.graph.ops)]
+        return sorted(ops, key=lambda o: -o["busy_s"])
+
+    def wait_snapshot(self, seen: EngineSnapshot | None = None, timeout: float | None = None) -> EngineSnapshot:
+        """The next published snapshot after ``seen`` (default: the current one), waiting up to ``timeout``
+        seconds; the current one if none came. For pollers that react to every change of the engine's state
+        without spinning (benchmarks, dashboards)."""
+        seen = self.snapshot() if seen is None else seen
+        self._scheduler.wait_published(seen, timeout)
+        return self.snapshot()
+
     def latency_histogram(self, name: str) -> tuple:
         """(bucket edges in seconds, counts) of every update latency dataflow ``name`` measured: fixed
         log-spaced buckets (``kpgnb.engine.latency``: counts[0] is below edges[0], counts[i] in

@@ -699,3 +699,31 @@ print(sum(t.name.startswith("kpgnb-") for t in threading.enumerate()))
     # compiled per user function; and only for batches of 2**24 rows or more
     assert set(eval(cold)) <= {"reduce.reduce_apply_user", "sort.hash_keys"}, cold
     assert threads == "0"
+
+
+def test_operator_stats_and_wait_snapshot():
+    """Per-operator time of a dataflow, busiest first; wait_snapshot wakes on the next published state and
+    otherwise returns the current one after its timeout."""
+    with kp.Engine(workers=2) as eng:
+        inp = eng.input("xs", ["a"], rows={"a": np.arange(1000) % 7})
+        inp.advance_to(1)
+        with eng.dataflow("c") as df:
+            view = df.input("xs").count(by="a").view("counts")
+        eng.wait(view)
+        stats = eng.operator_stats("c")
+        kinds = {s["kind"] for s in stats}
+        assert {"import", "count", "view"} <= kinds, kinds  # count reads the input's own arrangement
+        assert all(s["operator"].startswith("c: ") and s["busy_s"] >= 0 and s["steps"] >= 0 for s in stats)
+        assert [s["busy_s"] for s in stats] == sorted((s["busy_s"] for s in stats), reverse=True)
+        assert sum(s["steps"] for s in stats) > 0
+        with pytest.raises(kp.KpgnbError, match="no dataflow named 'nope'"):
+            eng.operator_stats("nope")
+        seen = eng.snapshot()
+        assert eng.wait_snapshot(seen, timeout=0.05) is eng.snapshot()  # nothing happened: the current one
+        inp.insert({"a": [1]})
+        inp.advance_to(2)
+        deadline = time.monotonic() + 30
+        snap = seen
+        while view.epoch < 2 and time.monotonic() < deadline:
+            snap = eng.wait_snapshot(snap, timeout=1.0)
+        assert view.epoch >= 2 and snap is not seen
