@@ -34,20 +34,20 @@ def _c(a):
 
 def form_arrays(keys, vals, times, diffs):
     """Consolidate unarranged updates into batch arrays (kh, keys, koff, vals, times, diffs): hash, one
-    MSD radix pass into cache-sized buckets by the top hash bits, then each bucket sorted and consolidated
-    in place (engine/kernels/sort.py and form.py say why not one global sort)."""
+    MSD radix pass into cache-sized buckets by the top hash bits, then each bucket ordered and
+    consolidated in place (engine/kernels/form.py says why not one global sort). Every large array is
+    allocated once here (fresh memory costs page faults) and becomes part of the batch, the hashes' array
+    its key offsets."""
     keys, vals, times, diffs = _c(keys), _c(vals), _c(times), _c(diffs)
     n = diffs.shape[0]
     kk, kv, d = keys.shape[0], vals.shape[0], times.shape[1]
-    kh = sortk.key_hashes(keys)
+    kh = sortk.key_hashes(keys, np.empty(n + 1, np.int64))
     bits = sortk.bucket_bits(n)
-    # NumPy allocates these (large ones on huge pages, which the scatter's many streams need)
     rh, rk, rv = np.empty(n, np.int64), np.empty((kk, n), np.int64), np.empty((kv, n), np.int64)
-    rt, rd, pos = np.empty((n, d), np.int64), np.empty(n, np.int64), np.empty(n + 1, np.int64)
-    cnt = scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd, pos)
-    del kh
-    nk, nr = form_buckets(cnt, bits, rh, rk, rv, rt, rd, pos)  # pos becomes the key offsets
-    return trim(rh, rk, pos, rv, rt, rd, nk, nr)
+    rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
+    cnt = scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd)
+    nk, nr = form_buckets(cnt, bits, rh, rk, rv, rt, rd, kh)  # kh becomes the key offsets
+    return trim(rh, rk, kh, rv, rt, rd, nk, nr)
 
 
 class Batch:
@@ -134,7 +134,10 @@ class Batch:
         return self._range
 
     def key_rows(self) -> np.ndarray:
-        """The key columns repeated once per row (``kk x n``)."""
+        """The key columns repeated once per row (``kk x n``; the batch's own, read-only, keys when every
+        key has one row)."""
+        if self.kh.shape[0] == self.n:
+            return self.keys
         return np.repeat(self.keys, np.diff(self.koff), axis=1)
 
     def __repr__(self):

@@ -14,21 +14,36 @@ from .sort import HASH_BITS
 
 
 def trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr):
-    """Cut the kernel's full-size outputs to (nk keys, nr rows), copying where a view would be
-    non-contiguous (column slices of 2-D matrices) or would waste more than an eighth of the space."""
+    """Cut the kernel's full-size outputs to (nk keys, nr rows): views where little is cut (a matrix's
+    rows are first moved together in place, so that the view is contiguous), copies where a view would
+    waste more than an eighth of the space."""
     n = odiffs.shape[0]
     waste_k = nk < n - n // 8
     waste_r = nr < n - n // 8
 
     def cut2(m, k, waste):
-        v = m[:, :k]
-        return v.copy() if (waste or (k < m.shape[1] and m.shape[0] > 1)) else v
+        if waste or not m.flags.c_contiguous:
+            return m[:, :k].copy()
+        if k == m.shape[1] or m.shape[0] <= 1:
+            return m[:, :k]
+        flat = m.reshape(-1)
+        close_rows(flat, m.shape[0], m.shape[1], k)
+        return flat[:m.shape[0] * k].reshape(m.shape[0], k)
 
     def cut1(a, k, waste):
         return a[:k].copy() if waste else a[:k]
 
     return (cut1(okh, nk, waste_k), cut2(okeys, nk, waste_k), cut1(koff, nk + 1, waste_k),
             cut2(ovals, nr, waste_r), cut1(otimes, nr, waste_r), cut1(odiffs, nr, waste_r))
+
+
+@kernel
+def close_rows(flat, rows, n, k):
+    """In a C-ordered rows x n matrix stored in ``flat``, move each row's first k entries together so that
+    flat[:rows * k] is the rows x k matrix (forwards: a destination never passes its source)."""
+    for c in range(1, rows):
+        for j in range(k):
+            flat[c * k + j] = flat[c * n + j]
 
 
 @kernel

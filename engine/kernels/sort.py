@@ -190,18 +190,26 @@ def bucket_bits(n: int) -> int:
     return bits
 
 
-def key_hashes(keys):
-    """int64[n] 40-bit hashes of the key columns (a module-level name so tests can substitute colliding
-    hashes)."""
-    return hash_keys(keys)
+def key_hashes(keys, out):
+    """``out[:n]`` = the 40-bit hashes of the key columns; returns ``out`` (a module-level name so tests
+    can substitute colliding hashes)."""
+    hash_keys_into(keys, out)
+    return out
 
 
 @kernel
-def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd, pos):
-    """Distribute rows into 2**bits buckets by the top ``bits`` of their 40-bit hash, stably, writing
-    (hash, keys, vals, times, diffs) into (rh, rk, rv, rt, rd); ``pos`` is n-long scratch. Returns the
-    bucket offsets (int64[2**bits + 1])."""
-    n = kh.shape[0]
+def hash_keys_into(keys, out):
+    """out[:n] = the 40-bit hashes of the key columns."""
+    for i in range(keys.shape[1]):
+        out[i] = key_hash_at(keys, i)
+
+
+@kernel
+def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd):
+    """Distribute rows into 2**bits buckets by the top ``bits`` of their 40-bit hash (``kh[:n]``), stably,
+    writing (hash, keys, vals, times, diffs) into (rh, rk, rv, rt, rd). Returns the bucket offsets
+    (int64[2**bits + 1])."""
+    n = diffs.shape[0]
     nb = 1 << bits
     shift = HASH_BITS - bits
     cnt = np.zeros(nb + 1, np.int64)
@@ -209,25 +217,36 @@ def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd, pos)
         cnt[(kh[i] >> shift) + 1] += 1
     for b in range(nb):
         cnt[b + 1] += cnt[b]
+    # one column at a time: 2**bits write streams per pass, not 2**bits times the number of columns;
+    # each pass recomputes the destinations (cheaper than reading them from an n-long array)
     nxt = cnt[:nb].copy()
     for i in range(n):
         b = kh[i] >> shift
-        pos[i] = nxt[b]
+        rh[nxt[b]] = kh[i]
         nxt[b] += 1
-    # one column at a time: 2**bits write streams per pass, not 2**bits times the number of columns
-    for i in range(n):
-        rh[pos[i]] = kh[i]
     for c in range(keys.shape[0]):
+        nxt[:] = cnt[:nb]
         for i in range(n):
-            rk[c, pos[i]] = keys[c, i]
+            b = kh[i] >> shift
+            rk[c, nxt[b]] = keys[c, i]
+            nxt[b] += 1
     for c in range(vals.shape[0]):
+        nxt[:] = cnt[:nb]
         for i in range(n):
-            rv[c, pos[i]] = vals[c, i]
+            b = kh[i] >> shift
+            rv[c, nxt[b]] = vals[c, i]
+            nxt[b] += 1
     d = times.shape[1]
+    nxt[:] = cnt[:nb]
     for i in range(n):
-        p = pos[i]
+        b = kh[i] >> shift
+        p = nxt[b]
         for c in range(d):
             rt[p, c] = times[i, c]
+        nxt[b] = p + 1
+    nxt[:] = cnt[:nb]
     for i in range(n):
-        rd[pos[i]] = diffs[i]
+        b = kh[i] >> shift
+        rd[nxt[b]] = diffs[i]
+        nxt[b] += 1
     return cnt
