@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.form import build_arranged, trim
+from .kernels import sort as sortk
+from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step
-from .kernels.sort import MAX_PACKED, arrangement_order
+from .kernels.sort import scatter_buckets
 from .lattice import Antichain
 
 
@@ -32,20 +33,21 @@ def _c(a):
 
 
 def form_arrays(keys, vals, times, diffs):
-    """Consolidate unarranged updates into batch arrays (kh, keys, koff, vals, times, diffs)."""
+    """Consolidate unarranged updates into batch arrays (kh, keys, koff, vals, times, diffs): hash, one
+    MSD radix pass into cache-sized buckets by the top hash bits, then each bucket ordered and
+    consolidated in place (engine/kernels/form.py says why not one global sort). Every large array is
+    allocated once here (fresh memory costs page faults) and becomes part of the batch, the hashes' array
+    its key offsets."""
     keys, vals, times, diffs = _c(keys), _c(vals), _c(times), _c(diffs)
     n = diffs.shape[0]
-    if n >= MAX_PACKED:
-        # packed sorting addresses 2**24 rows; form chunks and merge them
-        step = MAX_PACKED // 2
-        parts = [form_arrays(keys[:, s:s + step], vals[:, s:s + step], times[s:s + step], diffs[s:s + step])
-                 for s in range(0, n, step)]
-        while len(parts) > 1:
-            parts = [merge_arrays(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                     for i in range(0, len(parts), 2)]
-        return parts[0]
-    perm, skh = arrangement_order(keys, vals, times)
-    return trim(*build_arranged(perm, skh, keys, vals, times, diffs))
+    kk, kv, d = keys.shape[0], vals.shape[0], times.shape[1]
+    kh = sortk.key_hashes(keys, np.empty(n + 1, np.int64))
+    bits = sortk.bucket_bits(n)
+    rh, rk, rv = np.empty(n, np.int64), np.empty((kk, n), np.int64), np.empty((kv, n), np.int64)
+    rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
+    cnt = scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd)
+    nk, nr = form_buckets(cnt, bits, rh, rk, rv, rt, rd, kh)  # kh becomes the key offsets
+    return trim(rh, rk, kh, rv, rt, rd, nk, nr)
 
 
 class Batch:
@@ -132,7 +134,10 @@ class Batch:
         return self._range
 
     def key_rows(self) -> np.ndarray:
-        """The key columns repeated once per row (``kk x n``)."""
+        """The key columns repeated once per row (``kk x n``; the batch's own, read-only, keys when every
+        key has one row)."""
+        if self.kh.shape[0] == self.n:
+            return self.keys
         return np.repeat(self.keys, np.diff(self.koff), axis=1)
 
     def __repr__(self):

@@ -42,15 +42,9 @@ class Batcher:
         W = self.workers
 
         def split(p):
-            keys, vals, times, diffs = _c(p[0]), p[1], p[2], p[3]
             if W == 1:
-                return [(keys, vals, times, diffs)]
-            perm, offs, _ = partition(keys, W)
-            out = []
-            for s in range(W):
-                idx = perm[offs[s]:offs[s + 1]]
-                out.append((keys[:, idx], vals[:, idx], times[idx], diffs[idx]) if len(idx) else None)
-            return out
+                return [(_c(p[0]), p[1], p[2], p[3])]
+            return partition(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3]), W)
         total = sum(len(p[3]) for p in parts)
         pieces = run(split, parts, rows=total)
         for per in pieces:

@@ -75,6 +75,11 @@ def hashes(request, monkeypatch):
             n = keys.shape[1]
             return (coarse(keys).astype(np.uint64) << np.uint64(sortk.POS_BITS)) | np.arange(n, dtype=np.uint64)
         monkeypatch.setattr(sortk, "packed_hashes", packed)
+
+        def into(keys, out):
+            out[:keys.shape[1]] = coarse(keys)
+            return out
+        monkeypatch.setattr(sortk, "key_hashes", into)
     return request.param
 
 
@@ -112,14 +117,33 @@ def test_formation_and_merge_with_collisions(hashes, kk, kv, depth):
         check_invariants_coarse(mc)
 
 
-def test_large_formation_is_chunked(monkeypatch):
-    """Batches beyond the packed-sort limit are formed in chunks and merged."""
-    monkeypatch.setattr(sortk, "MAX_PACKED", 64)
-    import kpgnb.engine.batch as bm
-    monkeypatch.setattr(bm, "MAX_PACKED", 64)
+@pytest.mark.parametrize("bucket_rows", [1, 3, 64])
+def test_formation_in_many_buckets(hashes, monkeypatch, bucket_rows):
+    """Formation distributes rows into buckets by their top hash bits and orders each bucket on its own:
+    with tiny buckets (many of them, and with the colliding hash all rows in one) the result is the same."""
+    monkeypatch.setattr(sortk, "BUCKET_ROWS", bucket_rows)
     rng = np.random.default_rng(3)
-    rows = [((int(k),), (), (int(t),), 1) for k, t in zip(rng.integers(0, 50, 500), rng.integers(0, 3, 500))]
-    arrs = bm.form_arrays(*to_arrays(rows, 1, 0, 1))
+    for kk, kv, depth in [(1, 0, 1), (1, 1, 2), (2, 1, 1)]:
+        rows = [(tuple(int(k) for k in rng.integers(-20, 50, kk)), tuple(int(v) for v in rng.integers(0, 3, kv)),
+                 tuple(int(t) for t in rng.integers(0, 3, depth)), int(rng.integers(-1, 3))) for _ in range(500)]
+        arrs = form_arrays(*to_arrays(rows, kk, kv, depth))
+        assert batch_rows(arrs) == consolidated(rows)
+        if hashes == "real":
+            check_invariants(arrs)
+
+
+def test_formation_of_heavy_keys():
+    """Runs of one key longer than insertion handles (merge sorted) and a bucket dominated by one key give
+    the arrangement order."""
+    rng = np.random.default_rng(4)
+    n = 20000
+    keys = np.where(rng.random(n) < 0.5, 7, rng.integers(0, 100000, n))[None, :].astype(np.int64)
+    vals = rng.integers(0, 50, (1, n))
+    times = rng.integers(0, 3, (n, 2))
+    diffs = rng.integers(-1, 3, n)
+    arrs = form_arrays(keys, vals, times, diffs)
+    rows = [((int(k),), (int(v),), tuple(int(x) for x in t), int(d))
+            for k, v, t, d in zip(keys[0], vals[0], times, diffs)]
     assert batch_rows(arrs) == consolidated(rows)
     check_invariants(arrs)
 

@@ -1,71 +1,301 @@
-"""Batch formation: gather updates in arrangement order, sum diffs of equal (key, val, time), drop
-zeros, and build the per-key index (distinct keys, their hashes and row offsets)."""
+"""Batch formation: put updates in arrangement order, sum diffs of equal (key, val, time), drop zeros,
+and build the per-key index (distinct keys, their hashes and row offsets).
+
+Rows arrive distributed into buckets by the top bits of their key hash (engine/kernels/sort.py
+scatter_buckets); each bucket is small enough to stay in cache while it is ordered by the rest of the
+hash, its runs of equal hash put in (key, val, time) order, and consolidated. A single global sort of
+packed words followed by a gather of every column through the permutation costs a cache and TLB miss
+per row and column, which on large batches was several times the sort itself.
+"""
 import numpy as np
 
 from . import kernel
-from .rows import cmp_cols, cmp_times
-
-
-@kernel
-def _same_update(keys, vals, times, p, q):
-    return cmp_cols(keys, p, keys, q) == 0 and cmp_cols(vals, p, vals, q) == 0 \
-        and cmp_times(times, p, times, q) == 0
-
-
-@kernel
-def build_arranged(perm, skh, keys, vals, times, diffs):
-    """Consolidate updates already ordered by ``perm`` into (kh, keys, koff, vals, times, diffs)."""
-    n = perm.shape[0]
-    kk = keys.shape[0]
-    kv = vals.shape[0]
-    d = times.shape[1]
-    okh = np.empty(n, np.int64)
-    okeys = np.empty((kk, n), np.int64)
-    koff = np.empty(n + 1, np.int64)
-    ovals = np.empty((kv, n), np.int64)
-    otimes = np.empty((n, d), np.int64)
-    odiffs = np.empty(n, np.int64)
-    nk = 0
-    nr = 0
-    i = 0
-    while i < n:
-        p = perm[i]
-        acc = diffs[p]
-        j = i + 1
-        while j < n and skh[j] == skh[i] and _same_update(keys, vals, times, p, perm[j]):
-            acc += diffs[perm[j]]
-            j += 1
-        if acc != 0:
-            if nk == 0 or okh[nk - 1] != skh[i] or cmp_cols(okeys, nk - 1, keys, p) != 0:
-                okh[nk] = skh[i]
-                for c in range(kk):
-                    okeys[c, nk] = keys[c, p]
-                koff[nk] = nr
-                nk += 1
-            for c in range(kv):
-                ovals[c, nr] = vals[c, p]
-            for c in range(d):
-                otimes[nr, c] = times[p, c]
-            odiffs[nr] = acc
-            nr += 1
-        i = j
-    koff[nk] = nr
-    return okh, okeys, koff, ovals, otimes, odiffs, nk, nr
+from .sort import HASH_BITS
 
 
 def trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr):
-    """Cut the kernel's full-size outputs to (nk keys, nr rows), copying where a view would be
-    non-contiguous (column slices of 2-D matrices) or would waste more than an eighth of the space."""
+    """Cut the kernel's full-size outputs to (nk keys, nr rows): views where little is cut (a matrix's
+    rows are first moved together in place, so that the view is contiguous), copies where a view would
+    waste more than an eighth of the space."""
     n = odiffs.shape[0]
     waste_k = nk < n - n // 8
     waste_r = nr < n - n // 8
 
     def cut2(m, k, waste):
-        v = m[:, :k]
-        return v.copy() if (waste or (k < m.shape[1] and m.shape[0] > 1)) else v
+        if waste or not m.flags.c_contiguous:
+            return m[:, :k].copy()
+        if k == m.shape[1] or m.shape[0] <= 1:
+            return m[:, :k]
+        flat = m.reshape(-1)
+        close_rows(flat, m.shape[0], m.shape[1], k)
+        return flat[:m.shape[0] * k].reshape(m.shape[0], k)
 
     def cut1(a, k, waste):
         return a[:k].copy() if waste else a[:k]
 
     return (cut1(okh, nk, waste_k), cut2(okeys, nk, waste_k), cut1(koff, nk + 1, waste_k),
             cut2(ovals, nr, waste_r), cut1(otimes, nr, waste_r), cut1(odiffs, nr, waste_r))
+
+
+@kernel
+def close_rows(flat, rows, n, k):
+    """In a C-ordered rows x n matrix stored in ``flat``, move each row's first k entries together so that
+    flat[:rows * k] is the rows x k matrix (forwards: a destination never passes its source)."""
+    for c in range(1, rows):
+        for j in range(k):
+            flat[c * k + j] = flat[c * n + j]
+
+
+@kernel
+def _radix_bucket(rh, s, m, lbits, ia, la, ib, lb, hist):
+    """Rows s..s+m-1 ordered by their hash through least-significant-digit radix passes over the low
+    ``lbits`` bits (the bucket's rows share the others), skipping digits on which all rows agree:
+    (row indices, hashes) in one of the two buffer pairs."""
+    npass = hist.shape[0]
+    nd = hist.shape[1]
+    dbits = 0
+    while (1 << dbits) < nd:
+        dbits += 1
+    dmask = nd - 1
+    hist[:, :] = 0
+    for j in range(m):
+        v = rh[s + j]
+        ia[j] = s + j
+        la[j] = v
+        for p in range(npass):
+            hist[p, (v >> (p * dbits)) & dmask] += 1
+    src_i, src_l, dst_i, dst_l = ia, la, ib, lb
+    for p in range(npass):
+        sh = p * dbits
+        if sh >= lbits or hist[p, (src_l[0] >> sh) & dmask] == m:
+            continue  # every row has the same digit here
+        acc = 0
+        for q in range(nd):
+            t = hist[p, q]
+            hist[p, q] = acc
+            acc += t
+        for j in range(m):
+            v = src_l[j]
+            q = (v >> sh) & dmask
+            w = hist[p, q]
+            hist[p, q] = w + 1
+            dst_i[w] = src_i[j]
+            dst_l[w] = v
+        src_i, src_l, dst_i, dst_l = dst_i, dst_l, src_i, src_l
+    return src_i, src_l
+
+
+@kernel
+def _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots):
+    """Rows s..s+m-1 ordered by their hash: (row indices, hashes) in one of the two buffer pairs.
+    Hashes are uniform, so one counting pass on the next log2(2m) bits leaves about one distinct hash
+    per slot and an insertion pass finishes the order in linear time (rows of one key share a hash and
+    never move). Should the insertion move more than a few rows per row (hashes that are not uniform),
+    the bucket is ordered by full radix passes instead."""
+    sb = 0
+    while (1 << sb) < 2 * m and sb < lbits:
+        sb += 1
+    sh = lbits - sb
+    ns = 1 << sb
+    mask = ns - 1
+    slots[:ns + 1] = 0
+    for j in range(m):
+        slots[((rh[s + j] >> sh) & mask) + 1] += 1
+    for q in range(ns):
+        slots[q + 1] += slots[q]
+    for j in range(m):
+        v = rh[s + j]
+        q = (v >> sh) & mask
+        w = slots[q]
+        slots[q] = w + 1
+        ia[w] = s + j
+        la[w] = v
+    budget = 4 * m + 64
+    for a in range(1, m):
+        x = la[a]
+        if la[a - 1] <= x:
+            continue
+        y = ia[a]
+        b = a - 1
+        while b >= 0 and la[b] > x:
+            la[b + 1] = la[b]
+            ia[b + 1] = ia[b]
+            b -= 1
+        la[b + 1] = x
+        ia[b + 1] = y
+        budget -= a - b
+        if budget < 0:
+            return _radix_bucket(rh, s, m, lbits, ia, la, ib, lb, hist)
+    return ia, la
+
+
+@kernel
+def _sort_long_run(S, i, j, idx, tmp):
+    """Rows i..j-1 of the bucket matrix S in order of their columns 1..w-2 (key, val, time): a stable
+    bottom-up merge sort of an index (``idx``, ``tmp``: scratch as long as S), then the rows permuted."""
+    w = S.shape[1] - 1
+    for a in range(i, j):
+        idx[a] = a
+    width = 1
+    src = idx
+    dst = tmp
+    m = j - i
+    while width < m:
+        lo = i
+        while lo < j:
+            mid = min(lo + width, j)
+            hi = min(lo + 2 * width, j)
+            x = lo
+            y = mid
+            k = lo
+            while x < mid and y < hi:
+                c = 0
+                q = 1
+                while c == 0 and q < w:
+                    if S[src[y], q] != S[src[x], q]:
+                        c = -1 if S[src[y], q] < S[src[x], q] else 1
+                    q += 1
+                if c < 0:
+                    dst[k] = src[y]
+                    y += 1
+                else:
+                    dst[k] = src[x]
+                    x += 1
+                k += 1
+            while x < mid:
+                dst[k] = src[x]
+                x += 1
+                k += 1
+            while y < hi:
+                dst[k] = src[y]
+                y += 1
+                k += 1
+            lo = hi
+        src, dst = dst, src
+        width *= 2
+    rows = np.empty((m, S.shape[1]), np.int64)
+    for a in range(i, j):
+        rows[a - i, :] = S[src[a], :]
+    for a in range(i, j):
+        S[a, :] = rows[a - i, :]
+
+
+@kernel
+def form_buckets(cnt, bits, rh, rk, rv, rt, rd, koff):
+    """Order each bucket's rows by (hash, key, val, time), consolidate them and write the batch arrays
+    back in place: distinct keys' hashes and keys to rh[:nk] and rk[:, :nk], their row offsets to
+    koff[:nk+1], rows to rv[:, :nr], rt[:nr], rd[:nr]. Returns (nk, nr).
+
+    A bucket's rows are first copied, in hash order, into one row-major scratch matrix S (columns: hash,
+    keys, vals, times, diff), so that arrangement order is the lexicographic order of S's rows without
+    the diff, runs of equal hash (mostly one key's rows) are sorted by moving rows that are in cache,
+    and consolidation compares neighbours. The output never overtakes the bucket being read, as
+    consolidation only shrinks. (Loops are written out: helpers taking arrays cost refcounting per call.)"""
+    nb = cnt.shape[0] - 1
+    kk = rk.shape[0]
+    kv = rv.shape[0]
+    d = rt.shape[1]
+    w = 1 + kk + kv + d  # compared columns; the diff is column w
+    mmax = 0
+    for b in range(nb):
+        mmax = max(mmax, cnt[b + 1] - cnt[b])
+    lbits = HASH_BITS - bits
+    npass = max(1, (lbits + 10) // 11)
+    dbits = (lbits + npass - 1) // npass
+    ia = np.empty(mmax, np.int64)
+    la = np.empty(mmax, np.int64)
+    ib = np.empty(mmax, np.int64)
+    lb = np.empty(mmax, np.int64)
+    hist = np.empty((npass, 1 << dbits), np.int64)
+    slots = np.empty(4 * mmax + 2, np.int64)
+    S = np.empty((mmax, w + 1), np.int64)
+    x = np.empty(w + 1, np.int64)
+    nk = 0
+    nr = 0
+    for b in range(nb):
+        s = cnt[b]
+        m = cnt[b + 1] - s
+        if m == 0:
+            continue
+        oi, ol = _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots)
+        for j in range(m):
+            p = oi[j]
+            S[j, 0] = ol[j]
+            for c in range(kk):
+                S[j, 1 + c] = rk[c, p]
+            for c in range(kv):
+                S[j, 1 + kk + c] = rv[c, p]
+            for c in range(d):
+                S[j, 1 + kk + kv + c] = rt[p, c]
+            S[j, w] = rd[p]
+        # runs of equal hash in (key, val, time) order
+        i = 0
+        while i < m:
+            h = S[i, 0]
+            j = i + 1
+            while j < m and S[j, 0] == h:
+                j += 1
+            if j - i > 24:
+                _sort_long_run(S, i, j, ia, ib)
+            elif j - i > 1:
+                for a in range(i + 1, j):
+                    c = 0
+                    q = 1
+                    while c == 0 and q < w:
+                        if S[a - 1, q] != S[a, q]:
+                            c = -1 if S[a - 1, q] < S[a, q] else 1
+                        q += 1
+                    if c <= 0:
+                        continue
+                    for q in range(w + 1):
+                        x[q] = S[a, q]
+                    t = a - 1
+                    while t >= i:
+                        c = 0
+                        q = 1
+                        while c == 0 and q < w:
+                            if S[t, q] != x[q]:
+                                c = -1 if S[t, q] < x[q] else 1
+                            q += 1
+                        if c <= 0:
+                            break
+                        for q in range(w + 1):
+                            S[t + 1, q] = S[t, q]
+                        t -= 1
+                    for q in range(w + 1):
+                        S[t + 1, q] = x[q]
+            i = j
+        # consolidate (equal (key, val, time) are adjacent now) and write out
+        j = 0
+        while j < m:
+            acc = S[j, w]
+            q = j + 1
+            while q < m:
+                c = 0
+                while c < w and S[q, c] == S[j, c]:
+                    c += 1
+                if c < w:
+                    break
+                acc += S[q, w]
+                q += 1
+            if acc != 0:
+                new = nk == 0 or rh[nk - 1] != S[j, 0]
+                c = 0
+                while not new and c < kk:
+                    new = rk[c, nk - 1] != S[j, 1 + c]
+                    c += 1
+                if new:
+                    rh[nk] = S[j, 0]
+                    for c in range(kk):
+                        rk[c, nk] = S[j, 1 + c]
+                    koff[nk] = nr
+                    nk += 1
+                for c in range(kv):
+                    rv[c, nr] = S[j, 1 + kk + c]
+                for c in range(d):
+                    rt[nr, c] = S[j, 1 + kk + kv + c]
+                rd[nr] = acc
+                nr += 1
+            j = q
+    koff[nk] = nr
+    return nk, nr

@@ -173,3 +173,85 @@ def arrangement_order(keys: np.ndarray, vals: np.ndarray, times: np.ndarray):
         skh = kh[perm]
     fix_hash_runs(perm, skh, keys, vals, times)
     return perm, skh
+
+
+# -- bucketed formation order ---------------------------------------------------------------------------
+# Sorting one packed word per row with NumPy is fast, but putting the rows in that order afterwards
+# gathers each column through a random permutation: a cache and TLB miss per row and column, which cost
+# several times the sort itself on large batches. Formation therefore first distributes the rows into
+# buckets by the top bits of their key hash (one stable MSD radix pass, column by column, so each pass
+# writes 2**bits sequential streams), small enough for each bucket's rows to stay in cache while it is
+# sorted by the remaining hash bits and consolidated (engine/kernels/form.py form_buckets).
+
+BUCKET_ROWS = 4096  # target rows per bucket: a bucket's columns and sort scratch fit in L2
+MAX_BUCKET_BITS = 12
+
+
+def bucket_bits(n: int) -> int:
+    """How many top hash bits split ``n`` rows into buckets of about BUCKET_ROWS."""
+    bits = 0
+    while bits < MAX_BUCKET_BITS and (n >> bits) >= 2 * BUCKET_ROWS:
+        bits += 1
+    return bits
+
+
+def key_hashes(keys, out):
+    """``out[:n]`` = the 40-bit hashes of the key columns; returns ``out`` (a module-level name so tests
+    can substitute colliding hashes)."""
+    hash_keys_into(keys, out)
+    return out
+
+
+@kernel
+def hash_keys_into(keys, out):
+    """out[:n] = the 40-bit hashes of the key columns."""
+    for i in range(keys.shape[1]):
+        out[i] = key_hash_at(keys, i)
+
+
+@kernel
+def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd):
+    """Distribute rows into 2**bits buckets by the top ``bits`` of their 40-bit hash (``kh[:n]``), stably,
+    writing (hash, keys, vals, times, diffs) into (rh, rk, rv, rt, rd). Returns the bucket offsets
+    (int64[2**bits + 1])."""
+    n = diffs.shape[0]
+    nb = 1 << bits
+    shift = HASH_BITS - bits
+    cnt = np.zeros(nb + 1, np.int64)
+    for i in range(n):
+        cnt[(kh[i] >> shift) + 1] += 1
+    for b in range(nb):
+        cnt[b + 1] += cnt[b]
+    # one column at a time: 2**bits write streams per pass, not 2**bits times the number of columns;
+    # each pass recomputes the destinations (cheaper than reading them from an n-long array)
+    nxt = cnt[:nb].copy()
+    for i in range(n):
+        b = kh[i] >> shift
+        rh[nxt[b]] = kh[i]
+        nxt[b] += 1
+    for c in range(keys.shape[0]):
+        nxt[:] = cnt[:nb]
+        for i in range(n):
+            b = kh[i] >> shift
+            rk[c, nxt[b]] = keys[c, i]
+            nxt[b] += 1
+    for c in range(vals.shape[0]):
+        nxt[:] = cnt[:nb]
+        for i in range(n):
+            b = kh[i] >> shift
+            rv[c, nxt[b]] = vals[c, i]
+            nxt[b] += 1
+    d = times.shape[1]
+    nxt[:] = cnt[:nb]
+    for i in range(n):
+        b = kh[i] >> shift
+        p = nxt[b]
+        for c in range(d):
+            rt[p, c] = times[i, c]
+        nxt[b] = p + 1
+    nxt[:] = cnt[:nb]
+    for i in range(n):
+        b = kh[i] >> shift
+        rd[nxt[b]] = diffs[i]
+        nxt[b] += 1
+    return cnt

@@ -13,6 +13,13 @@ from ..scope import IDENTITY, TimeLens, epoch_of, last_complete
 from ..trace import Trace
 
 
+def _rows(data, idx):
+    """data[idx] for a column matrix: a view where idx is a run of consecutive columns (no copy)."""
+    if len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all():
+        return data[int(idx[0]):int(idx[-1]) + 1]
+    return data[idx]
+
+
 class ArrangeOp(Operator):
     """Exchange updates to the shard owning their key, buffer them until the input frontier passes
     their times, then mint one batch per shard covering [previous frontier, new frontier), append it to
@@ -53,7 +60,7 @@ class ArrangeOp(Operator):
         for m in msgs:
             bound = bound.meet(m.lower)
         if msgs:
-            self.batcher.push([(b.data[self.key_idx], b.data[self.val_idx], b.times, b.diffs)
+            self.batcher.push([(_rows(b.data, self.key_idx), _rows(b.data, self.val_idx), b.times, b.diffs)
                                for m in msgs for b in m.shards if b is not None and len(b)], rt.run)
         F = self.frontier
         if F != self.upper:
