@@ -2,9 +2,11 @@
 
 Operators are created in build order, which is a topological order of the graph once loop feedback
 edges are set aside. Progress tracking is a fixed point over that order: the frontier of an operator's
-input is the meet of the lower bounds of the messages queued there and of its upstream operator's output
-frontier; an operator's output frontier is the meet of its capabilities (work it holds back) and its
-input frontier mapped through its path summary (enter adds a round, leave drops it, feedback adds 1).
+input is its upstream operator's output frontier (a step takes every message queued at the operator, so
+when it runs, every update before that frontier is in its queue or already consumed); an operator's
+output frontier is the meet of its capabilities (work it holds back) and of its input frontier and the
+lower bounds of the messages still queued at it, mapped through its path summary (enter adds a round,
+leave drops it, feedback adds 1).
 Operators run when they have messages or their frontier moved; many logical times travel in one
 physical message (K-Pg principle 1).
 """
@@ -85,8 +87,8 @@ class Batches:
 class Operator:
     """Base of all operators: the interface the graph and the runtime rely on.
 
-    - ``step(rt)`` does the work: take queued messages, send results (``rt.run`` runs per-shard work on
-      the pool).
+    - ``step(rt)`` does the work: take every queued message (``frontier`` counts on it), send results
+      (``rt.run`` runs per-shard work on the pool).
     - ``summary(frontier)`` maps an input frontier to the output (how times change), and
       ``capabilities()`` is the antichain of times the operator may still emit at without new input.
     - ``install(rt)`` runs on the scheduler when the dataflow is installed (open trace handles), then
@@ -177,6 +179,34 @@ class Operator:
         return f"{builder.name}: {what}" if builder is not None else what
 
 
+def _refresh(op: Operator) -> bool:
+    """Recompute one operator's frontiers; returns whether its output frontier changed. Its port and
+    input frontiers are its upstream operators' output frontiers: a step takes every message queued at
+    the operator, so once it runs, everything before them has arrived. Its output frontier also holds
+    back for the messages still queued (their lower bounds), mapped through its summary, and for its
+    capabilities."""
+    pf = []
+    inp = held = None
+    for i, up in enumerate(op.inputs):
+        f = up.out_frontier
+        pf.append(f)
+        inp = f if inp is None else inp.meet(f)
+        for msg in op.queues[i]:
+            held = msg.lower if held is None else held.meet(msg.lower)
+    if inp is None:
+        inp = Antichain()
+    op.port_frontiers = pf
+    op.frontier = inp
+    out = op.summary(inp if held is None else inp.meet(held))
+    caps = op.capabilities()
+    if caps.elements:
+        out = out.meet(caps)
+    if out != op.out_frontier:
+        op.out_frontier = out
+        return True
+    return False
+
+
 class Graph:
     """The operators of one dataflow in build order, with progress tracking and the run loop."""
 
@@ -191,6 +221,8 @@ class Graph:
         return len(self.ops) - 1
 
     def compute_frontiers(self):
+        """Every operator's input and output frontiers, from scratch: one sweep in build order, repeated
+        to a fixed point when loops feed back."""
         ops = self.ops
         for op in ops:
             op.out_frontier = Antichain()
@@ -198,24 +230,7 @@ class Graph:
         while changed:
             changed = False
             for op in ops:
-                pf = []
-                inp = None
-                for i, up in enumerate(op.inputs):
-                    f = up.out_frontier
-                    for msg in op.queues[i]:
-                        f = f.meet(msg.lower)
-                    pf.append(f)
-                    inp = f if inp is None else inp.meet(f)
-                if inp is None:
-                    inp = Antichain()
-                op.port_frontiers = pf
-                op.frontier = inp
-                out = op.summary(inp)
-                caps = op.capabilities()
-                if caps.elements:
-                    out = out.meet(caps)
-                if out != op.out_frontier:
-                    op.out_frontier = out
+                if _refresh(op):
                     changed = True
             if not self.cyclic:
                 break
@@ -224,14 +239,25 @@ class Graph:
         """Run operators until none has work, or until ``rt.interrupted()`` (checked between operator
         steps) asks to yield. A pass that yielded resumes at the operator it stopped before, so operators
         late in the order are not starved by early ones that always have work. Returns whether anything
-        ran."""
+        ran.
+
+        Within a pass, once an operator has stepped, every later operator's frontiers are refreshed from
+        their upstream operators' before it is looked at, and the stepped operator's own right after its
+        step: progress reaches downstream in the same pass, so an update moves through the whole graph in
+        one pass instead of one operator per pass (a reduce sees its input's new frontier together with the
+        new batch and settles it in one step rather than holding it as pending work for a second).
+        Frontiers of operators further down the order (loop feedback) are those of the pass's start: no
+        later than their current ones, so the refreshed frontiers stay safe lower bounds."""
         did = False
+        ops = self.ops
         while True:
             self.compute_frontiers()
             ran = False
             start, self._resume = self._resume, 0
-            for i in range(start, len(self.ops)):
-                op = self.ops[i]
+            for i in range(start, len(ops)):
+                op = ops[i]
+                if ran:
+                    _refresh(op)
                 if op.has_work():
                     if ran and rt.interrupted():
                         self._resume = i
@@ -250,6 +276,7 @@ class Graph:
                     op.busy += time.perf_counter() - t0
                     op.steps += 1
                     ran = True
+                    _refresh(op)
             if not ran:
                 if start:
                     continue  # a resumed pass saw only the tail: look at every operator before concluding
