@@ -2,9 +2,11 @@
 
 Operators are created in build order, which is a topological order of the graph once loop feedback
 edges are set aside. Progress tracking is a fixed point over that order: the frontier of an operator's
-input is the meet of the lower bounds of the messages queued there and of its upstream operator's output
-frontier; an operator's output frontier is the meet of its capabilities (work it holds back) and its
-input frontier mapped through its path summary (enter adds a round, leave drops it, feedback adds 1).
+input is its upstream operator's output frontier (a step takes every message queued at the operator, so
+when it runs, every update before that frontier is in its queue or already consumed); an operator's
+output frontier is the meet of its capabilities (work it holds back) and of its input frontier and the
+lower bounds of the messages still queued at it, mapped through its path summary (enter adds a round,
+leave drops it, feedback adds 1).
 Operators run when they have messages or their frontier moved; many logical times travel in one
 physical message (K-Pg principle 1).
 """
@@ -19,6 +21,8 @@ from . import faults, warmup
 from .errors import DataflowError
 from .lattice import Antichain
 from .scope import IDENTITY, Scope
+
+_EMPTY = Antichain()  # shared, never mutated: "nothing more will come"
 
 __all__ = ["Site", "Scope", "Updates", "Batches", "Operator", "Graph", "DataflowError"]
 
@@ -85,8 +89,8 @@ class Batches:
 class Operator:
     """Base of all operators: the interface the graph and the runtime rely on.
 
-    - ``step(rt)`` does the work: take queued messages, send results (``rt.run`` runs per-shard work on
-      the pool).
+    - ``step(rt)`` does the work: take every queued message (``frontier`` counts on it), send results
+      (``rt.run`` runs per-shard work on the pool).
     - ``summary(frontier)`` maps an input frontier to the output (how times change), and
       ``capabilities()`` is the antichain of times the operator may still emit at without new input.
     - ``install(rt)`` runs on the scheduler when the dataflow is installed (open trace handles), then
@@ -115,6 +119,10 @@ class Operator:
         self.frontier = Antichain()
         self.last_frontier = None
         self.out_frontier = Antichain()
+        self._stale = True        # its frontiers need recomputing (Graph._settle)
+        self._loop = None         # the operators of the loop it is part of, if any (Graph._plan)
+        self._pos = 0             # its position in the graph's operator list (Graph._plan)
+        self._summary_memo = None  # (input frontier's elements, summary of it)
         self.site = site
         self.busy = 0.0
         self.steps = 0
@@ -125,7 +133,7 @@ class Operator:
         return frontier
 
     def capabilities(self) -> Antichain:
-        return Antichain()
+        return _EMPTY
 
     def has_work(self) -> bool:
         if self.frontier != self.last_frontier:
@@ -146,6 +154,7 @@ class Operator:
     def send(self, msg):
         for op, port in self.consumers:
             op.queues[port].append(msg)
+            op._stale = True
 
     # -- lifecycle --------------------------------------------------------------------------------
     def install(self, rt):
@@ -177,61 +186,191 @@ class Operator:
         return f"{builder.name}: {what}" if builder is not None else what
 
 
+def _refresh(op: Operator) -> bool:
+    """Recompute one operator's frontiers; returns whether its output frontier changed. Its port and
+    input frontiers are its upstream operators' output frontiers: a step takes every message queued at
+    the operator, so once it runs, everything before them has arrived. Its output frontier also holds
+    back for the messages still queued (their lower bounds), mapped through its summary, and for its
+    capabilities."""
+    inputs = op.inputs
+    held = None
+    if len(inputs) == 1:
+        inp = inputs[0].out_frontier
+        pf = [inp]
+        for msg in op.queues[0]:
+            held = msg.lower if held is None else held.meet(msg.lower)
+    else:
+        pf = []
+        inp = None
+        for i, up in enumerate(inputs):
+            f = up.out_frontier
+            pf.append(f)
+            inp = f if inp is None else inp.meet(f)
+            for msg in op.queues[i]:
+                held = msg.lower if held is None else held.meet(msg.lower)
+        if inp is None:
+            inp = _EMPTY
+    op.port_frontiers = pf
+    op.frontier = inp
+    if held is not None:
+        inp = inp.meet(held)
+    if type(op).summary is Operator.summary:
+        out = inp
+    else:  # summaries are pure functions of the frontier: remember the last one
+        memo = op._summary_memo
+        if memo is not None and memo[0] == inp.elements:
+            out = memo[1]
+        else:
+            out = op.summary(inp)
+            op._summary_memo = (inp.elements, out)
+    caps = op.capabilities()
+    if caps.elements:
+        out = out.meet(caps)
+    if out.elements != op.out_frontier.elements:
+        op.out_frontier = out
+        return True
+    return False
+
+
+def _update(op: Operator):
+    """Refresh an operator that may have changed and mark its consumers when its output frontier moved.
+    An operator inside a loop stays marked: its refreshed frontiers lean on the feedback's from before,
+    so the next pass recomputes its loop from scratch (``Graph._settle``)."""
+    if _refresh(op):
+        for c, _ in op.consumers:
+            c._stale = True
+    if op._loop is None:
+        op._stale = False
+
+
 class Graph:
-    """The operators of one dataflow in build order, with progress tracking and the run loop."""
+    """The operators of one dataflow in build order, with progress tracking and the run loop.
+
+    Progress tracking is incremental: an operator is marked stale when it steps, when a message is
+    sent to it, or when an upstream operator's output frontier moves, and only stale operators are
+    recomputed. Loops (strongly connected sets of operators, joined by feedback edges) are the
+    exception: their frontiers are a greatest fixed point, so whenever one of their operators is stale
+    the whole loop restarts from the empty frontier and iterates until it settles, as
+    ``compute_frontiers`` does for the whole graph."""
 
     def __init__(self):
         self.ops: list = []
         self.root = Scope(self)
         self.cyclic = False
         self._resume = 0  # where an interrupted pass stopped
+        self._planned = None  # the ops list that ``_loops`` describes
+        self._loops: list = []
 
     def add(self, op: Operator) -> int:
         self.ops.append(op)
         return len(self.ops) - 1
 
-    def compute_frontiers(self):
+    def _plan(self):
+        """Number the operators by position and find the loops (Tarjan's strongly connected
+        components), once per shape of the graph."""
         ops = self.ops
-        for op in ops:
-            op.out_frontier = Antichain()
-        changed = True
-        while changed:
-            changed = False
-            for op in ops:
-                pf = []
-                inp = None
-                for i, up in enumerate(op.inputs):
-                    f = up.out_frontier
-                    for msg in op.queues[i]:
-                        f = f.meet(msg.lower)
-                    pf.append(f)
-                    inp = f if inp is None else inp.meet(f)
-                if inp is None:
-                    inp = Antichain()
-                op.port_frontiers = pf
-                op.frontier = inp
-                out = op.summary(inp)
-                caps = op.capabilities()
-                if caps.elements:
-                    out = out.meet(caps)
-                if out != op.out_frontier:
-                    op.out_frontier = out
-                    changed = True
-            if not self.cyclic:
-                break
+        if self._planned is ops and self._planned_n == len(ops):
+            return
+        for i, op in enumerate(ops):
+            op._pos = i
+            op._loop = None
+        live = set(map(id, ops))
+        index, low, on_stack, stack, loops = {}, {}, set(), [], []
+        for root in ops:
+            if id(root) in index:
+                continue
+            work = [(root, iter(root.inputs))]
+            index[id(root)] = low[id(root)] = len(index)
+            stack.append(root)
+            on_stack.add(id(root))
+            while work:
+                v, it = work[-1]
+                for w in it:
+                    if id(w) not in live:
+                        continue
+                    if id(w) not in index:
+                        index[id(w)] = low[id(w)] = len(index)
+                        stack.append(w)
+                        on_stack.add(id(w))
+                        work.append((w, iter(w.inputs)))
+                        break
+                    if id(w) in on_stack:
+                        low[id(v)] = min(low[id(v)], index[id(w)])
+                else:
+                    work.pop()
+                    if work:
+                        u = work[-1][0]
+                        low[id(u)] = min(low[id(u)], low[id(v)])
+                    if low[id(v)] == index[id(v)]:
+                        comp = []
+                        while True:
+                            w = stack.pop()
+                            on_stack.discard(id(w))
+                            comp.append(w)
+                            if w is v:
+                                break
+                        if len(comp) > 1 or any(u is v for u in v.inputs):
+                            comp.sort(key=lambda o: o._pos)
+                            for o in comp:
+                                o._loop = comp
+                            loops.append(comp)
+        self._loops = loops
+        self._planned, self._planned_n = ops, len(ops)
+
+    def _settle(self):
+        """Bring every stale operator's frontiers up to date (see the class docstring)."""
+        self._plan()
+        ops = self.ops
+        for loop in self._loops:
+            if any(op._stale for op in loop):
+                for op in loop:
+                    op.out_frontier = _EMPTY
+                    op._stale = True
+                    for c, _ in op.consumers:
+                        c._stale = True
+        again = True
+        while again:
+            again = False
+            for i, op in enumerate(ops):
+                if op._stale:
+                    op._stale = False
+                    if _refresh(op):
+                        for c, _ in op.consumers:
+                            c._stale = True
+                            if c._pos <= i:
+                                again = True
+
+    def compute_frontiers(self):
+        """Every operator's input and output frontiers, from scratch: one sweep in build order, repeated
+        to a fixed point when loops feed back."""
+        for op in self.ops:
+            op.out_frontier = _EMPTY
+            op._stale = True
+        self._settle()
 
     def run(self, rt) -> bool:
         """Run operators until none has work, or until ``rt.interrupted()`` (checked between operator
         steps) asks to yield. A pass that yielded resumes at the operator it stopped before, so operators
         late in the order are not starved by early ones that always have work. Returns whether anything
-        ran."""
+        ran.
+
+        Within a pass, an operator that stepped is refreshed right after its step, and every later one
+        that became stale (a message, an upstream frontier that moved) before it is looked at: progress
+        reaches downstream in the same pass, so an update moves through the whole graph in one pass
+        instead of one operator per pass (a reduce sees its input's new frontier together with the new
+        batch and settles it in one step rather than holding it as pending work for a second). Frontiers
+        of operators further down the order (loop feedback) are those of the pass's start: no later than
+        their current ones, so the refreshed frontiers stay safe lower bounds."""
         did = False
         while True:
-            self.compute_frontiers()
+            self._settle()
+            ops = self.ops
             ran = False
             start, self._resume = self._resume, 0
-            for i in range(start, len(self.ops)):
-                op = self.ops[i]
+            for i in range(start, len(ops)):
+                op = ops[i]
+                if op._stale:
+                    _update(op)
                 if op.has_work():
                     if ran and rt.interrupted():
                         self._resume = i
@@ -247,9 +386,12 @@ class Graph:
                         raise
                     except BaseException as e:  # noqa: BLE001 - re-raised with the operator named
                         raise DataflowError(f"{op.describe()} failed: {type(e).__name__}: {e}") from e
+                    finally:
+                        op._stale = True
                     op.busy += time.perf_counter() - t0
                     op.steps += 1
                     ran = True
+                    _update(op)
             if not ran:
                 if start:
                     continue  # a resumed pass saw only the tail: look at every operator before concluding
@@ -259,6 +401,6 @@ class Graph:
                 return True
 
     def has_work(self) -> bool:
-        """Whether any operator would run (frontiers recomputed first)."""
-        self.compute_frontiers()
+        """Whether any operator would run (frontiers brought up to date first)."""
+        self._settle()
         return any(op.has_work() for op in self.ops)

@@ -47,7 +47,7 @@ class Antichain:
     def __init__(self, times: Iterable[Time] = ()):
         self.elements: tuple = ()
         for t in times:
-            self.insert(tuple(t))
+            self.insert(t)
 
     @classmethod
     def of(cls, *times: Time) -> "Antichain":
@@ -55,8 +55,11 @@ class Antichain:
 
     def insert(self, t: Time) -> bool:
         """Add ``t`` unless some element is <= it; drop elements >= it. Returns whether it changed."""
-        t = tuple(int(x) for x in t)
+        t = tuple(map(int, t))
         els = self.elements
+        if not els:
+            self.elements = (t,)
+            return True
         for e in els:
             if leq(e, t):
                 return False
@@ -78,7 +81,12 @@ class Antichain:
 
     def less_equal(self, other: "Antichain") -> bool:
         """Frontier order: every time in advance of ``other`` is in advance of ``self``."""
-        return all(self.dominates(o) for o in other.elements)
+        a, b = self.elements, other.elements
+        if a == b:
+            return True
+        if len(a) == 1 and len(b) == 1:
+            return leq(a[0], b[0])
+        return all(self.dominates(o) for o in b)
 
     def is_empty(self) -> bool:
         return not self.elements
@@ -90,17 +98,28 @@ class Antichain:
     # -- algebra -------------------------------------------------------------------------------
     def meet(self, other: "Antichain") -> "Antichain":
         """The frontier of times in advance of either (minimal elements of the union)."""
-        if not other.elements:
+        a, b = self.elements, other.elements
+        if not b or a == b:
             return self.copy()
-        if not self.elements:
+        if not a:
             return other.copy()
+        if len(a) == 1 and len(b) == 1:  # the common case (one time each): no rebuilding
+            if leq(a[0], b[0]):
+                return self.copy()
+            if leq(b[0], a[0]):
+                return other.copy()
         out = self.copy()
-        for t in other.elements:
+        for t in b:
             out.insert(t)
         return out
 
     def join(self, other: "Antichain") -> "Antichain":
         """The frontier of times in advance of both (minimal pairwise lubs)."""
+        a, b = self.elements, other.elements
+        if len(a) == 1 and len(b) == 1:  # the common case: one time each
+            out = _new(Antichain)
+            out.elements = (a[0] if a == b else lub(a[0], b[0]),)
+            return out
         out = Antichain()
         for a in self.elements:
             for b in other.elements:
@@ -108,7 +127,7 @@ class Antichain:
         return out
 
     def copy(self) -> "Antichain":
-        out = Antichain()
+        out = _new(Antichain)
         out.elements = self.elements
         return out
 
@@ -130,7 +149,10 @@ class Antichain:
         return len(self.elements)
 
     def __eq__(self, other):
-        return isinstance(other, Antichain) and self.elements == other.elements
+        return self is other or (isinstance(other, Antichain) and self.elements == other.elements)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
 
     def __hash__(self):
         return hash(self.elements)
@@ -138,6 +160,9 @@ class Antichain:
     def __repr__(self):
         inner = ", ".join("(" + ", ".join(map(str, t)) + ")" for t in self.elements)
         return "{" + inner + "}"
+
+
+_new = object.__new__
 
 
 def rep(t: Time, frontier: Antichain) -> Time:

@@ -95,7 +95,11 @@ class Dataflow:
         sealed = [self._installed]
         added, before_install = 0, False
         for s in self.sources:
-            t = next((t0 for ep, t0 in s.seals if ep is None or (e is not None and ep >= e)), None)
+            t = None  # the first seal that reached e: seals go up in epoch, so look back from the newest
+            for ep, t0 in reversed(s.seals):
+                if ep is not None and (e is None or ep < e):
+                    break
+                t = t0
             if t is not None:
                 sealed.append(t)
             for ep, t0 in reversed(s.seals):  # newest first, back to the seals an earlier move covered

@@ -79,6 +79,7 @@ class Spine:
         self.progress = 0        # bumped whenever merges in progress are given fuel (their shortfall shrinks)
         self._readable = None
         self._merging = None
+        self._estimate = (None, 0)  # ((version, logical frontier), live_estimate) of the last estimate
         self._records = 0        # updates held (both inputs of merges in progress)
         self._balance = 0        # the sum of the held batches' balances
         self.upper = lower
@@ -118,6 +119,9 @@ class Spine:
     def live_estimate(self, logical: Antichain) -> int:
         """An estimate of the records left once everything is merged and compacted to ``logical``
         (module docstring)."""
+        key = (self.version, logical.elements)
+        if self._estimate[0] == key:
+            return self._estimate[1]
         bs = self.batches()
         if not bs:
             return 0
@@ -129,7 +133,9 @@ class Spine:
             window += b.n
         first = bs[0]
         hidden = 0 if _collapsible(first, logical) else first.n - abs(first.balance)
-        return abs(balance) + hidden + window
+        est = abs(balance) + hidden + window
+        self._estimate = (key, est)
+        return est
 
     def bloated(self, logical: Antichain) -> bool:
         """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and

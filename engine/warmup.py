@@ -163,6 +163,8 @@ def ensure(family: str, timeout: float = 600.0) -> None:
     scheduler): when a started warmer is compiling that family in a subprocess, wait for it (silently;
     the notebook's progress line shows the warmer's progress) rather than compile the same kernels a
     second time here. Families the warmer works on in this process need no wait (numba's lock)."""
+    if not _active:  # no warmer started (outside notebooks, the usual case): nothing to wait for
+        return
     w = active()
     if w is not None and family in w._remote:
         w.wait([family], timeout=timeout)
