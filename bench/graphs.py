@@ -167,6 +167,7 @@ def kpgnb_side(emit, spec: dict, workers: int, queries, changes_n: int = 0):
         eng.wait("index")
         t2 = time.perf_counter()
         idx = {"load_s": t1 - t0, "arrange_s": t2 - t1, "index_s": t2 - t0}
+        idx["operators"] = _no_all(operator_busy(eng, "index"))
         emit("index", idx)
         view = None
         for q in order:
@@ -190,11 +191,12 @@ def kpgnb_side(emit, spec: dict, workers: int, queries, changes_n: int = 0):
             t5 = time.perf_counter()
             base = idx["load_s"] if q == "wcc" else idx["index_s"]
             emit("query", q, {"query_s": t4 - t3, "read_s": t5 - t4, "build_s": base,
-                              "total_s": base + (t5 - t3)}, ans)
+                              "total_s": base + (t5 - t3), "operators": _no_all(operator_busy(eng, q))}, ans)
             if q != "bfs" or not changes_n:
                 eng.drop(q)
         if changes_n and "bfs" in queries:
             changes = make_changes(spec, src, dst, changes_n)
+            before = {d: operator_busy(eng, d).get("all") for d in ("index", "bfs")}
             lat = []
             epoch = 1
             for op, u, v, _ in changes:
@@ -210,7 +212,33 @@ def kpgnb_side(emit, spec: dict, workers: int, queries, changes_n: int = 0):
                 eng.wait(view)
                 lat.append(time.perf_counter() - t)
             cols = view.columns()
-            emit("incremental", latency_summary(lat), P.norm_pairs(cols["node"], cols["dist"]))
+            busy = {d: operator_busy(eng, d, since=before[d]) for d in ("index", "bfs")}
+            for b in busy.values():
+                b.pop("all", None)
+            emit("incremental", {**latency_summary(lat), "operators": busy},
+                 P.norm_pairs(cols["node"], cols["dist"]))
+
+
+def operator_busy(eng, dataflow: str, top: int = 8, since: dict | None = None) -> dict:
+    """Where a dataflow's time went: the busy seconds of all its operators and of the largest ones (read
+    from the scheduler's operator counters; less any counts in ``since``, an earlier result's "all"; empty
+    if the engine's internals differ)."""
+    try:
+        ops = eng._scheduler.dataflows[dataflow].graph.ops
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return {}
+    since = since or {}
+    rows = [(op.label(), op.busy - since.get(op.label(), (0, 0))[0], op.steps - since.get(op.label(), (0, 0))[1])
+            for op in ops]
+    rows.sort(key=lambda r: -r[1])
+    return {"busy_s": sum(r[1] for r in rows),
+            "top": [{"operator": lab, "busy_s": round(b, 4), "steps": n} for lab, b, n in rows[:top]],
+            "all": {lab: (b, n) for lab, b, n in rows}}
+
+
+def _no_all(busy: dict) -> dict:
+    busy.pop("all", None)
+    return busy
 
 
 def latency_summary(lat_s) -> dict:
