@@ -37,7 +37,7 @@ def write_result(name: str, payload: dict, quick: bool = False) -> str:
 
 
 def table(rows: list, cols: list) -> str:
-    widths = [max(len(str(c)), *(len(_fmt(r.get(c))) for r in rows)) for c in cols]
+    widths = [max([len(str(c))] + [len(_fmt(r.get(c))) for r in rows]) for c in cols]
     line = "  ".join(str(c).ljust(w) for c, w in zip(cols, widths))
     out = [line, "  ".join("-" * w for w in widths)]
     for r in rows:
