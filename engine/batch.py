@@ -45,9 +45,13 @@ def form_arrays(keys, vals, times, diffs):
     bits = sortk.bucket_bits(n)
     rh, rk, rv = np.empty(n, np.int64), np.empty((kk, n), np.int64), np.empty((kv, n), np.int64)
     rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
-    cnt = scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd)
-    nk, nr = form_buckets(cnt, bits, rh, rk, rv, rt, rd, kh)  # kh becomes the key offsets
-    return trim(rh, rk, kh, rv, rt, rd, nk, nr)
+    if bits:
+        cnt = scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd)
+        nk, nr = form_buckets(cnt, bits, rh, rk, rv, rt, rd, rh, rk, rv, rt, rd, kh)
+    else:  # one bucket: read the updates where they are
+        cnt = np.array([0, n], np.int64)
+        nk, nr = form_buckets(cnt, bits, kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
+    return trim(rh, rk, kh, rv, rt, rd, nk, nr)  # kh has become the key offsets
 
 
 class Batch:

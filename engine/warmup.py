@@ -71,7 +71,7 @@ def kernel_signatures(family: str) -> list:
                 (sort.fix_hash_runs, (I1, I1, I2, I2, I2)),
                 (sort.hash_keys_into, (I2, I1)),
                 (sort.scatter_buckets, (I1, I2, I2, I2, I1, i8, I1, I2, I2, I2, I1)),
-                (form.form_buckets, (I1, i8, I1, I2, I2, I2, I1, I1)),
+                (form.form_buckets, (I1, i8, I1, I2, I2, I2, I1, I1, I2, I2, I2, I1, I1)),
                 (form.close_rows, (I1, i8, i8, i8)),
                 (times.minimal_times, (I2,)),
                 (seek.unique_sorted_keys, (I1, I2)),

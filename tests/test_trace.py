@@ -122,6 +122,7 @@ def test_formation_in_many_buckets(hashes, monkeypatch, bucket_rows):
     """Formation distributes rows into buckets by their top hash bits and orders each bucket on its own:
     with tiny buckets (many of them, and with the colliding hash all rows in one) the result is the same."""
     monkeypatch.setattr(sortk, "BUCKET_ROWS", bucket_rows)
+    monkeypatch.setattr(sortk, "ONE_BUCKET", 0)
     rng = np.random.default_rng(3)
     for kk, kv, depth in [(1, 0, 1), (1, 1, 2), (2, 1, 1)]:
         rows = [(tuple(int(k) for k in rng.integers(-20, 50, kk)), tuple(int(v) for v in rng.integers(0, 3, kv)),

@@ -46,6 +46,9 @@ def close_rows(flat, rows, n, k):
             flat[c * k + j] = flat[c * n + j]
 
 
+SHORT_RUN = 24  # runs of equal hash up to this long are ordered by insertion, longer ones by merge sort
+
+
 @kernel
 def _radix_bucket(rh, s, m, lbits, ia, la, ib, lb, hist):
     """Rows s..s+m-1 ordered by their hash through least-significant-digit radix passes over the low
@@ -130,71 +133,43 @@ def _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots):
 
 
 @kernel
-def _sort_long_run(S, i, j, idx, tmp):
-    """Rows i..j-1 of the bucket matrix S in order of their columns 1..w-2 (key, val, time): a stable
-    bottom-up merge sort of an index (``idx``, ``tmp``: scratch as long as S), then the rows permuted."""
-    w = S.shape[1] - 1
-    for a in range(i, j):
-        idx[a] = a
-    width = 1
-    src = idx
-    dst = tmp
-    m = j - i
-    while width < m:
-        lo = i
-        while lo < j:
-            mid = min(lo + width, j)
-            hi = min(lo + 2 * width, j)
-            x = lo
-            y = mid
-            k = lo
-            while x < mid and y < hi:
-                c = 0
-                q = 1
-                while c == 0 and q < w:
-                    if S[src[y], q] != S[src[x], q]:
-                        c = -1 if S[src[y], q] < S[src[x], q] else 1
-                    q += 1
-                if c < 0:
-                    dst[k] = src[y]
-                    y += 1
-                else:
-                    dst[k] = src[x]
-                    x += 1
-                k += 1
-            while x < mid:
-                dst[k] = src[x]
-                x += 1
-                k += 1
-            while y < hi:
-                dst[k] = src[y]
-                y += 1
-                k += 1
-            lo = hi
-        src, dst = dst, src
-        width *= 2
-    rows = np.empty((m, S.shape[1]), np.int64)
-    for a in range(i, j):
-        rows[a - i, :] = S[src[a], :]
-    for a in range(i, j):
-        S[a, :] = rows[a - i, :]
+def _sort_long_run(oi, i, j, q0, rk, rv, rt):
+    """Order oi[i:j] (rows of one long run of equal hash, all equal before compared column q0) by
+    columns q0.. (keys, then vals, then times; 1-based): stable sorts from the last column to q0."""
+    kk = rk.shape[0]
+    kv = rv.shape[0]
+    w = 1 + kk + kv + rt.shape[1]
+    seg = oi[i:j].copy()
+    col = np.empty(j - i, np.int64)
+    for q in range(w - 1, q0 - 1, -1):
+        for a in range(j - i):
+            if q <= kk:
+                col[a] = rk[q - 1, seg[a]]
+            elif q <= kk + kv:
+                col[a] = rv[q - 1 - kk, seg[a]]
+            else:
+                col[a] = rt[seg[a], q - 1 - kk - kv]
+        seg = seg[np.argsort(col, kind="mergesort")]
+    oi[i:j] = seg
 
 
 @kernel
-def form_buckets(cnt, bits, rh, rk, rv, rt, rd, koff):
-    """Order each bucket's rows by (hash, key, val, time), consolidate them and write the batch arrays
-    back in place: distinct keys' hashes and keys to rh[:nk] and rk[:, :nk], their row offsets to
-    koff[:nk+1], rows to rv[:, :nr], rt[:nr], rd[:nr]. Returns (nk, nr).
+def form_buckets(cnt, bits, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
+    """Order each bucket's rows (hs, ks, vs, ts, ds: hashes, keys, vals, times, diffs; buckets
+    cnt[b]:cnt[b+1]) by (hash, key, val, time), consolidate them and write the batch arrays: distinct
+    keys' hashes and keys to rh[:nk] and rk[:, :nk], their row offsets to koff[:nk+1], rows to
+    rv[:, :nr], rt[:nr], rd[:nr]. The outputs may be the inputs themselves (written in place) and koff
+    may be ``hs`` when there is one bucket. Returns (nk, nr).
 
     A bucket's rows are first copied, in hash order, into one row-major scratch matrix S (columns: hash,
     keys, vals, times, diff), so that arrangement order is the lexicographic order of S's rows without
-    the diff, runs of equal hash (mostly one key's rows) are sorted by moving rows that are in cache,
-    and consolidation compares neighbours. The output never overtakes the bucket being read, as
-    consolidation only shrinks. (Loops are written out: helpers taking arrays cost refcounting per call.)"""
+    the diff; runs of equal hash (mostly one key's rows) are put in order where they are (their rows are
+    in cache), and consolidation compares neighbours. In place, the output never overtakes the bucket being read, as
+    consolidation only shrinks, and a bucket is read whole before it is written. (Loops are written out: helpers taking arrays cost refcounting per call.)"""
     nb = cnt.shape[0] - 1
-    kk = rk.shape[0]
-    kv = rv.shape[0]
-    d = rt.shape[1]
+    kk = ks.shape[0]
+    kv = vs.shape[0]
+    d = ts.shape[1]
     w = 1 + kk + kv + d  # compared columns; the diff is column w
     mmax = 0
     for b in range(nb):
@@ -209,7 +184,8 @@ def form_buckets(cnt, bits, rh, rk, rv, rt, rd, koff):
     hist = np.empty((npass, 1 << dbits), np.int64)
     slots = np.empty(4 * mmax + 2, np.int64)
     S = np.empty((mmax, w + 1), np.int64)
-    x = np.empty(w + 1, np.int64)
+    o = np.empty(mmax, np.int64)
+    pv = np.empty(mmax, np.int64)
     nk = 0
     nr = 0
     for b in range(nb):
@@ -217,54 +193,97 @@ def form_buckets(cnt, bits, rh, rk, rv, rt, rd, koff):
         m = cnt[b + 1] - s
         if m == 0:
             continue
-        oi, ol = _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots)
+        oi, ol = _order_bucket(hs, s, m, lbits, ia, la, ib, lb, hist, slots)
+        # runs of equal hash (mostly one key's rows) in (key, val, time) order, by reordering ``oi``: on
+        # the first column where the run's rows differ, ranked by counting (branch-free: an insertion
+        # sort mispredicts about once per row on random data), by insertion where that column ties
+        i = 0
+        while i < m:
+            h = ol[i]
+            j = i + 1
+            while j < m and ol[j] == h:
+                j += 1
+            if j - i > 1:
+                # q0: the first compared column on which the run's rows differ; pv: their values there
+                q0 = 1
+                while q0 < w:
+                    if q0 <= kk:
+                        for a in range(i, j):
+                            pv[a] = ks[q0 - 1, oi[a]]
+                    elif q0 <= kk + kv:
+                        for a in range(i, j):
+                            pv[a] = vs[q0 - 1 - kk, oi[a]]
+                    else:
+                        for a in range(i, j):
+                            pv[a] = ts[oi[a], q0 - 1 - kk - kv]
+                    a = i + 1
+                    while a < j and pv[a] == pv[i]:
+                        a += 1
+                    if a < j:
+                        break
+                    q0 += 1
+                if q0 == w:
+                    pass  # all equal: consolidation sums them
+                elif j - i > SHORT_RUN:
+                    _sort_long_run(oi, i, j, q0, ks, vs, ts)
+                else:
+                    for a in range(i, j):
+                        o[a] = -1
+                    for a in range(i, j):
+                        v = pv[a]
+                        lt = 0
+                        for b2 in range(i, j):
+                            lt += pv[b2] < v
+                        o[i + lt] = oi[a]
+                    tie = False
+                    for a in range(i, j):
+                        tie |= o[a] < 0  # equal values share a rank
+                    if not tie:
+                        for a in range(i, j):
+                            oi[a] = o[a]
+                    else:
+                        for a in range(i + 1, j):
+                            v = pv[a]
+                            y = oi[a]
+                            t = a - 1
+                            while t >= i:
+                                u = pv[t]
+                                if u < v:
+                                    break
+                                if u == v:
+                                    c = 0
+                                    q = q0 + 1
+                                    while c == 0 and q < w:
+                                        if q <= kk:
+                                            x1 = ks[q - 1, oi[t]]
+                                            x2 = ks[q - 1, y]
+                                        elif q <= kk + kv:
+                                            x1 = vs[q - 1 - kk, oi[t]]
+                                            x2 = vs[q - 1 - kk, y]
+                                        else:
+                                            x1 = ts[oi[t], q - 1 - kk - kv]
+                                            x2 = ts[y, q - 1 - kk - kv]
+                                        if x1 != x2:
+                                            c = -1 if x1 < x2 else 1
+                                        q += 1
+                                    if c <= 0:
+                                        break
+                                pv[t + 1] = u
+                                oi[t + 1] = oi[t]
+                                t -= 1
+                            pv[t + 1] = v
+                            oi[t + 1] = y
+            i = j
         for j in range(m):
             p = oi[j]
             S[j, 0] = ol[j]
             for c in range(kk):
-                S[j, 1 + c] = rk[c, p]
+                S[j, 1 + c] = ks[c, p]
             for c in range(kv):
-                S[j, 1 + kk + c] = rv[c, p]
+                S[j, 1 + kk + c] = vs[c, p]
             for c in range(d):
-                S[j, 1 + kk + kv + c] = rt[p, c]
-            S[j, w] = rd[p]
-        # runs of equal hash in (key, val, time) order
-        i = 0
-        while i < m:
-            h = S[i, 0]
-            j = i + 1
-            while j < m and S[j, 0] == h:
-                j += 1
-            if j - i > 24:
-                _sort_long_run(S, i, j, ia, ib)
-            elif j - i > 1:
-                for a in range(i + 1, j):
-                    c = 0
-                    q = 1
-                    while c == 0 and q < w:
-                        if S[a - 1, q] != S[a, q]:
-                            c = -1 if S[a - 1, q] < S[a, q] else 1
-                        q += 1
-                    if c <= 0:
-                        continue
-                    for q in range(w + 1):
-                        x[q] = S[a, q]
-                    t = a - 1
-                    while t >= i:
-                        c = 0
-                        q = 1
-                        while c == 0 and q < w:
-                            if S[t, q] != x[q]:
-                                c = -1 if S[t, q] < x[q] else 1
-                            q += 1
-                        if c <= 0:
-                            break
-                        for q in range(w + 1):
-                            S[t + 1, q] = S[t, q]
-                        t -= 1
-                    for q in range(w + 1):
-                        S[t + 1, q] = x[q]
-            i = j
+                S[j, 1 + kk + kv + c] = ts[p, c]
+            S[j, w] = ds[p]
         # consolidate (equal (key, val, time) are adjacent now) and write out
         j = 0
         while j < m:

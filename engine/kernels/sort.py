@@ -183,12 +183,15 @@ def arrangement_order(keys: np.ndarray, vals: np.ndarray, times: np.ndarray):
 # writes 2**bits sequential streams), small enough for each bucket's rows to stay in cache while it is
 # sorted by the remaining hash bits and consolidated (engine/kernels/form.py form_buckets).
 
-BUCKET_ROWS = 4096  # target rows per bucket: a bucket's columns and sort scratch fit in L2
+BUCKET_ROWS = 4096  # target rows per bucket: a bucket's rows and sort scratch fit in L2
+ONE_BUCKET = 1 << 16  # fewer rows than this are ordered as one bucket, where they are (no distribution)
 MAX_BUCKET_BITS = 12
 
 
 def bucket_bits(n: int) -> int:
-    """How many top hash bits split ``n`` rows into buckets of about BUCKET_ROWS."""
+    """How many top hash bits split ``n`` rows into buckets of about BUCKET_ROWS (0: one bucket)."""
+    if n < ONE_BUCKET:
+        return 0
     bits = 0
     while bits < MAX_BUCKET_BITS and (n >> bits) >= 2 * BUCKET_ROWS:
         bits += 1
@@ -212,8 +215,8 @@ def hash_keys_into(keys, out):
 @kernel
 def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd):
     """Distribute rows into 2**bits buckets by the top ``bits`` of their 40-bit hash (``kh[:n]``), stably,
-    writing (hash, keys, vals, times, diffs) into (rh, rk, rv, rt, rd). Returns the bucket offsets
-    (int64[2**bits + 1])."""
+    writing (hash, keys, vals, times, diffs) into (rh, rk, rv, rt, rd). ``kh[:n]`` is overwritten with
+    each row's destination. Returns the bucket offsets (int64[2**bits + 1])."""
     n = diffs.shape[0]
     nb = 1 << bits
     shift = HASH_BITS - bits
@@ -222,36 +225,26 @@ def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd):
         cnt[(kh[i] >> shift) + 1] += 1
     for b in range(nb):
         cnt[b + 1] += cnt[b]
-    # one column at a time: 2**bits write streams per pass, not 2**bits times the number of columns;
-    # each pass recomputes the destinations (cheaper than reading them from an n-long array)
     nxt = cnt[:nb].copy()
     for i in range(n):
-        b = kh[i] >> shift
-        rh[nxt[b]] = kh[i]
-        nxt[b] += 1
-    for c in range(keys.shape[0]):
-        nxt[:] = cnt[:nb]
-        for i in range(n):
-            b = kh[i] >> shift
-            rk[c, nxt[b]] = keys[c, i]
-            nxt[b] += 1
-    for c in range(vals.shape[0]):
-        nxt[:] = cnt[:nb]
-        for i in range(n):
-            b = kh[i] >> shift
-            rv[c, nxt[b]] = vals[c, i]
-            nxt[b] += 1
-    d = times.shape[1]
-    nxt[:] = cnt[:nb]
-    for i in range(n):
-        b = kh[i] >> shift
+        h = kh[i]
+        b = h >> shift
         p = nxt[b]
+        nxt[b] = p + 1
+        rh[p] = h
+        kh[i] = p
+    # then one column at a time: 2**bits write streams per pass, not 2**bits times the number of columns
+    for c in range(keys.shape[0]):
+        for i in range(n):
+            rk[c, kh[i]] = keys[c, i]
+    for c in range(vals.shape[0]):
+        for i in range(n):
+            rv[c, kh[i]] = vals[c, i]
+    d = times.shape[1]
+    for i in range(n):
+        p = kh[i]
         for c in range(d):
             rt[p, c] = times[i, c]
-        nxt[b] = p + 1
-    nxt[:] = cnt[:nb]
     for i in range(n):
-        b = kh[i] >> shift
-        rd[nxt[b]] = diffs[i]
-        nxt[b] += 1
+        rd[kh[i]] = diffs[i]
     return cnt
