@@ -162,6 +162,7 @@ class Scheduler:
         self._lat_lock = threading.Lock()
         self._stop = False
         self._slice_end = 0.0
+        self._untidied = False         # operators stepped or seals applied since tidying last ran after a step
         self._turn = 0                 # where the next pass over the dataflows starts (round robin)
         self.thread = threading.Thread(target=self._loop, name="kpgnb-scheduler", daemon=True)
         self.thread.start()
@@ -235,6 +236,7 @@ class Scheduler:
             try:
                 faults.point("scheduler")
                 busy = bool(self._cmds)
+                self._untidied = self._untidied or busy
                 self._execute_commands()
                 for s in list(self._failing):
                     self._apply(s)
@@ -246,7 +248,12 @@ class Scheduler:
                     settle_at = now + IDLE_S
                 if quiet and not self._cmds:
                     settled = not busy and settle_at is not None and now >= settle_at
-                    more = self._idle_maintenance(merges=settled, every=busy)
+                    # after a step (this iteration's or an earlier one cut short), every trace whose
+                    # readers moved is tidied before the quiet snapshot is published
+                    every = self._untidied
+                    more = self._idle_maintenance(merges=settled, every=every)
+                    if every:
+                        self._untidied = False
                     if settled and not more:
                         settle_at = None
             except BaseException as e:  # noqa: BLE001 - the scheduler must survive anything
@@ -339,7 +346,7 @@ class Scheduler:
                 self._slice_end = time.perf_counter() + SLICE_S
                 try:
                     if df.context.run(df.graph.run, self):
-                        progressed = True
+                        progressed = self._untidied = True
                 except Exception as e:  # noqa: BLE001 - one failing dataflow must not stop the others
                     self._fail(df, e)
                 if self._cmds or self._stop or time.perf_counter() > publish_at:

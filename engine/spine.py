@@ -75,11 +75,13 @@ class Spine:
         self.effort = effort
         self.lower = lower
         self.entries: list = []  # batches and merges in progress, oldest first
-        self.version = 0         # bumped whenever entries change (readers' snapshots are rebuilt then)
+        self.version = 0         # bumped whenever entries or the upper change (snapshots are rebuilt then)
+        self._shape = 0          # bumped whenever the entries change
+        self._settled = None     # (logical, physical) at which maintenance last left nothing to do
         self.progress = 0        # bumped whenever merges in progress are given fuel (their shortfall shrinks)
         self._readable = None
         self._merging = None
-        self._estimate = (None, 0)  # ((version, logical frontier), live_estimate) of the last estimate
+        self._estimate = (None, 0)  # ((entries' shape, logical frontier), live_estimate) of the last estimate
         self._records = 0        # updates held (both inputs of merges in progress)
         self._balance = 0        # the sum of the held batches' balances
         self.upper = lower
@@ -104,8 +106,10 @@ class Spine:
     def _changed(self):
         """The entries changed: readers' view and statistics must be recomputed."""
         self.version += 1
+        self._shape += 1
         self._readable = None
         self._merging = None
+        self._settled = None
 
     def snapshot(self):
         """(batches, upper) as one consistent pair."""
@@ -119,7 +123,7 @@ class Spine:
     def live_estimate(self, logical: Antichain) -> int:
         """An estimate of the records left once everything is merged and compacted to ``logical``
         (module docstring)."""
-        key = (self.version, logical.elements)
+        key = (self._shape, logical.elements)
         if self._estimate[0] == key:
             return self._estimate[1]
         bs = self.batches()
@@ -172,6 +176,7 @@ class Spine:
         """Append a batch whose lower is the current upper. Cannot fail half-way."""
         if batch.lower != self.upper:
             raise ValueError(f"batch lower {batch.lower} does not continue the trace upper {self.upper}")
+        self.upper = batch.upper
         if len(batch):
             stored = self._last_upper()
             if stored != batch.lower:
@@ -179,9 +184,10 @@ class Spine:
             self.entries.append(batch)
             self._records += len(batch)
             self._balance += batch.balance
-        self.upper = batch.upper
-        self._changed()
-        self._owed += len(batch)
+            self._changed()
+            self._owed += len(batch)
+        else:
+            self.version += 1  # only the upper moved: the entries (and what maintenance can do) are the same
 
     def insert(self, batch: Batch, logical: Antichain, physical: Antichain):
         """Append, then spend fuel on maintenance."""
@@ -209,6 +215,9 @@ class Spine:
         return e.newer.upper if isinstance(e, _Merging) else e.upper
 
     def _maintain(self, size: int, logical: Antichain, physical: Antichain, idle: bool = False):
+        settled = (logical.elements, physical.elements)
+        if self._settled == settled:
+            return  # no merge in progress and none to start: nothing changed since maintenance last ran
         coef = EFFORT[self.effort]
         bloated = self._start_merges(logical, physical)
         if coef is None:
@@ -226,6 +235,10 @@ class Spine:
                 # lazy settings must not let merges pile up: finish the oldest
                 self._finish_oldest(logical)
                 self._start_merges(logical, physical)
+        if not self._merging_count():
+            # the last _start_merges started nothing and nothing changed after it: until the entries or
+            # the frontiers change, maintenance has nothing to do
+            self._settled = settled
 
     def _merging_count(self) -> int:
         return sum(isinstance(e, _Merging) for e in self.entries)
