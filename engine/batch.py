@@ -24,7 +24,7 @@ import numpy as np
 from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step
-from .kernels.sort import scatter_buckets
+from .kernels.exchange import exchange_rows
 from .lattice import Antichain
 
 
@@ -33,25 +33,43 @@ def _c(a):
 
 
 def form_arrays(keys, vals, times, diffs):
-    """Consolidate unarranged updates into batch arrays (kh, keys, koff, vals, times, diffs): hash, one
-    MSD radix pass into cache-sized buckets by the top hash bits, then each bucket ordered and
-    consolidated in place (engine/kernels/form.py says why not one global sort). Every large array is
-    allocated once here (fresh memory costs page faults) and becomes part of the batch, the hashes' array
-    its key offsets."""
+    """Consolidate unarranged updates into batch arrays (kh, keys, koff, vals, times, diffs)."""
+    return form_shards(keys, vals, times, diffs, 1)[0]
+
+
+def _serial(fn, items, rows=None):
+    return [fn(i) for i in items]
+
+
+def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
+    """Exchange unarranged updates to the ``workers`` shards owning their keys and consolidate each
+    shard's into batch arrays (kh, keys, koff, vals, times, diffs): hash, one MSD radix pass into shards
+    and cache-sized buckets by hash (engine/kernels/exchange.py), then each shard's buckets ordered and
+    consolidated in place (engine/kernels/form.py), the shards in parallel through ``run``. Each large
+    array is allocated once here (fresh memory costs page faults) and becomes part of the batches, the
+    hashes' array their key offsets; the shards' batches are views of the same arrays."""
     keys, vals, times, diffs = _c(keys), _c(vals), _c(times), _c(diffs)
     n = diffs.shape[0]
     kk, kv, d = keys.shape[0], vals.shape[0], times.shape[1]
-    kh = sortk.key_hashes(keys, np.empty(n + 1, np.int64))
-    bits = sortk.bucket_bits(n)
-    rh, rk, rv = np.empty(n, np.int64), np.empty((kk, n), np.int64), np.empty((kv, n), np.int64)
+    kh = sortk.key_hashes(keys, np.empty(n + workers, np.int64))
+    bits = sortk.bucket_bits(n // workers)
+    rh, rk, rv = np.empty(n, np.int64), np.empty(kk * n, np.int64), np.empty(kv * n, np.int64)
     rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
-    if bits:
-        cnt = scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd)
-        nk, nr = form_buckets(cnt, bits, rh, rk, rv, rt, rd, rh, rk, rv, rt, rd, kh)
-    else:  # one bucket: read the updates where they are
-        cnt = np.array([0, n], np.int64)
-        nk, nr = form_buckets(cnt, bits, kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
-    return trim(rh, rk, kh, rv, rt, rd, nk, nr)  # kh has become the key offsets
+    if workers == 1 and bits == 0:  # one bucket: read the updates where they are
+        rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
+        nk, nr = form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
+        return [trim(rh, rk, kh, rv, rt, rd, nk, nr)]
+    cnt = exchange_rows(kh, keys, vals, times, diffs, workers, bits, rh, rk, rv, rt, rd)
+    per = 1 << bits
+
+    def shard(s):
+        a, b = int(cnt[s * per]), int(cnt[(s + 1) * per])
+        m = b - a
+        arrays = (rh[a:b], rk[kk * a:kk * b].reshape(kk, m), rv[kv * a:kv * b].reshape(kv, m), rt[a:b], rd[a:b])
+        koff = kh[a + s:b + s + 1]  # disjoint for each shard: kh has n + workers entries
+        nk, nr = form_buckets(cnt[s * per:(s + 1) * per + 1] - a, *arrays, *arrays, koff)
+        return trim(arrays[0], arrays[1], koff, *arrays[2:], nk, nr)
+    return run(shard, range(workers), rows=n)
 
 
 class Batch:

@@ -65,13 +65,12 @@ def kernel_signatures(family: str) -> list:
     I1, I2 = types.int64[::1], types.int64[:, ::1]
     U1, F2 = types.uint64[::1], types.float64[:, ::1]
     if family == "core":
-        return [(exchange.partition_rows, (I2, I2, I2, I1, i8, I1, I1, I1, I1)),
+        return [(exchange.exchange_rows, (I1, I2, I2, I2, I1, i8, i8, I1, I1, I1, I2, I1)),
                 (sort.hash_pack, (I2,)),
                 (sort.unpack_positions, (U1,)),
                 (sort.fix_hash_runs, (I1, I1, I2, I2, I2)),
                 (sort.hash_keys_into, (I2, I1)),
-                (sort.scatter_buckets, (I1, I2, I2, I2, I1, i8, I1, I2, I2, I2, I1)),
-                (form.form_buckets, (I1, i8, I1, I2, I2, I2, I1, I1, I2, I2, I2, I1, I1)),
+                (form.form_buckets, (I1, I1, I2, I2, I2, I1, I1, I2, I2, I2, I1, I1)),
                 (form.close_rows, (I1, i8, i8, i8)),
                 (times.minimal_times, (I2,)),
                 (seek.unique_sorted_keys, (I1, I2)),

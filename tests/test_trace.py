@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kpgnb.engine import batch as bm
 from kpgnb.engine.batch import Batch, form_arrays, merge_arrays
 from kpgnb.engine.cursor import probe_keys
 from kpgnb.engine.kernels import sort as sortk
@@ -131,6 +132,31 @@ def test_formation_in_many_buckets(hashes, monkeypatch, bucket_rows):
         assert batch_rows(arrs) == consolidated(rows)
         if hashes == "real":
             check_invariants(arrs)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+@pytest.mark.parametrize("bucket_rows", [1, 8, 8192])
+def test_formation_in_shards(monkeypatch, workers, bucket_rows):
+    """form_shards exchanges updates to the shards owning their keys ((hash * W) >> HASH_BITS) and forms
+    each shard's batch: the same arrays as forming each shard's updates alone, each contiguous."""
+    rng = np.random.default_rng(workers * 100 + bucket_rows)
+    for kk, kv, depth in [(1, 0, 1), (1, 1, 2), (2, 2, 1), (0, 1, 1)]:
+        n = int(rng.integers(0, 2000))
+        keys = rng.integers(-5, 300, (kk, n))
+        vals = rng.integers(0, 3, (kv, n))
+        times = rng.integers(0, 3, (n, depth))
+        diffs = rng.integers(-2, 3, n)
+        monkeypatch.setattr(sortk, "BUCKET_ROWS", bucket_rows)
+        monkeypatch.setattr(sortk, "ONE_BUCKET", 0)
+        parts = bm.form_shards(keys, vals, times, diffs, workers)
+        monkeypatch.undo()
+        shard = sortk.hash_keys(np.ascontiguousarray(keys)) * workers >> sortk.HASH_BITS
+        assert len(parts) == workers
+        for s in range(workers):
+            sel = shard == s
+            ref = form_arrays(keys[:, sel], vals[:, sel], times[sel], diffs[sel])
+            assert all(np.array_equal(x, y) for x, y in zip(parts[s], ref))
+            assert all(a.flags.c_contiguous for a in parts[s])
 
 
 def test_formation_of_heavy_keys():

@@ -1,69 +1,71 @@
-"""Exchange: partitioning updates among worker shards by key hash (a vectorized hash partition).
+"""Exchange: distributing updates among worker shards by key hash, and within each shard into buckets
+for formation (engine/kernels/form.py form_buckets), in one stable MSD radix pass.
 
-Shard of a key = (hash * workers) >> HASH_BITS, so shards hold contiguous hash ranges. The rows are
-scattered straight into one buffer per column group, shard after shard, column by column (sequential
-reads, one write stream per shard), so each shard's piece is a contiguous view and no permutation array
-or gather through it is needed."""
+Shard of a key = (hash * workers) >> HASH_BITS, so shards hold contiguous hash ranges; bucket =
+(hash * workers * 2**bits) >> HASH_BITS, so each shard's buckets are its 2**bits consecutive ones and
+a bucket holds a contiguous hash range too. The rows are scattered column by column (sequential reads,
+one write stream per bucket) straight into the places the shards' batches are formed in, so no
+permutation array, gather or second copy is needed."""
 import numpy as np
 
 from . import kernel
-from .sort import HASH_BITS, key_hash_at
+from .sort import HASH_BITS
 
 
 @kernel
-def partition_rows(keys, vals, times, diffs, workers, okeys, ovals, otimes, odiffs):
-    """Scatter rows to shards. Outputs are flat: shard s owns rows offs[s]:offs[s+1], its keys the block
-    okeys[kk*offs[s]:kk*offs[s+1]] as a kk x m C-ordered matrix (vals likewise), its times
-    otimes[d*offs[s]:d*offs[s+1]] as m x d. Returns offs (int64[workers + 1])."""
+def exchange_rows(kh, keys, vals, times, diffs, workers, bits, rh, rk, rv, rt, rd):
+    """Scatter rows (hashes ``kh[:n]``) to shards and buckets, stably. Outputs are flat and shard after
+    shard: shard s owns rows a:b (a = offsets[s << bits], b = offsets[(s + 1) << bits]), its hashes
+    rh[a:b], diffs rd[a:b], times rt[a:b] (``rt`` is n x d), and its keys the block rk[kk*a:kk*b] as a
+    kk x (b - a) C-ordered matrix (vals likewise in rv). ``kh[:n]`` is overwritten with each row's
+    destination. Returns the bucket offsets (int64[(workers << bits) + 1])."""
     n = diffs.shape[0]
     kk = keys.shape[0]
     kv = vals.shape[0]
     d = times.shape[1]
-    shard = np.empty(n, np.int16)
-    offs = np.zeros(workers + 1, np.int64)
+    nb = workers << bits
+    cnt = np.zeros(nb + 1, np.int64)
     for i in range(n):
-        s = (key_hash_at(keys, i) * workers) >> HASH_BITS
-        shard[i] = s
-        offs[s + 1] += 1
-    for s in range(workers):
-        offs[s + 1] += offs[s]
-    nxt = np.empty(workers, np.int64)
+        cnt[((kh[i] * nb) >> HASH_BITS) + 1] += 1
+    for b in range(nb):
+        cnt[b + 1] += cnt[b]
+    blocks = workers > 1 and (kk > 1 or kv > 1)  # a row's place in a shard's key block depends on its shard
+    shard = np.empty(n if blocks else 0, np.int16)
+    nxt = cnt[:nb].copy()
+    for i in range(n):
+        h = kh[i]
+        b = (h * nb) >> HASH_BITS
+        p = nxt[b]
+        nxt[b] = p + 1
+        rh[p] = h
+        kh[i] = p
+        if blocks:
+            shard[i] = b >> bits
+    # then one column at a time: one write stream per bucket, not one per bucket and column
     for c in range(kk):
-        nxt[:] = 0
         for i in range(n):
-            s = shard[i]
-            m = offs[s + 1] - offs[s]
-            okeys[kk * offs[s] + c * m + nxt[s]] = keys[c, i]
-            nxt[s] += 1
+            p = kh[i]
+            if blocks:
+                s = shard[i]
+                a = cnt[s << bits]
+                p = kk * a + c * (cnt[(s + 1) << bits] - a) + p - a
+            else:  # one shard (or one column): its block is the whole array
+                p += c * n
+            rk[p] = keys[c, i]
     for c in range(kv):
-        nxt[:] = 0
         for i in range(n):
-            s = shard[i]
-            m = offs[s + 1] - offs[s]
-            ovals[kv * offs[s] + c * m + nxt[s]] = vals[c, i]
-            nxt[s] += 1
-    nxt[:] = offs[:workers]
+            p = kh[i]
+            if blocks:
+                s = shard[i]
+                a = cnt[s << bits]
+                p = kv * a + c * (cnt[(s + 1) << bits] - a) + p - a
+            else:  # one shard (or one column): its block is the whole array
+                p += c * n
+            rv[p] = vals[c, i]
     for i in range(n):
-        s = shard[i]
-        p = nxt[s]
+        p = kh[i]
         for c in range(d):
-            otimes[d * p + c] = times[i, c]
-        odiffs[p] = diffs[i]
-        nxt[s] = p + 1
-    return offs
-
-
-def partition(keys, vals, times, diffs, workers: int) -> list:
-    """The updates (keys kk x n, vals kv x n, times n x d, diffs n) split by shard: a list with, per
-    shard, (keys, vals, times, diffs) of its rows in their original order, or None for a shard with none."""
-    n = diffs.shape[0]
-    kk, kv, d = keys.shape[0], vals.shape[0], times.shape[1]
-    okeys, ovals = np.empty(kk * n, np.int64), np.empty(kv * n, np.int64)
-    otimes, odiffs = np.empty(d * n, np.int64), np.empty(n, np.int64)
-    offs = partition_rows(keys, vals, times, diffs, workers, okeys, ovals, otimes, odiffs).tolist()
-    out = []
-    for s in range(workers):
-        a, b = offs[s], offs[s + 1]
-        out.append((okeys[kk * a:kk * b].reshape(kk, b - a), ovals[kv * a:kv * b].reshape(kv, b - a),
-                    otimes[d * a:d * b].reshape(b - a, d), odiffs[a:b]) if b > a else None)
-    return out
+            rt[p, c] = times[i, c]
+    for i in range(n):
+        rd[kh[i]] = diffs[i]
+    return cnt

@@ -1,8 +1,8 @@
 """Batch formation: put updates in arrangement order, sum diffs of equal (key, val, time), drop zeros,
 and build the per-key index (distinct keys, their hashes and row offsets).
 
-Rows arrive distributed into buckets by the top bits of their key hash (engine/kernels/sort.py
-scatter_buckets); each bucket is small enough to stay in cache while it is ordered by the rest of the
+Rows arrive distributed into buckets by the top bits of their key hash (engine/kernels/exchange.py
+exchange_rows); each bucket is small enough to stay in cache while it is ordered by the rest of the
 hash, its runs of equal hash put in (key, val, time) order, and consolidated. A single global sort of
 packed words followed by a gather of every column through the permutation costs a cache and TLB miss
 per row and column, which on large batches was several times the sort itself.
@@ -10,7 +10,6 @@ per row and column, which on large batches was several times the sort itself.
 import numpy as np
 
 from . import kernel
-from .sort import HASH_BITS
 
 
 def trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr):
@@ -50,27 +49,22 @@ SHORT_RUN = 24  # runs of equal hash up to this long are ordered by insertion, l
 
 
 @kernel
-def _radix_bucket(rh, s, m, lbits, ia, la, ib, lb, hist):
-    """Rows s..s+m-1 ordered by their hash through least-significant-digit radix passes over the low
-    ``lbits`` bits (the bucket's rows share the others), skipping digits on which all rows agree:
-    (row indices, hashes) in one of the two buffer pairs."""
-    npass = hist.shape[0]
-    nd = hist.shape[1]
-    dbits = 0
-    while (1 << dbits) < nd:
-        dbits += 1
+def _radix_bucket(m, lbits, ia, la, ib, lb, hist):
+    """Order (ia, la)[:m] by la (values below 2**lbits) through least-significant-digit radix passes,
+    skipping digits on which all rows agree: the result is in one of the two buffer pairs."""
+    npass = max(1, (lbits + 10) // 11)
+    dbits = (lbits + npass - 1) // npass
+    nd = 1 << dbits
     dmask = nd - 1
-    hist[:, :] = 0
+    hist[:npass, :nd] = 0
     for j in range(m):
-        v = rh[s + j]
-        ia[j] = s + j
-        la[j] = v
+        v = la[j]
         for p in range(npass):
             hist[p, (v >> (p * dbits)) & dmask] += 1
     src_i, src_l, dst_i, dst_l = ia, la, ib, lb
     for p in range(npass):
         sh = p * dbits
-        if sh >= lbits or hist[p, (src_l[0] >> sh) & dmask] == m:
+        if hist[p, (src_l[0] >> sh) & dmask] == m:
             continue  # every row has the same digit here
         acc = 0
         for q in range(nd):
@@ -89,12 +83,22 @@ def _radix_bucket(rh, s, m, lbits, ia, la, ib, lb, hist):
 
 
 @kernel
-def _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots):
+def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
     """Rows s..s+m-1 ordered by their hash: (row indices, hashes) in one of the two buffer pairs.
-    Hashes are uniform, so one counting pass on the next log2(2m) bits leaves about one distinct hash
-    per slot and an insertion pass finishes the order in linear time (rows of one key share a hash and
-    never move). Should the insertion move more than a few rows per row (hashes that are not uniform),
-    the bucket is ordered by full radix passes instead."""
+    The hashes are ordered as offsets from the bucket's least one, spanning ``lbits`` bits. Hashes are
+    uniform, so one counting pass on the top log2(2m) of those bits leaves about one distinct hash per
+    slot and an insertion pass finishes the order in linear time (rows of one key share a hash and never
+    move). Should the insertion move more than a few rows per row (hashes that are not uniform), the
+    bucket is ordered by full radix passes instead."""
+    lo = rh[s]
+    hi = lo
+    for j in range(m):
+        v = rh[s + j]
+        lo = min(lo, v)
+        hi = max(hi, v)
+    lbits = 0
+    while (hi - lo) >> lbits:
+        lbits += 1
     sb = 0
     while (1 << sb) < 2 * m and sb < lbits:
         sb += 1
@@ -103,11 +107,11 @@ def _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots):
     mask = ns - 1
     slots[:ns + 1] = 0
     for j in range(m):
-        slots[((rh[s + j] >> sh) & mask) + 1] += 1
+        slots[(((rh[s + j] - lo) >> sh) & mask) + 1] += 1
     for q in range(ns):
         slots[q + 1] += slots[q]
     for j in range(m):
-        v = rh[s + j]
+        v = rh[s + j] - lo
         q = (v >> sh) & mask
         w = slots[q]
         slots[q] = w + 1
@@ -128,7 +132,13 @@ def _order_bucket(rh, s, m, lbits, ia, la, ib, lb, hist, slots):
         ia[b + 1] = y
         budget -= a - b
         if budget < 0:
-            return _radix_bucket(rh, s, m, lbits, ia, la, ib, lb, hist)
+            for j in range(m):
+                ia[j] = s + j
+                la[j] = rh[s + j] - lo
+            ia, la = _radix_bucket(m, lbits, ia, la, ib, lb, hist)
+            break
+    for j in range(m):
+        la[j] += lo
     return ia, la
 
 
@@ -154,7 +164,7 @@ def _sort_long_run(oi, i, j, q0, rk, rv, rt):
 
 
 @kernel
-def form_buckets(cnt, bits, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
+def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     """Order each bucket's rows (hs, ks, vs, ts, ds: hashes, keys, vals, times, diffs; buckets
     cnt[b]:cnt[b+1]) by (hash, key, val, time), consolidate them and write the batch arrays: distinct
     keys' hashes and keys to rh[:nk] and rk[:, :nk], their row offsets to koff[:nk+1], rows to
@@ -174,14 +184,11 @@ def form_buckets(cnt, bits, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     mmax = 0
     for b in range(nb):
         mmax = max(mmax, cnt[b + 1] - cnt[b])
-    lbits = HASH_BITS - bits
-    npass = max(1, (lbits + 10) // 11)
-    dbits = (lbits + npass - 1) // npass
     ia = np.empty(mmax, np.int64)
     la = np.empty(mmax, np.int64)
     ib = np.empty(mmax, np.int64)
     lb = np.empty(mmax, np.int64)
-    hist = np.empty((npass, 1 << dbits), np.int64)
+    hist = np.empty((4, 1 << 11), np.int64)  # radix passes over at most 44 bits
     slots = np.empty(4 * mmax + 2, np.int64)
     S = np.empty((mmax, w + 1), np.int64)
     o = np.empty(mmax, np.int64)
@@ -193,7 +200,7 @@ def form_buckets(cnt, bits, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
         m = cnt[b + 1] - s
         if m == 0:
             continue
-        oi, ol = _order_bucket(hs, s, m, lbits, ia, la, ib, lb, hist, slots)
+        oi, ol = _order_bucket(hs, s, m, ia, la, ib, lb, hist, slots)
         # runs of equal hash (mostly one key's rows) in (key, val, time) order, by reordering ``oi``: on
         # the first column where the run's rows differ, ranked by counting (branch-free: an insertion
         # sort mispredicts about once per row on random data), by insertion where that column ties

@@ -179,17 +179,19 @@ def arrangement_order(keys: np.ndarray, vals: np.ndarray, times: np.ndarray):
 # Sorting one packed word per row with NumPy is fast, but putting the rows in that order afterwards
 # gathers each column through a random permutation: a cache and TLB miss per row and column, which cost
 # several times the sort itself on large batches. Formation therefore first distributes the rows into
-# buckets by the top bits of their key hash (one stable MSD radix pass, column by column, so each pass
-# writes 2**bits sequential streams), small enough for each bucket's rows to stay in cache while it is
-# sorted by the remaining hash bits and consolidated (engine/kernels/form.py form_buckets).
+# shards and, within each, buckets by their key hash (one stable MSD radix pass, column by column:
+# engine/kernels/exchange.py), small enough for each bucket's rows to stay in cache while it is ordered
+# by the rest of the hash and consolidated (engine/kernels/form.py form_buckets). The arrangement
+# order (hash, key, val, time) and the hashes themselves are unchanged.
 
-BUCKET_ROWS = 4096  # target rows per bucket: a bucket's rows and sort scratch fit in L2
+BUCKET_ROWS = 8192  # target rows per bucket: a bucket's rows and sort scratch fit in L2
 ONE_BUCKET = 1 << 16  # fewer rows than this are ordered as one bucket, where they are (no distribution)
 MAX_BUCKET_BITS = 12
 
 
 def bucket_bits(n: int) -> int:
-    """How many top hash bits split ``n`` rows into buckets of about BUCKET_ROWS (0: one bucket)."""
+    """Into how many buckets (2**bits) to split a shard of ``n`` rows: about BUCKET_ROWS each (0: one
+    bucket)."""
     if n < ONE_BUCKET:
         return 0
     bits = 0
@@ -210,41 +212,3 @@ def hash_keys_into(keys, out):
     """out[:n] = the 40-bit hashes of the key columns."""
     for i in range(keys.shape[1]):
         out[i] = key_hash_at(keys, i)
-
-
-@kernel
-def scatter_buckets(kh, keys, vals, times, diffs, bits, rh, rk, rv, rt, rd):
-    """Distribute rows into 2**bits buckets by the top ``bits`` of their 40-bit hash (``kh[:n]``), stably,
-    writing (hash, keys, vals, times, diffs) into (rh, rk, rv, rt, rd). ``kh[:n]`` is overwritten with
-    each row's destination. Returns the bucket offsets (int64[2**bits + 1])."""
-    n = diffs.shape[0]
-    nb = 1 << bits
-    shift = HASH_BITS - bits
-    cnt = np.zeros(nb + 1, np.int64)
-    for i in range(n):
-        cnt[(kh[i] >> shift) + 1] += 1
-    for b in range(nb):
-        cnt[b + 1] += cnt[b]
-    nxt = cnt[:nb].copy()
-    for i in range(n):
-        h = kh[i]
-        b = h >> shift
-        p = nxt[b]
-        nxt[b] = p + 1
-        rh[p] = h
-        kh[i] = p
-    # then one column at a time: 2**bits write streams per pass, not 2**bits times the number of columns
-    for c in range(keys.shape[0]):
-        for i in range(n):
-            rk[c, kh[i]] = keys[c, i]
-    for c in range(vals.shape[0]):
-        for i in range(n):
-            rv[c, kh[i]] = vals[c, i]
-    d = times.shape[1]
-    for i in range(n):
-        p = kh[i]
-        for c in range(d):
-            rt[p, c] = times[i, c]
-    for i in range(n):
-        rd[kh[i]] = diffs[i]
-    return cnt
