@@ -575,20 +575,6 @@ class Arranged(Collection):
         self._live()
         return Collection(self.builder, self._stream(), self.schema, self.scope)
 
-    def enter_at(self, scope: Scope, fn) -> "Collection":
-        """This collection inside the loop ``scope``, each row arriving at the round ``fn(**columns)`` gives
-        it (an int array, >= 0) instead of round 0. The loop's fixed point is the same; the order in which
-        rows join it changes, which can save much work: kpgnb.graphs.wcc enters small labels first."""
-        self._live()
-        if scope.parent is None or not self.scope.is_ancestor_of(scope) or scope is self.scope:
-            raise SchemaError("enter_at() takes a loop scope nested inside this collection's scope")
-        if scope.parent is not self.scope:
-            return self.enter(scope.parent).enter_at(scope, fn)
-        site = Site.capture()
-        op = EnterAtOp(scope, self._stream(), fn, self._params(fn, "enter_at"), self.schema,
-                       self.builder.engine.symbols, site)
-        return Collection(self.builder, op, self.schema, scope)
-
     def _enter_child(self, scope):
         op = EnterArrangedOp(scope, self.op, Site.capture())
         return Arranged(self.builder, op, self.schema, scope, self.key_names, self.val_names)
