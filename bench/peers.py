@@ -459,7 +459,8 @@ def timed(fn, *args, **kw):
 # -- Pathway in streaming mode ----------------------------------------------------------------------------
 
 
-def pathway_stream_bfs(src, dst, nodes, roots, changes, workdir=None, check_every: int = 0, on_progress=None):
+def pathway_stream_bfs(src, dst, nodes, roots, changes, workdir=None, check_every: int = 0, on_progress=None,
+                       on_initial=None):
     """Pathway maintaining BFS distances while single-edge changes arrive, in a closed loop.
 
     The initial edges come from a static CSV file (the fastest bulk input; feeding 1,000,000 rows through
@@ -473,7 +474,8 @@ def pathway_stream_bfs(src, dst, nodes, roots, changes, workdir=None, check_ever
     calls ``next`` and ``commit`` at once) to the ``on_time_end`` for the change's time.
 
     ``changes``: list of ("+"|"-", u, v, eid). ``check_every``: with k > 0, every k-th change's result is
-    handed to ``on_progress(i, answer)`` (for tests). Returns initial_s, latencies_s, final answer."""
+    handed to ``on_progress(i, answer)`` (for tests); ``on_initial(seconds)`` is called once the initial
+    computation is complete. Returns initial_s, latencies_s, final answer."""
     import queue
     import tempfile
     import threading
@@ -567,6 +569,8 @@ def pathway_stream_bfs(src, dst, nodes, roots, changes, workdir=None, check_ever
                     while not reflected(0):
                         cond.wait(1)
                 result["initial_s"] = time.perf_counter() - t0
+                if on_initial is not None:
+                    on_initial(result["initial_s"])
                 lat = []
                 for i, (op, u, v, eid) in enumerate(changes, start=1):
                     t = time.perf_counter()
