@@ -260,7 +260,7 @@ def peer_side(emit, peer: str, spec: dict, queries, recomputes: int = 0, changes
     import pyarrow  # noqa: F401  (used by several peers' loading; imported before timing)
     if "warm" in p:
         p["warm"]()
-    emit("import", {"s": time.perf_counter() - t, "version": p["version"]()})
+    emit("import", {"s": time.perf_counter() - t, "version": p["version"](), **(p["info"]() if "info" in p else {})})
     src, dst, roots = make_graph(spec)
     extra = {}
     if "setup" in p:

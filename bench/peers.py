@@ -11,8 +11,9 @@ Normal forms (all NumPy int64):
 Every peer is imported inside the functions that use it: the peers are the optional ``[bench]`` extra.
 A peer has (where it has one) a ``build`` (the graph loaded into the peer's own structure: an igraph Graph,
 a DuckDB table, a cached Spark DataFrame) and one function per query taking what ``build`` returned plus
-the roots; ``PEERS`` lists them. A peer with no separate build (Pathway) builds inside each query.
-Incremental helpers (``*_edit_recompute``) apply one edge change to the built structure and recompute.
+the roots; ``PEERS`` lists them. Pathway's build only writes the CSV file it reads; its queries run the
+whole program. ``*_apply`` (igraph, DuckDB) applies one edge change to the built structure in place, for
+the edit + recompute measurement; ``pathway_stream_bfs`` is Pathway in streaming mode.
 """
 from __future__ import annotations
 
@@ -192,6 +193,11 @@ SELECT node, label FROM cc"""
 def duckdb_version():
     import duckdb
     return duckdb.__version__
+
+
+def duckdb_info():
+    import duckdb
+    return {"threads": duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]}
 
 
 def duckdb_warm():
@@ -441,7 +447,7 @@ PEERS = {
                "reach": igraph_reach, "bfs": igraph_bfs, "wcc": igraph_wcc, "apply": igraph_apply},
     "networkx": {"module": "networkx", "version": networkx_version, "build": networkx_build,
                  "reach": networkx_reach, "bfs": networkx_bfs, "wcc": networkx_wcc},
-    "duckdb": {"module": "duckdb", "version": duckdb_version, "warm": duckdb_warm, "build": duckdb_build,
+    "duckdb": {"module": "duckdb", "version": duckdb_version, "warm": duckdb_warm, "info": duckdb_info, "build": duckdb_build,
                "reach": duckdb_reach, "bfs": duckdb_bfs, "wcc": duckdb_wcc, "apply": duckdb_apply},
     "pyspark": {"module": "pyspark", "version": pyspark_version, "setup": pyspark_setup, "build": pyspark_build,
                 "reach": pyspark_reach, "bfs": pyspark_bfs, "wcc": pyspark_wcc},
