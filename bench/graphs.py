@@ -317,7 +317,9 @@ def _idle_side(emit, seconds: float):
 
 
 def _child(conn, target, args, env):
+    import tempfile
     os.environ.update(env)
+    tempfile.tempdir = None   # re-read TMPDIR: the parent's directory for this child, removed after it
 
     def emit(*msg):
         conn.send(msg)
@@ -335,9 +337,12 @@ def run_child(target, args, timeout: float, env: dict | None = None):
     """Run ``target(emit, *args)`` in a fresh (spawned) process; collect what it emits. Each message must
     come within ``timeout`` seconds of the previous one, else the process is killed. Returns (messages,
     status): "done", "timeout", "error: ..." or "died (exit code N)"."""
+    import shutil
+    import tempfile
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, target, args, env or {}), daemon=True)
+    tmp = tempfile.mkdtemp(prefix="bench-graphs-")   # the child's temporary files (Pathway's CSV), even if killed
+    proc = ctx.Process(target=_child, args=(child, target, args, {**(env or {}), "TMPDIR": tmp}), daemon=True)
     proc.start()
     child.close()
     msgs, status = [], None
@@ -364,6 +369,7 @@ def run_child(target, args, timeout: float, env: dict | None = None):
             proc.kill()
         proc.join(10)
         parent.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return msgs, status
 
 
