@@ -425,10 +425,10 @@ def _collect(msgs, failures, queries, reference_answers, spec, label):
             if q not in reference_answers:
                 out["queries"][q] = {**times, "status": "unchecked (no reference)"}
             elif bad:
-                out["queries"][q] = {"status": "wrong answer", "detail": bad, **{k: v for k, v in times.items()}}
+                out["queries"][q] = {"status": "wrong answer", "answer": "wrong answer", "detail": bad, **times}
                 print(f"  {label} {q}: wrong answer: {bad}")
             else:
-                out["queries"][q] = {**times, "status": "ok"}
+                out["queries"][q] = {**times, "status": "ok", "answer": "ok"}
         else:
             out["queries"][q] = {"status": failures.get(q, out.get("error", "not run"))}
     return out
@@ -521,7 +521,8 @@ def main(argv=None):
         if inc:
             _, summary, final = inc[-1]
             bad = check("bfs", final, final_ref) if final_ref is not None else "no reference"
-            r["incremental"] = {**summary, "final": "ok" if not bad else "wrong answer", "detail": bad}
+            r["incremental"] = {**summary, "final": "ok" if not bad else "wrong answer", "detail": bad,
+                                "answer": "ok" if not bad else "wrong answer"}
         elif incremental:
             r["incremental"] = {"status": fails.get("_after", r.get("error", "not run"))}
         results["kpgnb"][f"W={w}"] = r
@@ -544,7 +545,7 @@ def main(argv=None):
                 _, summary, final = st[-1]
                 bad = check("bfs", final, final_ref) if final_ref is not None else "no reference"
                 results["peers"][name]["stream"] = {**summary, "final": "ok" if not bad else "wrong answer",
-                                                    "detail": bad}
+                                                    "detail": bad, "answer": "ok" if not bad else "wrong answer"}
             else:
                 init = [m[1]["s"] for m in msgs if m[0] == "stream_initial"]
                 stage = f"the changes (initial load + BFS {init[0]:.1f} s)" if init else "the initial load + BFS"
