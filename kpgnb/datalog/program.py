@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import dataclass
 
 from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
 from .analysis import analyze
@@ -13,42 +14,62 @@ from .magic import ANSWER, GOAL, Pattern, parse_pattern, program_for, rewrite
 from .parser import parse
 from .syntax import BinOp, Const
 
-_names_lock = threading.Lock()
 
 
 def install(eng, text: str, inputs: dict | None = None, name: str | None = None) -> "Program":
     """Parse, check and install ``text`` as one dataflow (see ``Engine.datalog``)."""
     from ..cell import drop_loaded, input_for, seal_loaded
     program = parse(text)
-    bound, created = {}, []
+    bound, created = {}, []   # pred -> Source
     try:
+        catalog = eng.snapshot().catalog
         for pred, src in (inputs or {}).items():
             if isinstance(src, str):
-                if src not in eng.inputs():
-                    raise UsageError(f"inputs={{{pred!r}: {src!r}}}: no engine input named {src!r}; inputs are "
-                                     f"{sorted(eng.inputs())}")
-                bound[pred] = src
+                if src in eng.inputs():
+                    bound[pred] = Source("input", src)
+                elif src in catalog:
+                    bound[pred] = Source("use", src)
+                else:
+                    raise UsageError(f"inputs={{{pred!r}: {src!r}}}: no engine input or exported arrangement "
+                                     f"named {src!r}; inputs are {sorted(eng.inputs())}, arrangements "
+                                     f"{sorted(catalog)}")
             else:
                 input_name, session = input_for(eng, pred, src)
-                bound[pred] = input_name
+                bound[pred] = Source("input", input_name)
                 if session is not None:
                     created.append(session)
         sessions = eng.inputs()
 
         def input_schema(pred):
-            s = sessions.get(bound.get(pred, pred))
-            return None if s is None else (list(s.schema.names), list(s.schema.dtypes))
+            src = bound.get(pred, Source("input", pred))
+            if src.kind == "use":
+                schema = catalog[src.name].schema
+            else:
+                s = sessions.get(src.name)
+                if s is None:
+                    return None
+                schema = s.schema
+            return list(schema.names), list(schema.dtypes)
         analysis = analyze(program, input_schema, bound)
         name = name or _free_name(eng, "datalog")
-        sources = {p: bound.get(p, p) for p in analysis.inputs}
         prog = Program(eng, name, analysis)
-        prog._build(lambda df, p: df.input(sources[p]))
+        prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
+        prog._build(lambda df, p: prog.sources[p].read(df))
     except BaseException:
         drop_loaded(eng, created)
         raise
     seal_loaded(created)
-    prog.inputs = sources
     return prog
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an input predicate's rows come from: an engine input or an exported arrangement."""
+    kind: str  # "input" | "use"
+    name: str
+
+    def read(self, df):
+        return df.input(self.name) if self.kind == "input" else df.use(self.name)
 
 
 def _free_name(eng, base: str) -> str:
@@ -68,7 +89,7 @@ class Program:
         self.name = name
         self.analysis = analysis
         self.views: dict = {}
-        self.inputs: dict = {}
+        self.sources: dict = {}    # input predicate -> Source
         self._helpers: list = []   # engine inputs holding the program's facts
         self.goals: list = []
 
@@ -172,11 +193,13 @@ class Program:
         return g
 
     def drop(self):
-        """Uninstall the program's dataflow, its goals' dataflows and the inputs they made."""
+        """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (not the inputs
+        made from DataFrames, which later cells may read). Dataflows that import its relations keep them."""
         for g in self.goals:
             g.drop()
         self.goals.clear()
-        self.engine.drop(self.name, cascade=True)
+        if self.name in self.engine.snapshot().dataflows:
+            self.engine.drop(self.name)
         self._drop_helpers()
 
     def __repr__(self):
@@ -215,7 +238,7 @@ class Goal:
                     return df.input(self._session.name)
                 if pred in whole:
                     return df.use(f"{prog.name}.{pred}")
-                return df.input(prog.inputs[pred])
+                return prog.sources[pred].read(df)
             def shared(df, pred, keys):
                 if pred == GOAL or (pred not in a.inputs and pred not in whole):
                     return None
@@ -253,8 +276,12 @@ class Goal:
         nothing buffered advance with it (an empty epoch each), so the answer is complete at once, as
         K-Pg's interactive queries advance the graph and the query inputs together."""
         rows = self._rows(values)
-        sessions = self.program.engine.inputs()
-        base = [sessions[n] for n in self.program.inputs.values() if n in sessions and not sessions[n].closed]
+        eng = self.program.engine
+        sessions = eng.inputs()
+        info = eng.snapshot().dataflows.get(self.name)
+        upstream = info.sources if info is not None else ()
+        base = [sessions[n] for n in upstream
+                if n in sessions and n != self._session.name and not sessions[n].closed]
         with self._lock:
             epoch = max([s.epoch for s in base] + [self._session.epoch])
             self._session.advance_to(epoch)
