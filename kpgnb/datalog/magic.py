@@ -116,8 +116,8 @@ def program_for(a: Analysis, pattern: Pattern, rules) -> Program:
     """The rewritten rules with declarations giving every generated predicate the original's columns."""
     decls = []
     for pred in {r.head.pred for r in rules}:
-        if pred == ANSWER:
-            base = pattern.pred
+        if pred == ANSWER or pred in a.derived:
+            base = pattern.pred if pred == ANSWER else pred
             keep = range(len(a.columns[base]))
         elif pred.startswith("m__"):
             base, adn = pred[3:].rsplit("__", 1)

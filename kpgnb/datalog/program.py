@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import dataclasses
 from dataclasses import dataclass
 
 from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
@@ -12,12 +13,15 @@ from .analysis import analyze
 from .compiler import Compiler, Relations
 from .magic import ANSWER, GOAL, Pattern, parse_pattern, program_for, rewrite
 from .parser import parse
-from .syntax import BinOp, Const
+from .syntax import Atom, BinOp, Const, Var, variables
 
 
 
-def install(eng, text: str, inputs: dict | None = None, name: str | None = None) -> "Program":
-    """Parse, check and install ``text`` as one dataflow (see ``Engine.datalog``)."""
+def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
+            materialize: bool = True) -> "Program":
+    """Parse, check and install ``text`` as one dataflow (see ``Engine.datalog``). With
+    ``materialize=False`` the dataflow only indexes the inputs (by each column a rule joins on, exported
+    for goals to share) and derives nothing: for programs asked only through ``prog.goal``."""
     from ..cell import drop_loaded, input_for, seal_loaded
     program = parse(text)
     bound, created = {}, []   # pred -> Source
@@ -52,7 +56,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None)
             return list(schema.names), list(schema.dtypes)
         analysis = analyze(program, input_schema, bound)
         name = name or _free_name(eng, "datalog")
-        prog = Program(eng, name, analysis)
+        prog = Program(eng, name, analysis, materialize)
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
         prog._build(lambda df, p: prog.sources[p].read(df))
     except BaseException:
@@ -84,10 +88,11 @@ class Program:
     relation; each is also the arrangement ``name.pred`` in the engine's catalog, for later dataflows
     (``df.use``) and Datalog programs."""
 
-    def __init__(self, eng, name: str, analysis):
+    def __init__(self, eng, name: str, analysis, materialize: bool = True):
         self.engine = eng
         self.name = name
         self.analysis = analysis
+        self.materialized = materialize
         self.views: dict = {}
         self.sources: dict = {}    # input predicate -> Source
         self._helpers: list = []   # engine inputs holding the program's facts
@@ -97,16 +102,22 @@ class Program:
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
         ``shared(df, pred, keys)`` an arrangement of it to import (see ``Relations``)."""
         a, eng = self.analysis, self.engine
-        facts = self._fact_inputs()
+        facts = self._fact_inputs() if self.materialized else {}
         try:
             with eng.dataflow(self.name) as df:
                 rel = Relations(df, a, None if shared is None else lambda p, keys: shared(df, p, keys))
                 for pred in a.inputs:
                     rel.top[pred] = source(df, pred)
-                unit = df.input(self._unit_input()) if self._needs_unit() else None
+                if not self.materialized:
+                    for pred in a.inputs:
+                        for i in _join_columns(a, pred):
+                            rel.arranged_by(pred, rel.top[pred], (i,))
+                    view_preds = []
+                    a = _inputs_only(a)
+                unit = df.input(self._unit_input()) if self.materialized and self._needs_unit() else None
                 comp = Compiler(df, a, rel, unit, {p: df.input(n) for p, n in facts.items()})
                 comp.strata(a.strata)
-                for pred in (view_preds or a.derived):
+                for pred in (a.derived if view_preds is None else view_preds):
                     cols = a.columns[pred]
                     final = rel.top[pred]
                     if not (hasattr(final, "key_names") and list(final.schema.names) == cols):
@@ -157,6 +168,9 @@ class Program:
 
     # -- the user's side ---------------------------------------------------------------------------
     def __getitem__(self, pred: str):
+        if not self.materialized and pred in self.analysis.derived:
+            raise UsageError(f"program {self.name!r} was installed with materialize=False: it derives nothing "
+                             f"itself; ask {pred!r} through prog.goal(...)")
         if pred not in self.views:
             raise UnknownNameError(f"no relation {pred!r} in Datalog program {self.name!r}; relations are "
                                    f"{sorted(self.views)}")
@@ -214,6 +228,9 @@ class Goal:
         self.pattern = pattern
         a, eng = prog.analysis, prog.engine
         rules, whole = rewrite(a, pattern)
+        if not prog.materialized and whole:  # nothing to import: the goal derives those relations itself
+            rules = rules + [r for r in a.program.rules if r.head.pred in _dependencies(a, whole)]
+            whole = set()
         self.name = _free_name(eng, f"{prog.name}.goal")
         asked = pattern.asked
         self._session = None
@@ -306,6 +323,39 @@ class Goal:
     def __repr__(self):
         args = ", ".join(str(x) for x in self.pattern.args)
         return f"<goal {self.pattern.pred}({args}) of {self.program.name!r}: dataflow {self.name!r}>"
+
+
+def _join_columns(a, pred) -> list:
+    """Positions of ``pred`` at which some rule joins or filters on a variable (worth an index)."""
+    out = set()
+    for r in a.program.rules:
+        counts = {}
+        for node in (r.head, *r.body):
+            for v in variables(node):
+                counts[v.name] = counts.get(v.name, 0) + 1
+        for lit in r.body:
+            if isinstance(lit, Atom) and lit.pred == pred:
+                out |= {i for i, x in enumerate(lit.args) if isinstance(x, Var) and not x.anonymous
+                        and counts[x.name] > 1}
+    return sorted(out)
+
+
+def _dependencies(a, preds) -> set:
+    """``preds`` and every derived predicate they read, directly or not."""
+    out, todo = set(), list(preds)
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.add(p)
+        todo += [lit.pred for r in a.program.rules if r.head.pred == p for lit in r.body
+                 if isinstance(lit, Atom) and lit.pred in a.derived]
+    return out
+
+
+def _inputs_only(a):
+    """The analysis of a program that derives nothing (a lazy program's dataflow)."""
+    return dataclasses.replace(a, derived={}, strata=[], aggregates={})
 
 
 def _constant(x):
