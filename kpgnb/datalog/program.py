@@ -97,6 +97,7 @@ class Program:
         self.sources: dict = {}    # input predicate -> Source
         self._helpers: list = []   # engine inputs holding the program's facts
         self.goals: list = []
+        self._lock = threading.Lock()  # goals are named and installed one at a time
 
     def _build(self, source, view_preds=None, export=True, shared=None):
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
@@ -202,8 +203,9 @@ class Program:
                                f"inputs {sorted(a.inputs)}")
         if len(pat.args) != known[pat.pred]:
             raise DatalogError(f"goal {pattern!r}: {pat.pred!r} takes {known[pat.pred]} arguments")
-        g = Goal(self, pat)
-        self.goals.append(g)
+        with self._lock:
+            g = Goal(self, pat)
+            self.goals.append(g)
         return g
 
     def drop(self):
