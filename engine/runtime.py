@@ -90,6 +90,17 @@ class Engine:
                              f"or replace it (eng.dataflow({name!r}, replace=True))")
         return DataflowBuilder(self, name, lambda b: self._install(b, replace), replace=replace)
 
+    def datalog(self, text: str, inputs: dict | None = None, name: str | None = None, materialize: bool = True):
+        """Install a Datalog program as one dataflow ``name``; returns its ``kpgnb.datalog.Program``
+        (``prog["tc"]`` is a view; ``prog.goal("tc(?, _)")`` a goal-directed query). A body predicate no
+        rule defines is an input: ``inputs={pred: engine input name, input session or DataFrame}``, by
+        default the engine input of the same name. ``materialize=False`` derives nothing until asked through
+        goals (the inputs are indexed and shared with them). The front end lives in ``kpgnb.datalog``
+        (imported here on first use: the engine itself knows nothing of Datalog)."""
+        import importlib
+        return importlib.import_module("kpgnb.datalog").install(self, text, inputs=inputs, name=name,
+                                                                 materialize=materialize)
+
     def _install(self, builder, replace: bool = False):
         self._live()
         return self._scheduler.call(Install(builder, replace, contextvars.copy_context()))

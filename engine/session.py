@@ -125,6 +125,12 @@ class InputSession:
                     return t
         return None
 
+    @property
+    def buffered(self) -> bool:
+        """Whether rows were inserted since the last advance (they are not sealed yet)."""
+        with self._lock:
+            return bool(self._buffer)
+
     def flush(self):
         """Advance to the next epoch."""
         self.advance_to(self.epoch + 1)

@@ -244,11 +244,18 @@ def _bind(ns: dict, scope: dict, injected: dict, handle: DataflowHandle, output:
     """The cell's own assignments, then its views by name, then ``-o VAR``, into the notebook. A view is
     not bound over a module, function or class of the notebook's (``kp``, ``pd``), nor under a name that
     is not an identifier; a line says so."""
-    import types
     for k, v in scope.items():
         if injected.get(k, _UNSET) is not v and (k not in ns or ns[k] is not v):
             ns[k] = v
-    for vname, view in handle.views.items():
+    bind_views(ns, handle.views)
+    if output:
+        ns[output] = handle
+
+
+def bind_views(ns: dict, views: dict):
+    """Views into the notebook by name (also the ``%%datalog`` cell's relations)."""
+    import types
+    for vname, view in views.items():
         held = ns.get(vname)
         if not vname.isidentifier():
             print(f"view {vname!r} has no notebook name (not an identifier): run the cell with -o VAR and "
@@ -258,8 +265,6 @@ def _bind(ns: dict, scope: dict, injected: dict, handle: DataflowHandle, output:
                   f"the cell with -o VAR and read it as VAR[{vname!r}]")
         else:
             ns[vname] = view
-    if output:
-        ns[output] = handle
 
 
 _UNSET = object()

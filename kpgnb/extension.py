@@ -35,7 +35,7 @@ def load(ip):
     from . import display
     display.register(ip)  # views shown as a cell's result render live
     _state.update(ip=ip, magics=magics, warmer=warmer, previous=previous)
-    print("kpgnb: %%dataflow and %dataflow are ready (%dataflow? for help); the engine starts on first use, "
+    print("kpgnb: %%dataflow, %%datalog and %dataflow are ready (%dataflow? for help); the engine starts on first use, "
           "its kernels compile in the background")
 
 

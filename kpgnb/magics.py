@@ -1,4 +1,4 @@
-"""The ``%%dataflow`` cell magic and the ``%dataflow`` line magic (registered by ``%load_ext kpgnb``).
+"""The ``%%dataflow`` and ``%%datalog`` cell magics and the ``%dataflow`` line magic (registered by ``%load_ext kpgnb``).
 
 Parsing lives here (``magic_arguments``, so ``%%dataflow?`` shows the options); running a cell lives in
 :mod:`kpgnb.cell`, the kernel's engine in :mod:`kpgnb.kernel`, listings in :mod:`kpgnb.listing`.
@@ -65,6 +65,44 @@ class DataflowMagics(Magics):
             raise IPyUsageError(f"%%dataflow {args.name}: the cell is empty; build the dataflow in its body")
         handle = cell.run(self.shell, kernel.engine(), spec, line, body, self.warmer)
         print(_summary(handle))
+
+    @magic_arguments()
+    @argument("name", help="the program's name: its dataflow, and the prefix of its exports (NAME.pred)")
+    @argument("--inputs", "-i", default=None, metavar="edge=x,...",
+              help="bind input predicates: edge is read from x, a pandas or Spark DataFrame, Arrow table, "
+                   "dict of arrays or input session in the notebook (a DataFrame becomes an engine input "
+                   "named x); by default a predicate reads the engine input of its own name")
+    @argument("-o", "--output", default=None, metavar="VAR", help="bind the Program (prog.goal(...)) to VAR")
+    @argument("--no-wait", action="store_true", help="return once installed, without waiting for results")
+    @cell_magic
+    def datalog(self, line, body):
+        """Install the cell as a Datalog program (``eng.datalog``): rules ``head :- body.``, ``.decl``,
+        ``!`` / ``not`` for stratified negation, comparisons and arithmetic, aggregates ``min<v> max<v>
+        count<v> sum<v> avg<v> countd<v>`` in heads (min/max also recursive), ``//`` and ``#`` comments.
+
+        Every derived relation becomes a view bound in the notebook under its name and an arrangement
+        exported as ``NAME.pred``. Errors name the cell's line and column. Example::
+
+            %%datalog graph --inputs edge=edges_df
+            reach(y) :- root(y).
+            reach(y) :- reach(x), edge(x, y).
+            sp(y, min<d>) :- root(y), d = 0.
+            sp(y, min<d>) :- sp(x, d1), edge(x, y), d = d1 + 1.
+        """
+        args = parse_argstring(self.datalog, line)
+        if not _NAME.fullmatch(args.name):
+            raise IPyUsageError(f"%%datalog {args.name}: a program name is one word of letters, digits, "
+                                f"'_', '.' and '-'")
+        if not body.strip():
+            raise IPyUsageError(f"%%datalog {args.name}: the cell is empty; write the program's rules in it")
+        try:
+            inputs = cell.parse_inputs(args.inputs)
+        except KpgnbError as e:
+            raise IPyUsageError(str(e)) from None
+        from .datalog import cell as datalog_cell
+        prog, handle = datalog_cell.run(self.shell, kernel.engine(), args.name, inputs, body, args.output,
+                                        not args.no_wait, self.warmer)
+        print(_summary(handle).replace("dataflow", "Datalog program", 1))
 
     @line_magic("dataflow")
     def dataflow_line(self, line):

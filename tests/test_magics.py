@@ -455,3 +455,38 @@ j = a.join(b, on="k").view("j")
     got = ip.user_ns["j"].to_pandas().sort_values("w").reset_index(drop=True)
     assert got.to_dict("list") == {"k": [2, 2], "name": ["b", "b"], "w": [1.0, 1.5], "flag": [True, True]}
     assert kp.engine().inputs()["tbl"].schema.dtypes == ("int64", "str", "float64")
+
+
+def test_datalog_cell_binds_relations_and_errors_point_at_the_cell_line(ip, capsys):
+    """%%datalog: the cell is the program; DataFrame inputs, relations bound as views, -o binds the program,
+    a later cell reads an exported relation; a broken cell installs nothing, names its own line and column,
+    and drops the inputs it loaded."""
+    ip.user_ns["edges_df"] = pd.DataFrame({"src": [1, 2, 3, 5], "dst": [2, 3, 1, 6]})
+    r, out = run(ip, capsys, "%%datalog g --inputs edge=edges_df -o prog\n"
+                             "tc(x, y) :- edge(x, y).\n"
+                             "tc(x, y) :- tc(x, z), edge(z, y).\n"
+                             "deg(x, count<y>) :- edge(x, y).\n")
+    assert r.success, out
+    assert "Datalog program 'g' installed" in out and "g.tc" in out
+    tc = ip.user_ns["tc"]
+    assert len(tc.to_pandas()) == 10  # the 3-cycle's 9 pairs and (5, 6)
+    assert sorted(ip.user_ns["deg"].to_pandas()["y"]) == [1, 1, 1, 1]
+    assert ip.user_ns["prog"]["tc"] is tc
+    r, out = run(ip, capsys, "%%dataflow later\nv = df.use('g.tc').count(by='x').view('per_x')")
+    assert r.success, out
+    assert sorted(ip.user_ns["per_x"].to_pandas()["count"]) == [1, 3, 3, 3]
+
+    before = (sorted(kp.engine().dataflows()), sorted(kp.engine().inputs()))
+    ip.user_ns["more_df"] = pd.DataFrame({"a": [1], "b": [2]})
+    r, out = run(ip, capsys, "%%datalog h --inputs e=more_df\n"
+                             "ok(x) :- e(x, _).\n"
+                             "bad(x, w) :- e(x, y).\n")
+    assert not r.success
+    assert isinstance(r.error_in_exec.error, kp.DatalogError)
+    err = r.error_in_exec.error
+    assert (err.line, err.column) == (3, 8)  # the cell's line 3: 'w' in the head
+    assert "head variable 'w'" in out and "   3 | bad(x, w) :- e(x, y)." in out
+    assert "Traceback" not in out
+    assert (sorted(kp.engine().dataflows()), sorted(kp.engine().inputs())) == before
+    r, out = run(ip, capsys, "%%datalog?")
+    assert "min<v>" in out and "--inputs" in out

@@ -1,0 +1,338 @@
+"""An analysed program to collections in one dataflow: each rule body a chain of joins over shared
+arrangements with filters, assignments and antijoins placed as soon as their variables are bound; each
+predicate the distinct union of its rules (or their aggregate); each recursive stratum one loop whose
+Variables are its predicates, so semi-naive evaluation is differential iteration; strata in order.
+
+Inside a rule, the bindings collection has one column per variable, named ``<prefix><var>``, with a
+prefix no relation column starts with, so join outputs never clash."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.collection import Arranged, Variable
+from .analysis import Analysis, RulePlan
+from .errors import at
+from .syntax import Aggregate, Atom, BinOp, Const, Var, variables
+
+
+class Relations:
+    """The relations visible to the rules being compiled: predicate -> collection (top level, or the
+    loop Variable while its stratum is compiled), and arrangements by key positions, built once and
+    shared by every rule that joins on them (the same index, as in K-Pg)."""
+
+    def __init__(self, df, analysis: Analysis, shared=None):
+        """``shared(pred, key names)``: an arrangement another dataflow exported for that predicate and
+        key, to import instead of building one (or None)."""
+        self.df = df
+        self.a = analysis
+        self.shared = shared
+        self.top: dict = {}        # pred -> top-level collection with the predicate's columns
+        self.loop: dict = {}       # pred -> Variable, while its stratum's loop is built
+        self.arranged: dict = {}   # (pred, key positions, in loop?) -> Arranged
+        self.named: dict = {}      # top-level (pred, key positions) -> Arranged, exported by the program
+
+    def get(self, pred):
+        return self.loop.get(pred, self.top.get(pred))
+
+    def cols(self, pred) -> list:
+        return self.a.columns[pred]
+
+    def arranged_by(self, pred, rel, keys: tuple):
+        """``rel`` (the predicate's current collection, maybe filtered) arranged by column positions."""
+        names = [self.cols(pred)[i] for i in keys]
+        if rel is not self.get(pred):  # filtered by constants: its own arrangement, not shared
+            return rel.arrange_by(*names)
+        slot = (pred, keys, pred in self.loop)
+        if slot not in self.arranged:
+            imported = self.shared(pred, names) if self.shared and pred not in self.loop else None
+            if isinstance(rel, Arranged) and rel.key_names == names:
+                self.arranged[slot] = rel
+            elif imported is not None:
+                self.arranged[slot] = imported
+            else:
+                self.arranged[slot] = rel.arrange_by(*names)
+            if pred not in self.loop:
+                self.named[(pred, keys)] = self.arranged[slot]
+        return self.arranged[slot]
+
+
+class Compiler:
+    def __init__(self, df, analysis: Analysis, rel: Relations, unit=None, facts=None):
+        """``unit``: a collection of one row (for rules without positive atoms); ``facts``: pred ->
+        collection of the program's ground facts for that predicate."""
+        self.df = df
+        self.a = analysis
+        self.rel = rel
+        self.unit = unit
+        self.facts = facts or {}
+        used = [c for cols in analysis.columns.values() for c in cols]
+        k = 0
+        self.pre = "v_"
+        while any(c.startswith(self.pre) or c == self.pre + "unit_" for c in used):
+            k += 1
+            self.pre = f"v{k}_"
+        self.unit_col = self.pre[:-1] + "unit_"
+
+    def err(self, node, msg):
+        return at(self.a.program.text, node, msg)
+
+    # -- strata ----------------------------------------------------------------------------------
+    def strata(self, strata):
+        for s in strata:
+            if s.recursive:
+                self._loop(s)
+            else:
+                for pred in s.preds:
+                    self.rel.top[pred] = self._define(pred, [p for p in s.rules if p.rule.head.pred == pred])
+
+    def _loop(self, s):
+        scope = self.df.loop()
+        for pred in s.preds:
+            self.rel.loop[pred] = Variable(scope, columns=self.rel.cols(pred), dtypes=self.a.dtypes[pred])
+        results = {}
+        for pred in s.preds:
+            results[pred] = self._define(pred, [p for p in s.rules if p.rule.head.pred == pred], scope)
+        for pred in s.preds:
+            var = self.rel.loop[pred]
+            results[pred] = var.set(results[pred])
+        for pred in s.preds:
+            self.rel.top[pred] = results[pred].leave()
+            del self.rel.loop[pred]
+        self.rel.arranged = {k: v for k, v in self.rel.arranged.items() if not k[2]}
+
+    def _define(self, pred, plans, scope=None):
+        """The predicate's collection: the union of its rules, as a set, or aggregated per group."""
+        cols = self.rel.cols(pred)
+        aggs = self.a.aggregates[pred]
+        outs = [self._rule(p) for p in plans if p.rule.body]
+        if pred in self.facts:
+            outs.append(self.facts[pred])
+        outs = [o.enter(scope) if scope is not None and o.scope is not scope else o for o in outs]
+        union = outs[0].concat(*outs[1:]) if len(outs) > 1 else outs[0]
+        if not aggs:
+            return union.distinct()
+        group = [c for i, c in enumerate(cols) if i not in dict(aggs)]
+        parts = []
+        for pos, func in aggs:
+            col = cols[pos]
+            u = union.select(group + [col])
+            parts.append(self._aggregate(u, func, group, col))
+        out = parts[0]
+        for p in parts[1:]:
+            out = self._join_on(out, p, group)
+        if list(out.schema.names) != cols:
+            out = out.select(cols)
+        return out
+
+    def _aggregate(self, u, func, group, col):
+        if func in ("min", "max"):
+            return getattr(u, func)(by=group, col=col)
+        if func == "sum":
+            return u.sum(by=group, col=col)
+        if func == "count":
+            return u.count(by=group).rename(count=col)
+        if func == "countd":
+            return u.distinct().count(by=group).rename(count=col)
+        if func == "avg":
+            s = u.sum(by=group, col=col)
+            n = u.count(by=group).rename(count="n_" + col)
+            j = self._join_on(s, n, group)
+            return j.map(lambda **c: {**{g: c[g] for g in group},
+                                      col: c[col].astype(np.float64) / c["n_" + col]},
+                         out={**{g: j.schema.dtype(g) for g in group}, col: "float64"})
+        raise AssertionError(func)
+
+    def _join_on(self, a, b, keys):
+        if keys:
+            return a.join(b, on=keys)
+        return self._with_unit(a).join(self._with_unit(b), on=[self.unit_col]).select(
+            [n for n in list(a.schema.names) + list(b.schema.names) if n != self.unit_col])
+
+    # -- rules -----------------------------------------------------------------------------------
+    def _rule(self, plan: RulePlan):
+        """The rule's head rows, one per satisfying binding of its body variables (aggregated predicates
+        count and sum over distinct bindings: the body's bindings are made a set first)."""
+        atoms = [st for st in plan.steps if st.kind == "atom"]
+        rest = [st for st in plan.steps if st.kind != "atom"]
+        b, bound = None, set()
+        while atoms:
+            nxt = next((st for st in atoms if b is not None and
+                        any(isinstance(x, Var) and x.name in bound for x in st.node.args)), atoms[0])
+            atoms.remove(nxt)
+            b = self._join_atom(b, bound, nxt.node)
+            b = self._apply_ready(b, bound, rest)
+        if b is None:
+            if self.unit is None:
+                raise self.err(plan.rule, "a rule without a positive atom needs the program's unit input")
+            b = self.unit
+            b = self._apply_ready(b, bound, rest)
+        assert not rest, rest
+        head = plan.rule.head
+        if self.a.aggregates[head.pred] and any(a.func not in ("min", "max") for _, a in plan.rule.aggregates):
+            named = [c for c in b.schema.names if c != self.unit_col and not c[len(self.pre):].startswith("_#")]
+            b = b.select(named).distinct() if named else b.select([self.unit_col]).distinct()
+        return self._head(b, head)
+
+    def _apply_ready(self, b, bound, rest):
+        progress = True
+        while progress:
+            progress = False
+            for st in list(rest):
+                if st.kind == "filter" and all(v.name in bound for v in variables(st.node)):
+                    b = self._filter(b, st.node)
+                elif st.kind == "assign" and all(v.name in bound for v in variables(st.expr)):
+                    b = self._assign(b, st.var, st.expr)
+                    bound.add(st.var.name)
+                elif st.kind == "anti" and all(v.name in bound for v in variables(st.node) if not v.anonymous):
+                    b = self._antijoin(b, st.node)
+                else:
+                    continue
+                rest.remove(st)
+                progress = True
+        return b
+
+    def _atom_parts(self, atom: Atom):
+        """(first column of each named variable, filter for constants and repeated variables or None)."""
+        cols = self.rel.cols(atom.pred)
+        first, conds = {}, []
+        for i, a in enumerate(atom.args):
+            if isinstance(a, Const):
+                conds.append(("const", cols[i], a.value))
+            elif isinstance(a, Var) and not a.anonymous:
+                if a.name in first:
+                    conds.append(("same", cols[i], first[a.name]))
+                else:
+                    first[a.name] = cols[i]
+        return first, conds
+
+    def _relation(self, atom):
+        rel = self.rel.get(atom.pred)
+        if rel is None:
+            raise self.err(atom, f"internal: {atom.pred!r} is not defined yet")
+        first, conds = self._atom_parts(atom)
+        if conds:
+            rel = rel.filter(_condition(conds))
+        return rel, first
+
+    def _join_atom(self, b, bound: set, atom: Atom):
+        rel, first = self._relation(atom)
+        cols = self.rel.cols(atom.pred)
+        new = {v: c for v, c in first.items() if v not in bound}
+        if b is None:
+            bound.update(first)
+            if not first:
+                return self._unit_of(rel)
+            return rel.select(list(first.values())).rename(**{c: self.pre + v for v, c in first.items()})
+        shared = [v for v in first if v in bound]
+        if not shared:
+            if not new:  # an existence test: a semijoin on the unit column
+                return self._with_unit(b).semijoin(self._unit_of(rel), on=[self.unit_col]).select(list(b.schema.names))
+            right = rel.select(list(new.values())).rename(**{c: self.pre + v for v, c in new.items()})
+            bound.update(new)
+            return self._join_on(b, right, [])
+        keys = tuple(cols.index(first[v]) for v in shared)
+        arr = self.rel.arranged_by(atom.pred, rel, keys)
+        j = b.join(arr, left_on=[self.pre + v for v in shared], right_on=[first[v] for v in shared])
+        bound.update(new)
+        keep = list(b.schema.names) + list(new.values())
+        return j.select(keep).rename(**{c: self.pre + v for v, c in new.items()})
+
+    def _antijoin(self, b, atom: Atom):
+        rel, first = self._relation(atom)
+        if not first:
+            return self._with_unit(b).antijoin(self._unit_of(rel), on=[self.unit_col]).select(list(b.schema.names))
+        names = list(first)
+        return b.antijoin(rel, left_on=[self.pre + v for v in names], right_on=[first[v] for v in names])
+
+    def _unit_of(self, rel):
+        col = rel.columns[0]
+        return rel.map(lambda **c: {self.unit_col: np.zeros(len(c[col]), np.int64)},
+                       out={self.unit_col: "int64"})
+
+    def _with_unit(self, b):
+        if self.unit_col in b.schema.names:
+            return b
+        names = list(b.schema.names)
+        return b.map(lambda **c: {**c, self.unit_col: np.zeros(len(c[names[0]]), np.int64)},
+                     out={**{n: b.schema.dtype(n) for n in names}, self.unit_col: "int64"})
+
+    def _filter(self, b, cmp):
+        pre, n0 = self.pre, b.schema.names[0]
+        return b.filter(lambda **c: np.broadcast_to(_compare(cmp, c, pre), (len(c[n0]),)))
+
+    def _assign(self, b, var: Var, expr):
+        pre, names = self.pre, list(b.schema.names)
+        dtype = _expr_dtype(expr, lambda v: b.schema.dtype(pre + v))
+        return b.map(lambda **c: {**c, pre + var.name: _column(_eval(expr, c, pre), len(c[names[0]]), dtype)},
+                     out={**{n: b.schema.dtype(n) for n in names}, pre + var.name: dtype})
+
+    def _head(self, b, head: Atom):
+        cols, dtypes, pre = self.rel.cols(head.pred), self.a.dtypes[head.pred], self.pre
+        args = [a.var if isinstance(a, Aggregate) else a for a in head.args]
+        plain = all(isinstance(a, Var) for a in args) and len({a.name for a in args}) == len(args) and all(
+            b.schema.dtype(pre + a.name) == t for a, t in zip(args, dtypes))
+        if plain:
+            return b.select([pre + a.name for a in args]).rename(**{pre + a.name: c for a, c in zip(args, cols)})
+        n0 = b.schema.names[0]
+        return b.map(lambda **c: {col: _column(_eval(a, c, pre), len(c[n0]), t)
+                                  for a, col, t in zip(args, cols, dtypes)},
+                     out=dict(zip(cols, dtypes)))
+
+
+# -- expressions over column arrays (one call per batch) ---------------------------------------------
+_ARITH = {"+": np.add, "-": np.subtract, "*": np.multiply, "%": np.mod}
+_CMP = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater,
+        ">=": np.greater_equal}
+
+
+def _eval(e, c, pre):
+    if isinstance(e, Var):
+        return c[pre + e.name]
+    if isinstance(e, Const):
+        return e.value
+    left, right = _eval(e.left, c, pre), _eval(e.right, c, pre)
+    if e.op == "/":
+        if _is_int(left) and _is_int(right):
+            with np.errstate(divide="ignore"):
+                return np.floor_divide(left, right)
+        return np.true_divide(left, right)
+    with np.errstate(all="ignore"):
+        return _ARITH[e.op](left, right)
+
+
+def _is_int(x) -> bool:
+    return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (
+        isinstance(x, np.ndarray) and x.dtype.kind in "iub")
+
+
+def _compare(cmp, c, pre):
+    left, right = _eval(cmp.left, c, pre), _eval(cmp.right, c, pre)
+    return np.asarray(_CMP[cmp.op](left, right), dtype=bool)
+
+
+def _column(value, n, dtype):
+    if dtype == "str":
+        arr = np.asarray(value, dtype=object)
+        return np.full(n, value, dtype=object) if arr.ndim == 0 else arr
+    np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_}[dtype]
+    return np.broadcast_to(np.asarray(value).astype(np_dtype), (n,))
+
+
+def _expr_dtype(e, var_dtype) -> str:
+    if isinstance(e, Var):
+        return var_dtype(e.name)
+    if isinstance(e, Const):
+        return {"int": "int64", "float": "float64", "str": "str"}[e.type]
+    kinds = {_expr_dtype(e.left, var_dtype), _expr_dtype(e.right, var_dtype)}
+    return "float64" if "float64" in kinds else "int64"
+
+
+def _condition(conds):
+    """A filter for an atom's constants (``edge(1, y)``) and repeated variables (``edge(x, x)``)."""
+    def keep(**c):
+        mask = None
+        for kind, col, other in conds:
+            m = np.equal(c[col], other if kind == "const" else c[other])
+            mask = m if mask is None else mask & m
+        return np.asarray(mask, dtype=bool)
+    return keep

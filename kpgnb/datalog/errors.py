@@ -1,0 +1,27 @@
+"""Datalog errors as the user sees them: the message, then the program line with a caret under the
+offending text. ``line``/``column`` are 1-based positions in the program (for a cell: in the cell)."""
+from __future__ import annotations
+
+from ..engine.errors import DatalogError
+
+
+def datalog_error(text: str, line: int, column: int, message: str, span=None) -> DatalogError:
+    """A DatalogError at (line, column) of ``text``; ``span`` (syntax.Span) widens the caret to the node."""
+    lines = text.splitlines() or [""]
+    src = lines[line - 1] if 0 < line <= len(lines) else ""
+    width = 1
+    if span is not None and span.end_line == span.line:
+        width = max(1, span.end_column - span.column)
+    caret = " " * (column - 1) + "^" * min(width, max(1, len(src) - column + 1))
+    gutter = f"{line:>4} | "
+    err = DatalogError(f"line {line}, column {column}: {message}\n{gutter}{src}\n{' ' * len(gutter)}{caret}")
+    err.line, err.column, err.reason = line, column, message
+    return err
+
+
+def at(text: str, node, message: str) -> DatalogError:
+    """A DatalogError pointing at a syntax node (anything with a ``span``)."""
+    span = getattr(node, "span", None)
+    if span is None:
+        return datalog_error(text, 1, 1, message)
+    return datalog_error(text, span.line, span.column, message, span)

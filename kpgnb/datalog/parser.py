@@ -1,0 +1,177 @@
+"""Datalog text to a ``syntax.Program``, with lark (LALR). Every syntax error becomes a ``DatalogError``
+that locates it (see ``errors.py``)."""
+from __future__ import annotations
+
+import itertools
+
+from lark import Lark, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from .errors import datalog_error
+from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Decl, Program, Rule, Span, Var
+
+GRAMMAR = r"""
+start: _statement*
+_statement: decl | rule
+
+decl: ".decl" NAME "(" [coldecl ("," coldecl)*] ")" "."?
+coldecl: NAME ":" NAME
+
+rule: head "."                              -> fact
+    | head (":-" | "<-") literal ("," literal)* "."
+
+head: NAME "(" [harg ("," harg)*] ")"
+?harg: AGG | expr
+
+?literal: atom
+        | ("!" | "not") atom                -> negation
+        | expr COMPOP expr                  -> comparison
+
+atom: NAME "(" [expr ("," expr)*] ")"
+
+?expr: term | expr ADDOP term               -> binop
+?term: factor | term MULOP factor           -> binop
+?factor: NUMBER                             -> number
+       | STRING                             -> string
+       | NAME                               -> var
+       | "_"                                -> anon
+       | "-" factor                         -> neg
+       | "(" expr ")"
+
+AGG.3: /(min|max|count|sum|avg|countd)\s*<\s*[A-Za-z_][A-Za-z0-9_]*\s*>/
+COMPOP: "!=" | "<=" | ">=" | "==" | "=" | "<" | ">"
+ADDOP: "+" | "-"
+MULOP: "*" | "/" | "%"
+NAME: /(?!not\b)[A-Za-z][A-Za-z0-9_]*/ | /_[A-Za-z0-9_]+/
+NUMBER: /\d+(\.\d+)?([eE][+-]?\d+)?/ | /\.\d+([eE][+-]?\d+)?/
+STRING: /"([^"\\\n]|\\.)*"/ | /'([^'\\\n]|\\.)*'/
+COMMENT: /\/\/[^\n]*/ | /#[^\n]*/ | /\/\*(.|\n)*?\*\//
+
+%import common.WS
+%ignore WS
+%ignore COMMENT
+"""
+
+_PARSER = None
+
+
+def _parser() -> Lark:
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    return _PARSER
+
+
+def _span(meta_or_tok) -> Span:
+    m = meta_or_tok
+    return Span(m.line, m.column, m.end_line, m.end_column)
+
+
+@v_args(meta=True)
+class _ToSyntax(Transformer):
+    def __init__(self):
+        super().__init__()
+        self._fresh = itertools.count(1)
+
+    def start(self, meta, items):
+        return [i for i in items if i is not None]
+
+    def decl(self, meta, items):
+        name, *cols = items
+        return Decl(str(name), tuple(c for c in cols if c is not None), _span(meta))
+
+    def coldecl(self, meta, items):
+        name, typ = items
+        return (str(name), str(typ), _span(typ))
+
+    def fact(self, meta, items):
+        return Rule(items[0], (), _span(meta))
+
+    def rule(self, meta, items):
+        return Rule(items[0], tuple(items[1:]), _span(meta))
+
+    def head(self, meta, items):
+        name, *args = items
+        args = tuple(self._agg(a) if hasattr(a, "type") and a.type == "AGG" else a for a in args if a is not None)
+        return Atom(str(name), args, False, _span(meta))
+
+    def _agg(self, tok):
+        func, var = str(tok).split("<", 1)
+        var = var.rstrip(">").strip()
+        return Aggregate(func.strip(), Var(var, _span(tok)), _span(tok))
+
+    def atom(self, meta, items):
+        name, *args = items
+        return Atom(str(name), tuple(a for a in args if a is not None), False, _span(meta))
+
+    def negation(self, meta, items):
+        a = items[-1]
+        return Atom(a.pred, a.args, True, _span(meta))
+
+    def comparison(self, meta, items):
+        left, op, right = items
+        return Comparison("=" if str(op) == "==" else str(op), left, right, _span(meta))
+
+    def binop(self, meta, items):
+        left, op, right = items
+        return BinOp(str(op), left, right, _span(meta))
+
+    def number(self, meta, items):
+        text = str(items[0])
+        value = int(text) if text.isdigit() else float(text)
+        return Const(value, _span(items[0]))
+
+    def string(self, meta, items):
+        text = str(items[0])
+        return Const(bytes(text[1:-1], "utf-8").decode("unicode_escape"), _span(items[0]))
+
+    def var(self, meta, items):
+        return Var(str(items[0]), _span(items[0]))
+
+    def anon(self, meta, items):
+        return Var(f"_#{next(self._fresh)}", _span(meta))
+
+    def neg(self, meta, items):
+        x = items[0]
+        if isinstance(x, Const) and not isinstance(x.value, str):
+            return Const(-x.value, _span(meta))
+        return BinOp("-", Const(0, _span(meta)), x, _span(meta))
+
+
+def _expected(err: UnexpectedInput) -> str:
+    names = {"NAME": "a name", "NUMBER": "a number", "STRING": "a string", "LPAR": "'('", "RPAR": "')'",
+             "COMMA": "','", "DOT": "'.'", "COMPOP": "a comparison", "AGG": "an aggregate", "__ANON_0": "':-'",
+             "IF": "':-'", "COLON": "':'", "ADDOP": "'+' or '-'", "MULOP": "'*', '/' or '%'",
+             "MINUS": "'-'", "UNDERSCORE": "'_'", "BANG": "'!'", "NOT": "'not'"}
+    exp = sorted({names.get(t, repr(t)) for t in getattr(err, "expected", ()) or ()})
+    return ", ".join(exp[:6]) if exp else ""
+
+
+def parse(text: str) -> Program:
+    """The program in ``text``; raises DatalogError (line, column, caret) on a syntax error."""
+    if not isinstance(text, str):
+        raise TypeError(f"a Datalog program is text, not {type(text).__name__}")
+    try:
+        tree = _parser().parse(text)
+        items = _ToSyntax().transform(tree)
+    except UnexpectedEOF as err:
+        lines = text.rstrip().splitlines() or [""]
+        raise datalog_error(text, len(lines), len(lines[-1]) + 1,
+                            "the program ends in the middle of a statement (a rule ends with '.')") from None
+    except UnexpectedCharacters as err:
+        raise datalog_error(text, err.line, err.column, f"unexpected character {text[err.pos_in_stream]!r}"
+                            ) from None
+    except UnexpectedToken as err:
+        tok = err.token
+        if tok.type == "$END":
+            lines = text.rstrip().splitlines() or [""]
+            raise datalog_error(text, len(lines), len(lines[-1]) + 1,
+                                "the program ends in the middle of a statement (a rule ends with '.')") from None
+        exp = _expected(err)
+        raise datalog_error(text, tok.line, tok.column, f"unexpected {str(tok)!r}" +
+                            (f"; expected {exp}" if exp else "")) from None
+    except VisitError as err:
+        raise err.orig_exc from None
+    rules = tuple(i for i in items if isinstance(i, Rule))
+    decls = tuple(i for i in items if isinstance(i, Decl))
+    return Program(rules, decls, text)

@@ -1,0 +1,371 @@
+"""Installed Datalog programs: ``eng.datalog(text, inputs=, name=)`` makes one dataflow whose derived
+relations are views (``prog["tc"]``) and exported arrangements (``NAME.tc``); ``prog.goal("tc(?, _)")``
+adds a goal-directed dataflow (magic sets) that answers the bindings asked of it."""
+from __future__ import annotations
+
+import itertools
+import threading
+import dataclasses
+from dataclasses import dataclass
+
+from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
+from .analysis import analyze
+from .compiler import Compiler, Relations
+from .magic import ANSWER, GOAL, Pattern, parse_pattern, program_for, rewrite
+from .parser import parse
+from .syntax import Atom, BinOp, Const, Var, variables
+
+
+
+def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
+            materialize: bool = True) -> "Program":
+    """Parse, check and install ``text`` as one dataflow (see ``Engine.datalog``). With
+    ``materialize=False`` the dataflow only indexes the inputs (by each column a rule joins on, exported
+    for goals to share) and derives nothing: for programs asked only through ``prog.goal``."""
+    from ..cell import drop_loaded, input_for, seal_loaded
+    program = parse(text)
+    bound, created = {}, []   # pred -> Source
+    try:
+        catalog = eng.snapshot().catalog
+        for pred, src in (inputs or {}).items():
+            if isinstance(src, str):
+                if src in eng.inputs():
+                    bound[pred] = Source("input", src)
+                elif src in catalog:
+                    bound[pred] = Source("use", src)
+                else:
+                    raise UsageError(f"inputs={{{pred!r}: {src!r}}}: no engine input or exported arrangement "
+                                     f"named {src!r}; inputs are {sorted(eng.inputs())}, arrangements "
+                                     f"{sorted(catalog)}")
+            else:
+                input_name, session = input_for(eng, pred, src)
+                bound[pred] = Source("input", input_name)
+                if session is not None:
+                    created.append(session)
+        sessions = eng.inputs()
+
+        def input_schema(pred):
+            src = bound.get(pred, Source("input", pred))
+            if src.kind == "use":
+                schema = catalog[src.name].schema
+            else:
+                s = sessions.get(src.name)
+                if s is None:
+                    return None
+                schema = s.schema
+            return list(schema.names), list(schema.dtypes)
+        analysis = analyze(program, input_schema, bound)
+        name = name or _free_name(eng, "datalog")
+        prog = Program(eng, name, analysis, materialize)
+        prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
+        prog._build(lambda df, p: prog.sources[p].read(df))
+    except BaseException:
+        drop_loaded(eng, created)
+        raise
+    seal_loaded(created)
+    return prog
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where an input predicate's rows come from: an engine input or an exported arrangement."""
+    kind: str  # "input" | "use"
+    name: str
+
+    def read(self, df):
+        return df.input(self.name) if self.kind == "input" else df.use(self.name)
+
+
+def _free_name(eng, base: str) -> str:
+    taken = eng.snapshot().dataflows
+    for k in itertools.count(1):
+        if f"{base}{k}" not in taken:
+            return f"{base}{k}"
+
+
+class Program:
+    """A Datalog program installed as the dataflow ``name``. ``prog[pred]`` is the View of a derived
+    relation; each is also the arrangement ``name.pred`` in the engine's catalog, for later dataflows
+    (``df.use``) and Datalog programs."""
+
+    def __init__(self, eng, name: str, analysis, materialize: bool = True):
+        self.engine = eng
+        self.name = name
+        self.analysis = analysis
+        self.materialized = materialize
+        self.views: dict = {}
+        self.sources: dict = {}    # input predicate -> Source
+        self._helpers: list = []   # engine inputs holding the program's facts
+        self.goals: list = []
+        self._lock = threading.Lock()  # goals are named and installed one at a time
+
+    def _build(self, source, view_preds=None, export=True, shared=None):
+        """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
+        ``shared(df, pred, keys)`` an arrangement of it to import (see ``Relations``)."""
+        a, eng = self.analysis, self.engine
+        facts = self._fact_inputs() if self.materialized else {}
+        try:
+            with eng.dataflow(self.name) as df:
+                rel = Relations(df, a, None if shared is None else lambda p, keys: shared(df, p, keys))
+                for pred in a.inputs:
+                    rel.top[pred] = source(df, pred)
+                if not self.materialized:
+                    for pred in a.inputs:
+                        for i in _join_columns(a, pred):
+                            rel.arranged_by(pred, rel.top[pred], (i,))
+                    view_preds = []
+                    a = _inputs_only(a)
+                unit = df.input(self._unit_input()) if self.materialized and self._needs_unit() else None
+                comp = Compiler(df, a, rel, unit, {p: df.input(n) for p, n in facts.items()})
+                comp.strata(a.strata)
+                for pred in (a.derived if view_preds is None else view_preds):
+                    cols = a.columns[pred]
+                    final = rel.top[pred]
+                    if not (hasattr(final, "key_names") and list(final.schema.names) == cols):
+                        final = final.select(cols).arrange_by(*cols)
+                    if export:
+                        final.export(f"{self.name}.{pred}")
+                    self.views[pred] = final.view(pred)
+                if export:
+                    for (pred, keys), arr in rel.named.items():
+                        if arr is not rel.top.get(pred) and pred in a.inputs | a.derived:
+                            label = ",".join(a.columns[pred][i] for i in keys)
+                            export_name = f"{self.name}.{pred}[{label}]"
+                            if not df.exported(export_name):
+                                arr.export(export_name)
+        except BaseException:
+            self._drop_helpers()
+            raise
+        for s in self._helpers:
+            s.close()  # ground facts never change: closed, they hold no frontier back
+
+    def _fact_inputs(self) -> dict:
+        a, out = self.analysis, {}
+        for pred in a.derived:
+            rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
+                    if r.head.pred == pred and not r.body]
+            if rows:
+                name = f"{self.name}#facts.{pred}"
+                self._helpers.append(self.engine.input(name, a.columns[pred], a.dtypes[pred], rows=rows))
+                out[pred] = name
+        return out
+
+    def _needs_unit(self) -> bool:
+        return any(r.body and not any(st.kind == "atom" for st in self.analysis.plans[id(r)].steps)
+                   for r in self.analysis.program.rules)
+
+    def _unit_input(self) -> str:
+        name = f"{self.name}#unit"
+        self._helpers.append(self.engine.input(name, ["unit"], ["int64"], rows=[(0,)]))
+        return name
+
+    def _drop_helpers(self):
+        for s in self._helpers:
+            try:
+                self.engine.drop_input(s.name)
+            except KpgnbError:
+                pass
+        self._helpers.clear()
+
+    # -- the user's side ---------------------------------------------------------------------------
+    def __getitem__(self, pred: str):
+        if not self.materialized and pred in self.analysis.derived:
+            raise UsageError(f"program {self.name!r} was installed with materialize=False: it derives nothing "
+                             f"itself; ask {pred!r} through prog.goal(...)")
+        if pred not in self.views:
+            raise UnknownNameError(f"no relation {pred!r} in Datalog program {self.name!r}; relations are "
+                                   f"{sorted(self.views)}")
+        return self.views[pred]
+
+    def __contains__(self, pred) -> bool:
+        return pred in self.views
+
+    @property
+    def relations(self) -> list:
+        return list(self.views)
+
+    def columns(self, pred: str) -> list:
+        return list(self.analysis.columns[pred])
+
+    def goal(self, pattern: str) -> "Goal":
+        """A goal-directed query for ``pattern`` (e.g. ``"tc(?, _)"``): its own dataflow, rewritten with
+        magic sets, reading this program's inputs and relations through their shared arrangements.
+        ``g.ask(v)`` adds a binding of the ``?`` arguments and ``g.view`` holds the answers of every
+        binding asked."""
+        try:
+            pat = parse_pattern(pattern)
+        except ValueError as e:
+            raise DatalogError(f"goal {pattern!r}: {e}") from None
+        a = self.analysis
+        known = {**a.inputs, **a.derived}
+        if pat.pred not in known:
+            raise DatalogError(f"goal {pattern!r}: no relation {pat.pred!r}; relations are {sorted(a.derived)}, "
+                               f"inputs {sorted(a.inputs)}")
+        if len(pat.args) != known[pat.pred]:
+            raise DatalogError(f"goal {pattern!r}: {pat.pred!r} takes {known[pat.pred]} arguments")
+        with self._lock:
+            g = Goal(self, pat)
+            self.goals.append(g)
+        return g
+
+    def drop(self):
+        """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (not the inputs
+        made from DataFrames, which later cells may read). Dataflows that import its relations keep them."""
+        for g in self.goals:
+            g.drop()
+        self.goals.clear()
+        if self.name in self.engine.snapshot().dataflows:
+            self.engine.drop(self.name)
+        self._drop_helpers()
+
+    def __repr__(self):
+        return f"<Datalog program {self.name!r}: relations {', '.join(self.views)}>"
+
+
+class Goal:
+    """A goal-directed query of a program (see ``Program.goal``)."""
+
+    def __init__(self, prog: Program, pattern: Pattern):
+        self.program = prog
+        self.pattern = pattern
+        a, eng = prog.analysis, prog.engine
+        rules, whole = rewrite(a, pattern)
+        if not prog.materialized and whole:  # nothing to import: the goal derives those relations itself
+            rules = rules + [r for r in a.program.rules if r.head.pred in _dependencies(a, whole)]
+            whole = set()
+        self.name = _free_name(eng, f"{prog.name}.goal")
+        asked = pattern.asked
+        self._session = None
+        if asked:
+            self._session = eng.input(f"{self.name}#asked", [a.columns[pattern.pred][i] for i in asked],
+                                      [a.dtypes[pattern.pred][i] for i in asked])
+        text = program_for(a, pattern, rules)
+        extra = {GOAL: (self._session.schema.names, self._session.schema.dtypes)} if asked else {}
+
+        def input_schema(pred):
+            if pred in extra:
+                return list(extra[pred][0]), list(extra[pred][1])
+            if pred in a.inputs or pred in whole:
+                return a.columns[pred], a.dtypes[pred]
+            return None
+        try:
+            self.analysis = analyze(text, input_schema)
+            gp = Program(eng, self.name, self.analysis)
+
+            def source(df, pred):
+                if pred == GOAL:
+                    return df.input(self._session.name)
+                if pred in whole:
+                    return df.use(f"{prog.name}.{pred}")
+                return prog.sources[pred].read(df)
+            def shared(df, pred, keys):
+                if pred == GOAL or (pred not in a.inputs and pred not in whole):
+                    return None
+                export = f"{prog.name}.{pred}[{','.join(keys)}]"
+                return df.use(export) if export in eng.snapshot().catalog else None
+            gp._build(source, view_preds=[ANSWER], export=False, shared=shared)
+        except BaseException:
+            if self._session is not None:
+                eng.drop_input(self._session.name)
+            raise
+        self._goal_program = gp
+        self.view = gp.views[ANSWER]
+        self._lock = threading.Lock()
+
+    def _rows(self, values):
+        k = len(self.pattern.asked)
+        if k == 0:
+            raise UsageError(f"goal {self.pattern.pred}{self.pattern.args} has no '?' argument to ask")
+        if len(values) == 1 and k > 1 and isinstance(values[0], (tuple, list)):
+            values = tuple(values[0])
+        if len(values) != k:
+            raise UsageError(f"ask/retract take {k} value(s), one per '?' of the goal; got {len(values)}")
+        return [tuple(values)]
+
+    def ask(self, *values):
+        """Add a binding of the '?' arguments; its answers join ``view`` (``eng.wait(g.view)``)."""
+        self._change(values, self._session.insert)
+
+    def retract(self, *values):
+        """Remove a binding asked before; its answers leave ``view``."""
+        self._change(values, self._session.remove)
+
+    def _change(self, values, how):
+        """The binding goes in at the latest epoch of the inputs the goal reads; then those of them with
+        nothing buffered advance with it (an empty epoch each), so the answer is complete at once, as
+        K-Pg's interactive queries advance the graph and the query inputs together."""
+        rows = self._rows(values)
+        eng = self.program.engine
+        sessions = eng.inputs()
+        info = eng.snapshot().dataflows.get(self.name)
+        upstream = info.sources if info is not None else ()
+        base = [sessions[n] for n in upstream
+                if n in sessions and n != self._session.name and not sessions[n].closed]
+        with self._lock:
+            epoch = max([s.epoch for s in base] + [self._session.epoch])
+            self._session.advance_to(epoch)
+            how(rows)
+            self._session.advance_to(epoch + 1)
+            for s in base:
+                if s.epoch <= epoch and not s.buffered:
+                    try:
+                        s.advance_to(epoch + 1)
+                    except UsageError:  # advanced meanwhile by its owner
+                        pass
+
+    def drop(self):
+        """Uninstall the goal's dataflow and forget its bindings."""
+        eng = self.program.engine
+        if self.name in eng.snapshot().dataflows:
+            eng.drop(self.name)
+        self._goal_program._drop_helpers()
+        if self._session is not None and self._session.name in eng.inputs():
+            eng.drop_input(self._session.name)
+
+    def __repr__(self):
+        args = ", ".join(str(x) for x in self.pattern.args)
+        return f"<goal {self.pattern.pred}({args}) of {self.program.name!r}: dataflow {self.name!r}>"
+
+
+def _join_columns(a, pred) -> list:
+    """Positions of ``pred`` at which some rule joins or filters on a variable (worth an index)."""
+    out = set()
+    for r in a.program.rules:
+        counts = {}
+        for node in (r.head, *r.body):
+            for v in variables(node):
+                counts[v.name] = counts.get(v.name, 0) + 1
+        for lit in r.body:
+            if isinstance(lit, Atom) and lit.pred == pred:
+                out |= {i for i, x in enumerate(lit.args) if isinstance(x, Var) and not x.anonymous
+                        and counts[x.name] > 1}
+    return sorted(out)
+
+
+def _dependencies(a, preds) -> set:
+    """``preds`` and every derived predicate they read, directly or not."""
+    out, todo = set(), list(preds)
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.add(p)
+        todo += [lit.pred for r in a.program.rules if r.head.pred == p for lit in r.body
+                 if isinstance(lit, Atom) and lit.pred in a.derived]
+    return out
+
+
+def _inputs_only(a):
+    """The analysis of a program that derives nothing (a lazy program's dataflow)."""
+    return dataclasses.replace(a, derived={}, strata=[], aggregates={})
+
+
+def _constant(x):
+    if isinstance(x, Const):
+        return x.value
+    if isinstance(x, BinOp):
+        left, right = _constant(x.left), _constant(x.right)
+        if x.op == "/":
+            return left // right if isinstance(left, int) and isinstance(right, int) else left / right
+        return {"+": left + right, "-": left - right, "*": left * right, "%": left % right}[x.op]
+    raise DatalogError(f"not a constant: {x!r}")
