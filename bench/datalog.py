@@ -105,8 +105,10 @@ ALL_PROGRAMS = PAIR_PROGRAMS + RMAT_PROGRAMS
 RMAT_PARAMS = {1: (0.45, 0.25, 0.15, 0.15), 2: (0.25, 0.25, 0.25, 0.25), 3: (0.50, 0.20, 0.10, 0.20),
                4: (0.35, 0.25, 0.15, 0.25)}
 
-QUICK = {"tree_height": 8, "grid_side": 40, "gnp_n": 2000, "rmat_scale": 11, "rmat_edges": 10_000,
-         "peer_timeout": 60.0, "asks": 30, "updates": 100, "latency_workers": "1"}
+# --quick: small graphs (answers of 3,600 to 110,000 rows; G(2000, 0.0005) has out-degree 1 on average, so
+# no giant strongly connected component and a tc of 104,000 rows instead of 2.6 M at p = 0.001)
+QUICK = {"tree_height": 8, "grid_side": 20, "gnp_n": 2000, "gnp_p": 0.0005, "rmat_scale": 10,
+         "rmat_edges": 5_000, "peer_timeout": 20.0, "asks": 20, "updates": 100, "latency_workers": "1"}
 SLOW_PEERS = ("pyspark",)   # left out at --quick unless --peers names it
 DEFAULT_PEERS = ("duckdb", "pyspark", "clingo")
 PEER_MODULES = {"duckdb": "duckdb", "pyspark": "pyspark", "clingo": "clingo"}
@@ -514,3 +516,800 @@ def tc_ref(g: dict, cache: dict | None = None) -> TCReference:
     if cache is not None:
         cache[("tc", g["name"])] = ref
     return ref
+
+
+# -- streaming changes ------------------------------------------------------------------------------------
+
+
+def make_changes(g: dict, count: int, seed: int) -> list:
+    """``count`` single-edge changes (op, u, v, w, eid): alternately insert a random edge (uniform
+    endpoints, a random weight; eid = m, m+1, ...) and delete an edge of the original graph not deleted
+    before (eid = its index)."""
+    rng = np.random.default_rng(seed + 7)
+    n, m = g["n"], len(g["src"])
+    wmax = int(g["w"].max()) if "w" in g and len(g["w"]) else 1
+    gone = rng.choice(m, size=min(m, (count + 1) // 2), replace=False)
+    out, new = [], m
+    for i in range(count):
+        if i % 2 == 0:
+            u, v = (int(x) for x in rng.integers(0, n, 2))
+            out.append(("+", u, v, int(rng.integers(1, wmax + 1)), new))
+            new += 1
+        else:
+            e = int(gone[i // 2])
+            w = int(g["w"][e]) if "w" in g else 1
+            out.append(("-", int(g["src"][e]), int(g["dst"][e]), w, e))
+    return out
+
+
+def final_graph(g: dict, changes) -> dict:
+    """``g`` after ``changes`` (a multiset: an inserted copy of an original edge survives its deletion)."""
+    keep = np.ones(len(g["src"]), dtype=bool)
+    add = [(u, v, w) for op, u, v, w, _ in changes if op == "+"]
+    for op, u, v, w, eid in changes:
+        if op == "-":
+            keep[eid] = False
+    a = np.asarray(add, dtype=np.int64).reshape(-1, 3)
+    out = dict(g)
+    out["src"] = np.concatenate([g["src"][keep], a[:, 0]])
+    out["dst"] = np.concatenate([g["dst"][keep], a[:, 1]])
+    if "w" in g:
+        out["w"] = np.concatenate([g["w"][keep], a[:, 2]])
+    return out
+
+
+# -- kpgnb ------------------------------------------------------------------------------------------------
+
+_GRAPHS: dict = {}
+
+
+def _graph(spec: dict) -> dict:
+    """make_graph, remembered per process (several jobs use one graph)."""
+    key = repr(sorted(spec.items()))
+    if key not in _GRAPHS:
+        _GRAPHS.clear()
+        _GRAPHS[key] = make_graph(spec)
+    return _GRAPHS[key]
+
+
+def _load(eng, g: dict, program: str) -> dict:
+    """One engine input per base relation of ``program``, loaded from the arrays and advanced to 1."""
+    sessions = {}
+    for rel, cols in base_relations(g, program).items():
+        s = eng.input(rel, INPUT_COLUMNS[rel], rows=cols)
+        s.advance_to(1)
+        sessions[rel] = s
+    return sessions
+
+
+def _busy(eng, names, top: int = 6) -> dict:
+    """Where the dataflows' time went (busiest operators), for the JSON."""
+    from .graphs import operator_busy
+    out = {}
+    for name in names:
+        try:
+            b = operator_busy(eng, name, top=top)
+        except Exception:  # noqa: BLE001 - the dataflow is gone: no figures
+            continue
+        b.pop("all", None)
+        out[name] = b
+    return out
+
+
+def _rows(view) -> int:
+    cols = view.columns()
+    return len(next(iter(cols.values()))) if cols else 0
+
+
+def kpgnb_batch(eng, g: dict, program: str) -> tuple:
+    """Load ``g``, install ``program``, wait for its answer: (times, normal form)."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    _load(eng, g, program)
+    prog = eng.datalog(PROGRAMS[program], name=program)
+    view = prog[program]
+    eng.wait(view)
+    t1 = time.perf_counter()
+    cols = view.columns()
+    ans = normalize(program, list(cols.values()), g["n"])
+    t2 = time.perf_counter()
+    return {"total_s": t1 - t0, "read_s": t2 - t1, "cpu_s": time.process_time() - c0,
+            "columns": list(cols), "operators": _busy(eng, [program])}, ans
+
+
+def kpgnb_asks(eng, g: dict, asks: int, seed: int) -> tuple:
+    """Goal-directed tc(?, _) (a program installed with materialize=False: only the inputs' indexes): for
+    each of ``asks`` random x, ask + wait (the latency), read the answer, retract + wait. Returns
+    (figures, answer: per ask (x, rows, hash of the rows), rows left after each retract)."""
+    rng = np.random.default_rng(seed + 11)
+    xs = rng.choice(g["n"], size=min(asks, g["n"]), replace=False).astype(np.int64)
+    t0 = time.perf_counter()
+    _load(eng, g, "tc")
+    prog = eng.datalog(PROGRAMS["tc"], name="tc", materialize=False)
+    goal = prog.goal("tc(?, _)")
+    eng.wait(goal.view)
+    setup_s = time.perf_counter() - t0
+    ask_s, retract_s, got, left = [], [], [], 0
+    for x in xs.tolist():
+        t = time.perf_counter()
+        goal.ask(x)
+        eng.wait(goal.view)
+        ask_s.append(time.perf_counter() - t)
+        cols = list(goal.view.columns().values())
+        got.append((x, len(cols[0]), pair_hash(cols[0], cols[1]), bool(np.all(cols[0] == x))))
+        t = time.perf_counter()
+        goal.retract(x)
+        eng.wait(goal.view)
+        retract_s.append(time.perf_counter() - t)
+        left += _rows(goal.view)
+    a = np.asarray(ask_s) * 1e3
+    r = np.asarray(retract_s) * 1e3
+    return ({"setup_s": setup_s, "asks": len(a), "p50_ms": percentile(a, 50), "p99_ms": percentile(a, 99),
+             "max_ms": float(a.max()), "first_ms": float(a[0]), "retract_p50_ms": percentile(r, 50),
+             "retract_p99_ms": percentile(r, 99), "mean_rows": float(np.mean([x[1] for x in got])),
+             "ask_ms": a.tolist(), "retract_ms": r.tolist(), "operators": _busy(eng, [goal.name])},
+            {"asks": got, "left_after_retract": left})
+
+
+def kpgnb_stream(eng, g: dict, program: str, updates: int, seed: int) -> tuple:
+    """Load, install, wait; then ``updates`` single-edge changes, one epoch each (change, advance every
+    input, wait for the view). Returns (figures, final answer)."""
+    t0 = time.perf_counter()
+    sessions = _load(eng, g, program)
+    prog = eng.datalog(PROGRAMS[program], name=program)
+    view = prog[program]
+    eng.wait(view)
+    initial_s = time.perf_counter() - t0
+    rel = "wedge" if program == "sssp" else "edge"
+    target = sessions[rel]
+    others = [s for r, s in sessions.items() if r != rel]
+    before = _busy(eng, [program], top=10_000)
+    lat, epoch = [], 1
+    for op, u, v, w, _ in make_changes(g, updates, seed):
+        row = {"src": np.array([u], dtype=np.int64), "dst": np.array([v], dtype=np.int64)}
+        if rel == "wedge":
+            row["w"] = np.array([w], dtype=np.int64)
+        t = time.perf_counter()
+        (target.insert if op == "+" else target.remove)(row)
+        epoch += 1
+        target.advance_to(epoch)
+        for s in others:
+            s.advance_to(epoch)
+        eng.wait(view)
+        lat.append(time.perf_counter() - t)
+    cols = list(view.columns().values())
+    ms = np.asarray(lat) * 1e3
+    after = _busy(eng, [program], top=10_000)
+    busy = after.get(program, {}).get("busy_s", 0) - before.get(program, {}).get("busy_s", 0)
+    return ({"initial_s": initial_s, "updates": len(ms), "p50_ms": percentile(ms, 50),
+             "p99_ms": percentile(ms, 99), "max_ms": float(ms.max()) if len(ms) else None,
+             "mean_ms": float(ms.mean()) if len(ms) else None, "operator_busy_s": busy,
+             "latencies_ms": ms.tolist()}, normalize(program, cols, g["n"]))
+
+
+def warm_datalog():
+    """The Datalog front end's one-time costs (imports, building the lark parser: 0.8 s here), paid
+    before any job is timed, as the kernels are."""
+    import kpgnb as kp
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("edge", ["src", "dst"], rows={"src": np.array([0, 1]), "dst": np.array([1, 2])})
+        e.advance_to(1)
+        prog = eng.datalog("tc(x, y) :- edge(x, y).\ntc(x, y) :- tc(x, z), edge(z, y).\n"
+                           "m(y, min<d>) :- edge(y, _), d = 0.\nm(y, min<d>) :- m(x, d1), edge(x, y), d = d1 + 1.\n",
+                           name="warm")
+        eng.wait(prog["m"])
+
+
+def kpgnb_side(emit, workers: int, jobs: list):
+    """kpgnb at ``workers``, one engine per job. ``jobs``: (key, kind, program, spec, extra) with kind
+    "batch", "ask" or "stream"; emits ("warm", {...}), then ("start", key) and ("query", key, figures,
+    answer) per job."""
+    import kpgnb as kp
+    from kpgnb.engine.warmup import warm_kernels
+    t = time.perf_counter()
+    warm_kernels()
+    warm_datalog()
+    emit("warm", {"s": time.perf_counter() - t})
+    for key, kind, program, spec, extra in jobs:
+        g = _graph(spec)
+        emit("start", key)
+        with kp.Engine(workers=workers) as eng:
+            if kind == "batch":
+                figs, ans = kpgnb_batch(eng, g, program)
+            elif kind == "ask":
+                figs, ans = kpgnb_asks(eng, g, extra["asks"], extra["seed"])
+            else:
+                figs, ans = kpgnb_stream(eng, g, program, extra["updates"], extra["seed"])
+        emit("query", key, figs, ans)
+
+
+# -- peers ------------------------------------------------------------------------------------------------
+
+DUCKDB_SQL = {
+    "tc": """
+WITH RECURSIVE tc(x, y) AS (
+    SELECT src, dst FROM edge
+    UNION
+    SELECT tc.x, e.dst FROM tc JOIN edge e ON e.src = tc.y
+)
+SELECT x, y FROM tc""",
+    "sg": """
+WITH RECURSIVE sg(x, y) AS (
+    SELECT e1.dst, e2.dst FROM edge e1 JOIN edge e2 ON e1.src = e2.src WHERE e1.dst <> e2.dst
+    UNION
+    SELECT e1.dst, e2.dst FROM sg JOIN edge e1 ON e1.src = sg.x JOIN edge e2 ON e2.src = sg.y
+)
+SELECT x, y FROM sg""",
+    "reach": """
+WITH RECURSIVE reach(y) AS (
+    SELECT node FROM root
+    UNION
+    SELECT e.dst FROM reach r JOIN edge e ON e.src = r.y
+)
+SELECT y FROM reach""",
+    # USING KEY (DuckDB >= 1.3): one row per key; the recursive step reads the rows changed in the last
+    # round (the working table) and recurring.cc, every key's current row: semi-naive min propagation
+    "cc": """
+WITH RECURSIVE cc(x, l) USING KEY (x) AS (
+    SELECT node, node FROM node
+    UNION
+    SELECT e.dst, min(c.l)
+    FROM cc c JOIN edge e ON e.src = c.x
+    JOIN recurring.cc cur ON cur.x = e.dst
+    GROUP BY e.dst
+    HAVING min(c.l) < min(cur.l)
+)
+SELECT x, l FROM cc""",
+    "sssp": """
+WITH RECURSIVE sssp(y, d) USING KEY (y) AS (
+    SELECT node, 0::BIGINT FROM root
+    UNION
+    SELECT e.dst, min(s.d + e.w)
+    FROM sssp s JOIN wedge e ON e.src = s.y
+    LEFT JOIN recurring.sssp cur ON cur.y = e.dst
+    GROUP BY e.dst
+    HAVING min(cur.d) IS NULL OR min(s.d + e.w) < min(cur.d)
+)
+SELECT y, d FROM sssp""",
+}
+
+
+def duckdb_side(emit, jobs: list, memory_limit: str | None = None):
+    """DuckDB: per job a fresh in-memory database, the base relations loaded from Arrow, then
+    ``CREATE TABLE answer AS <recursive CTE>``."""
+    t = time.perf_counter()
+    import duckdb
+    import pyarrow as pa
+    from .peers import duckdb_warm
+    duckdb_warm()
+    info = {"version": duckdb.__version__, "s": time.perf_counter() - t}
+    for key, program, spec in jobs:
+        g = _graph(spec)
+        emit("start", key)
+        con = duckdb.connect()
+        if memory_limit:
+            con.execute(f"SET memory_limit = '{memory_limit}'").fetchall()
+        info.setdefault("threads", con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        emit("import", info)
+        c0, t0 = time.process_time(), time.perf_counter()
+        for rel, cols in base_relations(g, program).items():
+            con.register("frame", pa.table(cols))
+            con.execute(f'CREATE TABLE "{rel}" AS SELECT * FROM frame').fetchall()
+            con.unregister("frame")
+        try:
+            con.execute("CREATE TABLE answer AS " + DUCKDB_SQL[program]).fetchall()
+        except duckdb.ParserException as e:
+            if "USING KEY" in DUCKDB_SQL[program]:
+                emit("query", key, {"status": f"not expressible (this DuckDB has no USING KEY: {e})"}, None)
+                con.close()
+                continue
+            raise
+        t1 = time.perf_counter()
+        out = con.execute("SELECT * FROM answer").fetchnumpy()
+        ans = normalize(program, [np.asarray(out[c]) for c in out], g["n"])
+        t2 = time.perf_counter()
+        con.close()
+        emit("query", key, {"total_s": t1 - t0, "read_s": t2 - t1, "cpu_s": time.process_time() - c0}, ans)
+
+
+SPARK_CHECKPOINT_EVERY = 3
+
+
+def _spark_pairs_loop(spark, edges, program: str):
+    """Semi-naive tc / sg: each round joins the pairs found in the last round (delta) with the edges,
+    keeps the pairs not found before (left anti join), localCheckpoint per round (cuts the lineage)."""
+    from pyspark.sql import functions as F
+    e = edges.select("src", "dst")
+    if program == "tc":
+        found = e.select(F.col("src").alias("x"), F.col("dst").alias("y")).distinct().localCheckpoint()
+    else:
+        e1, e2 = e.alias("e1"), e.alias("e2")
+        found = (e1.join(e2, F.col("e1.src") == F.col("e2.src")).where(F.col("e1.dst") != F.col("e2.dst"))
+                 .select(F.col("e1.dst").alias("x"), F.col("e2.dst").alias("y")).distinct().localCheckpoint())
+    delta, rounds = found, 0
+    while True:
+        rounds += 1
+        if program == "tc":
+            step = delta.join(e, delta.y == e.src).select(delta.x, F.col("dst").alias("y"))
+        else:
+            e1 = e.select(F.col("src").alias("a"), F.col("dst").alias("nx"))
+            e2 = e.select(F.col("src").alias("b"), F.col("dst").alias("ny"))
+            step = (delta.join(e1, delta.x == e1.a).join(e2, delta.y == e2.b)
+                    .select(F.col("nx").alias("x"), F.col("ny").alias("y")))
+        new = step.distinct().join(found, ["x", "y"], "left_anti").localCheckpoint()
+        if new.count() == 0:
+            break
+        found = found.unionByName(new)
+        if rounds % SPARK_CHECKPOINT_EVERY == 0:
+            found = found.localCheckpoint()
+        delta = new
+    return found.localCheckpoint()
+
+
+def _spark_reach(spark, edges, roots):
+    from pyspark.sql import functions as F
+    e = edges.select(F.col("src").alias("y"), F.col("dst"))
+    found = roots.select(F.col("node").alias("y")).distinct().localCheckpoint()
+    delta, rounds = found, 0
+    while True:
+        rounds += 1
+        new = (delta.join(e, "y").select(F.col("dst").alias("y")).distinct()
+               .join(found, "y", "left_anti").localCheckpoint())
+        if new.count() == 0:
+            break
+        found = found.unionByName(new)
+        if rounds % SPARK_CHECKPOINT_EVERY == 0:
+            found = found.localCheckpoint()
+        delta = new
+    return found.localCheckpoint()
+
+
+def _spark_min_loop(spark, start, edges, weighted: bool):
+    """Semi-naive recursive min (cc: labels along the edges; sssp: distances, dist + w): the keys whose
+    value dropped in the last round offer value (+ w) to their out-neighbours; a key takes the smallest
+    offer below its current value (or its first)."""
+    from pyspark.sql import functions as F
+    val = start.localCheckpoint()
+    changed, rounds = val, 0
+    while True:
+        rounds += 1
+        j = changed.join(edges, changed.k == edges.src)
+        offer = (F.col("v") + F.col("w")) if weighted else F.col("v")
+        offers = j.groupBy(F.col("dst").alias("k")).agg(F.min(offer).alias("o"))
+        improved = (offers.join(val, "k", "left").where(F.col("v").isNull() | (F.col("o") < F.col("v")))
+                    .select("k", F.col("o").alias("v")).localCheckpoint())
+        if improved.count() == 0:
+            break
+        val = (val.join(improved.withColumnRenamed("v", "nv"), "k", "full")
+               .select("k", F.coalesce("nv", "v").alias("v")))
+        if rounds % SPARK_CHECKPOINT_EVERY == 0:
+            val = val.localCheckpoint()
+        changed = improved
+    return val.localCheckpoint()
+
+
+def pyspark_side(emit, jobs: list, driver_memory: str = "4g"):
+    """PySpark on local[2] (the session start is emitted as "setup", not counted): per job the base
+    relations from Arrow (cached), then the semi-naive loop, the answer checkpointed."""
+    t = time.perf_counter()
+    import pyarrow as pa
+    import pyspark
+    from pyspark.sql import functions as F
+    import kpgnb.spark as ks
+    emit("import", {"version": pyspark.__version__, "s": time.perf_counter() - t})
+    t = time.perf_counter()
+    spark = ks.session(app="bench.datalog", cores=2, **{"spark.driver.memory": driver_memory})
+    emit("setup", {"s": time.perf_counter() - t})
+    for key, program, spec in jobs:
+        g = _graph(spec)
+        emit("start", key)
+        c0, t0 = time.process_time(), time.perf_counter()
+        rel = {r: spark.createDataFrame(pa.table(cols)).cache() for r, cols in base_relations(g, program).items()}
+        for d in rel.values():
+            d.count()
+        if program in PAIR_PROGRAMS:
+            out, cols = _spark_pairs_loop(spark, rel["edge"], program), ["x", "y"]
+        elif program == "reach":
+            out, cols = _spark_reach(spark, rel["edge"], rel["root"]), ["y"]
+        elif program == "cc":
+            start = rel["node"].select(F.col("node").alias("k"), F.col("node").alias("v"))
+            out, cols = _spark_min_loop(spark, start, rel["edge"], False), ["k", "v"]
+        else:
+            start = rel["root"].select(F.col("node").alias("k"), F.lit(0).cast("long").alias("v"))
+            out, cols = _spark_min_loop(spark, start, rel["wedge"], True), ["k", "v"]
+        t1 = time.perf_counter()
+        tab = out.toArrow()
+        ans = normalize(program, [tab.column(c).to_numpy() for c in cols], g["n"])
+        t2 = time.perf_counter()
+        for d in rel.values():
+            d.unpersist()
+        spark.catalog.clearCache()
+        emit("query", key, {"total_s": t1 - t0, "read_s": t2 - t1, "cpu_s": time.process_time() - c0}, ans)
+
+
+CLINGO_ASP = {
+    "tc": "tc(X,Y) :- edge(X,Y).\ntc(X,Y) :- tc(X,Z), edge(Z,Y).\n#show tc/2.\n",
+    "sg": "sg(X,Y) :- edge(P,X), edge(P,Y), X != Y.\nsg(X,Y) :- edge(A,X), sg(A,B), edge(B,Y).\n#show sg/2.\n",
+    "reach": "reach(Y) :- root(Y).\nreach(Y) :- reach(X), edge(X,Y).\n#show reach/1.\n",
+    # no recursive min in (stratified) ASP: every ancestor's label, then the min per node (quadratic)
+    "cc": "lab(X,X) :- node(X).\nlab(Y,L) :- lab(X,L), edge(X,Y).\ncc(X,M) :- node(X), M = #min{L : lab(X,L)}.\n"
+          "#show cc/2.\n",
+    "sssp": None,
+}
+CLINGO_NOT_EXPRESSIBLE = ("not expressible (a recursive min over path lengths: grounding it needs every "
+                          "length of every walk)")
+
+
+def _facts(pred: str, cols: dict) -> str:
+    arrays = [np.asarray(c).astype(str) for c in cols.values()]
+    body = arrays[0]
+    for a in arrays[1:]:
+        body = np.char.add(np.char.add(body, ","), a)
+    return "".join((pred + "(" + np.char.add(body, ").\n").astype(object)).tolist())
+
+
+def clingo_side(emit, jobs: list):
+    """clingo: the program's ASP rules and the graph as facts (text built before the clock starts);
+    time = parse + ground + solve (the model's symbols); reading them into arrays is "read"."""
+    t = time.perf_counter()
+    import clingo
+    emit("import", {"version": clingo.__version__, "s": time.perf_counter() - t})
+    for key, program, spec in jobs:
+        g = _graph(spec)
+        emit("start", key)
+        if CLINGO_ASP[program] is None:
+            emit("query", key, {"status": CLINGO_NOT_EXPRESSIBLE}, None)
+            continue
+        facts = "".join(_facts(rel, cols) for rel, cols in base_relations(g, program).items())
+        c0, t0 = time.process_time(), time.perf_counter()
+        ctl = clingo.Control(["--warn=none"])
+        ctl.add("base", [], facts)
+        ctl.add("base", [], CLINGO_ASP[program])
+        ctl.ground([("base", [])])
+        syms = None
+        with ctl.solve(yield_=True) as h:
+            for m in h:
+                syms = m.symbols(shown=True)
+                break
+        t1 = time.perf_counter()
+        arity = 1 if program == "reach" else 2
+        flat = np.fromiter((a.number for s in syms for a in s.arguments), dtype=np.int64,
+                           count=len(syms) * arity)
+        cols = [flat[i::arity] for i in range(arity)]
+        ans = normalize(program, cols, g["n"])
+        t2 = time.perf_counter()
+        del ctl, syms
+        emit("query", key, {"total_s": t1 - t0, "read_s": t2 - t1, "cpu_s": time.process_time() - c0,
+                            "facts_bytes": len(facts)}, ans)
+
+
+PEER_SIDES = {"duckdb": duckdb_side, "pyspark": pyspark_side, "clingo": clingo_side}
+
+
+# -- the program ------------------------------------------------------------------------------------------
+
+KPG_TABLE2_MS = {"tree": 2.56, "grid": 346.0, "gnp": 18.3}   # K-Pg Table 2: tc(?, _) medians, 32 workers
+
+
+def _status(reason: str) -> str:
+    """A failure as the table and the JSON name it."""
+    r = str(reason)
+    if "OutOfMemory" in r or "Out of Memory" in r or "MemoryError" in r or "java heap" in r.lower():
+        return "out of memory"
+    if "exit code -9" in r:
+        return "killed by SIGKILL (out of memory?)"
+    return r
+
+
+def _short(status: str) -> str:
+    s = str(status)
+    for k, v in (("not expressible", "n/e"), ("out of memory", "OOM"), ("SIGKILL", "killed"),
+                 ("wrong answer", "WRONG"), ("not installed", "not inst."), ("skipped", "skipped")):
+        if k in s:
+            return v
+    if s.startswith(">"):
+        return s.split("(")[0].strip()
+    return "error" if s.startswith("error") or s.startswith("died") else s
+
+
+def collect(msgs, failures: dict, keys, checker) -> dict:
+    """{key: figures + status} from one side's messages; ``checker(key, answer)`` -> None or what differs."""
+    out, steps = {}, {}
+    for m in msgs:
+        if m[0] in ("warm", "import", "setup"):
+            steps[m[0]] = m[1]
+    err = next((m for m in msgs if m[0] == "error"), None)
+    for key in keys:
+        got = [m for m in msgs if m[0] == "query" and m[1] == key]
+        if got:
+            _, _, figs, ans = got[-1]
+            if "status" in figs:
+                out[key] = dict(figs)
+                continue
+            bad = checker(key, ans)
+            if bad:
+                out[key] = {**figs, "status": "wrong answer", "answer": "wrong answer", "detail": bad}
+                print(f"    {key}: wrong answer: {bad}", flush=True)
+            else:
+                out[key] = {**figs, "status": "ok", "answer": "ok"}
+        else:
+            reason = failures.get(key) or (err[1] if err else "not run")
+            out[key] = {"status": _status(reason)}
+            if err is not None and key == next(iter(failures), None):
+                out[key]["traceback"] = err[2]
+    return {"steps": steps, "jobs": out}
+
+
+def check_asks(ref: "TCReference", ans) -> str | None:
+    """Each asked x's rows against the reference; and nothing left after the retracts."""
+    if ans is None:
+        return "no answer"
+    bad = []
+    for x, rows, h, only_x in ans["asks"]:
+        ys = ref.row(x)
+        if rows != len(ys) or h != pair_hash(np.full(len(ys), x), ys) or not only_x:
+            bad.append(f"x={x}: {rows:,} rows, want {len(ys):,}" + ("" if only_x else " (rows of other x)"))
+    if ans["left_after_retract"]:
+        bad.append(f"{ans['left_after_retract']:,} rows left in the view after the retracts")
+    return (f"{len(bad)} of {len(ans['asks'])} asks wrong: " + "; ".join(bad[:3])) if bad else None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", default="1,2", help="kpgnb worker counts for the batch runs, comma-separated")
+    p.add_argument("--latency-workers", default="1,2",
+                   help="worker counts for the interactive and streaming runs (a subset of --workers)")
+    p.add_argument("--programs", default=",".join(ALL_PROGRAMS))
+    p.add_argument("--graphs", default="tree,grid,gnp,rmat1,rmat2,rmat3,rmat4")
+    p.add_argument("--tree-height", type=int, default=11)
+    p.add_argument("--grid-side", type=int, default=150)
+    p.add_argument("--gnp-n", type=int, default=10_000)
+    p.add_argument("--gnp-p", type=float, default=0.001)
+    p.add_argument("--rmat-scale", type=int, default=16, help="RMAT graphs have 2^scale nodes")
+    p.add_argument("--rmat-edges", type=int, default=500_000, help="RMAT edges drawn (duplicates dropped)")
+    p.add_argument("--max-weight", type=int, default=4, help="sssp's edge weights are 1..this")
+    p.add_argument("--max-rows", type=int, default=30_000_000,
+                   help="skip a (program, graph) whose answer has more rows than this (0: no limit)")
+    p.add_argument("--peers", default=None, help="comma-separated, from " + ",".join(DEFAULT_PEERS) +
+                   " (default: all installed; pyspark not at --quick)")
+    p.add_argument("--peer-timeout", type=float, default=300.0,
+                   help="seconds a system may take for one job (kpgnb included) before it is killed")
+    p.add_argument("--peer-memory", default="8GB", help="DuckDB's memory_limit")
+    p.add_argument("--spark-memory", default="4g", help="spark.driver.memory (local mode: all of Spark's heap)")
+    p.add_argument("--asks", type=int, default=200, help="goal-directed tc(?, _) asks per graph (0: none)")
+    p.add_argument("--updates", type=int, default=1000, help="streaming single-edge changes (0: none)")
+    p.add_argument("--stream-graph", default="rmat1", help="the RMAT configuration the streaming runs use")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag", default="", help="write bench/results/datalog-TAG.json instead (a partial run)")
+    a = parse_args(p, argv, QUICK)
+    argv_list = sys.argv[1:] if argv is None else list(argv)
+    a.graphs = [x.strip() for x in a.graphs.split(",") if x.strip()]
+    programs = [x.strip() for x in a.programs.split(",") if x.strip()]
+    for x in programs:
+        if x not in PROGRAMS:
+            p.error(f"unknown program {x!r}; choose from {','.join(PROGRAMS)}")
+    for x in a.graphs:
+        if x not in ("tree", "grid", "gnp") and not (x.startswith("rmat") and x[4:].isdigit() and int(x[4:]) in RMAT_PARAMS):
+            p.error(f"unknown graph {x!r}; choose from tree,grid,gnp,rmat1..rmat4")
+    workers = [int(w) for w in a.workers.split(",")]
+    lat_workers = [int(w) for w in a.latency_workers.split(",") if int(w) in workers]
+    notes = {}
+    if a.peers is None:
+        peers = []
+        for name in DEFAULT_PEERS:
+            if name in SLOW_PEERS and a.quick:
+                notes[name] = "skipped at --quick (--peers to run it)"
+            else:
+                peers.append(name)
+    else:
+        peers = [x.strip() for x in a.peers.split(",") if x.strip()]
+        for x in peers:
+            if x not in PEER_SIDES:
+                p.error(f"unknown peer {x!r}; choose from {','.join(PEER_SIDES)}")
+    installed = []
+    for name in peers:
+        if importlib.util.find_spec(PEER_MODULES[name]) is not None:
+            installed.append(name)
+        else:
+            notes[name] = "not installed"
+    load0 = os.getloadavg()
+    specs = graph_specs(a)
+    print(f"bench.datalog: graphs {', '.join(s['name'] for s in specs)}; programs {','.join(programs)}; kpgnb "
+          f"W={a.workers} (latency W={','.join(map(str, lat_workers))}); peers {','.join(installed) or '-'}; "
+          f"timeout {a.peer_timeout:g} s/job; load average {load0[0]:.2f}", flush=True)
+
+    # -- references and the jobs
+    cache, refs, skipped, graph_info = {}, {}, {}, {}
+    batch = []      # (key, program, spec)
+    for spec in specs:
+        g = make_graph(spec)
+        graph_info[spec["name"]] = {**spec, "nodes": g["n"], "edges": len(g["src"])}
+        for program in programs_for(spec, programs):
+            key = f"{program}@{spec['name']}"
+            t = time.perf_counter()
+            want, rows = reference(program, g, a.max_rows, cache)
+            refs[key] = {"answer": want, "rows": rows, "s": time.perf_counter() - t}
+            if want is None:
+                skipped[key] = (f"skipped: the answer has {rows:,} rows > --max-rows {a.max_rows:,}" if rows else
+                                f"skipped: the answer has > --max-rows {a.max_rows:,} rows")
+            else:
+                batch.append((key, program, spec))
+    asks = []       # (key, "ask", "tc", spec, extra)
+    if a.asks > 0:
+        for spec in specs:
+            if spec["kind"] in ("tree", "grid", "gnp"):
+                asks.append((f"ask:tc@{spec['name']}", "ask", "tc", spec, {"asks": a.asks, "seed": a.seed}))
+                tc_ref(make_graph(spec), cache)
+    streams = []
+    stream_refs = {}
+    if a.updates > 0:
+        c = int(a.stream_graph[4:])
+        spec = {"name": f"rmat{c}-{a.rmat_scale}", "kind": "rmat", "config": c, "scale": a.rmat_scale,
+                "edges": a.rmat_edges, "seed": a.seed + c, "max_weight": a.max_weight}
+        g = make_graph(spec)
+        fg = final_graph(g, make_changes(g, a.updates, a.seed))
+        graph_info.setdefault(spec["name"], {**spec, "nodes": g["n"], "edges": len(g["src"])})
+        for program in RMAT_PROGRAMS:
+            if program in programs:
+                key = f"stream:{program}@{spec['name']}"
+                streams.append((key, "stream", program, spec, {"updates": a.updates, "seed": a.seed}))
+                stream_refs[key] = reference(program, fg)[0]
+    print(f"  references ready: {sum(r['s'] for r in refs.values()):.1f} s; batch jobs {len(batch)}, skipped "
+          f"{len(skipped)}", flush=True)
+
+    def checker(key, ans):
+        if key.startswith("ask:"):
+            return check_asks(cache[("tc", key.split("@", 1)[1])], ans)
+        if key.startswith("stream:"):
+            return check(key[7:].split("@")[0], ans, stream_refs[key])
+        return check(key.split("@")[0], ans, refs[key]["answer"])
+
+    results = {"kpgnb": {}, "peers": {}}
+    from kpgnb.engine.warmup import warm_kernels
+    from .graphs import run_steps
+    t0 = time.perf_counter()
+    warm_kernels()   # compiled into the shared cache here, so each child only loads it
+    print(f"  kpgnb kernels ready in {time.perf_counter() - t0:.1f} s", flush=True)
+    for w in workers:
+        jobs = [(k, "batch", prog, spec, {}) for k, prog, spec in batch]
+        if w in lat_workers:
+            jobs += asks + streams
+        keys = [j[0] for j in jobs]
+        t0 = time.perf_counter()
+        msgs, fails = run_steps(kpgnb_side, lambda pend, jobs=jobs, w=w: (w, [j for j in jobs if j[0] in pend]),
+                                keys, a.peer_timeout)
+        results["kpgnb"][f"W={w}"] = collect(msgs, fails, keys, checker)
+        print(f"  kpgnb W={w} done in {time.perf_counter() - t0:.1f} s", flush=True)
+    for name in installed:
+        keys = [k for k, _, _ in batch]
+        extra = ()
+        if name == "duckdb":
+            extra = (a.peer_memory,)
+        elif name == "pyspark":
+            extra = (a.spark_memory,)
+        t0 = time.perf_counter()
+        msgs, fails = run_steps(PEER_SIDES[name],
+                                lambda pend, extra=extra: ([j for j in batch if j[0] in pend], *extra),
+                                keys, a.peer_timeout)
+        results["peers"][name] = collect(msgs, fails, keys, checker)
+        print(f"  {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    batch_rows, goals = summarize_batch(results, batch, skipped, refs, workers, installed, notes)
+    ask_rows, stream_rows = summarize_latency(results, asks, streams, lat_workers, graph_info)
+    goals += goals_latency(results, asks, lat_workers, specs)
+    kcols = [f"kpgnb W={w} s" for w in workers]
+    pcols = []
+    for name in installed:
+        pcols += [f"{name} s", f"x {name}"]
+    print(f"\nbatch: seconds from loading the inputs to the answer; x PEER = peer's time / kpgnb's best W "
+          f"(above 1: kpgnb faster); n/e = not expressible, WRONG = wrong answer")
+    print(table(batch_rows, ["program", "graph", "rows"] + kcols + pcols))
+    if ask_rows:
+        print("\ninteractive: tc(?, _) goal, g.ask(x) + eng.wait(g.view), then g.retract(x)")
+        print(table(ask_rows, ["graph", "W", "asks", "p50 ms", "p99 ms", "max ms", "rows/ask", "retract p50 ms",
+                               "K-Pg p50 ms", "answers"]))
+    if stream_rows:
+        print("\nstreaming: one edge inserted or deleted per epoch; update + advance + eng.wait(view)")
+        print(table(stream_rows, ["program", "graph", "W", "updates", "p50 ms", "p99 ms", "max ms", "initial s",
+                                  "final answer"]))
+    print()
+    print(table(goals, ["goal", "measured", "met"]))
+    load1 = os.getloadavg()
+    versions = {"numpy": np.__version__}
+    for name, r in results["peers"].items():
+        versions[name] = r["steps"].get("import", {}).get("version")
+    for name in ("scipy", "networkx"):
+        try:
+            versions[name] = importlib.import_module(name).__version__
+        except ImportError:
+            pass
+    payload = {"command": "python -m bench.datalog " + " ".join(argv_list),
+               "params": {"graphs": graph_info, "programs": programs, "workers": workers,
+                          "latency_workers": lat_workers, "peers": installed, "peer_timeout_s": a.peer_timeout,
+                          "peer_memory": a.peer_memory, "spark_memory": a.spark_memory, "max_rows": a.max_rows, "asks": a.asks,
+                          "updates": a.updates, "seed": a.seed, "rmat_params": RMAT_PARAMS,
+                          "load_average_start": load0, "load_average_end": load1},
+               "programs": {k: PROGRAMS[k] for k in programs}, "duckdb_sql": DUCKDB_SQL, "clingo_asp": CLINGO_ASP,
+               "versions": versions, "notes": notes, "skipped": skipped,
+               "references": {k: {"rows": r["rows"], "s": r["s"]} for k, r in refs.items()},
+               "results": results, "batch_table": batch_rows, "interactive_table": ask_rows,
+               "streaming_table": stream_rows, "goals": goals}
+    print("wrote", write_result(f"datalog-{a.tag}" if a.tag else "datalog", payload, a.quick))
+    return payload
+
+
+def _cell(r: dict | None):
+    if r is None:
+        return None
+    return r["total_s"] if r.get("status") == "ok" else _short(r.get("status", ""))
+
+
+def summarize_batch(results, batch, skipped, refs, workers, installed, notes):
+    rows, goals = [], []
+    keys = [k for k, _, _ in batch] + list(skipped)
+    wins, finished = 0, 0
+    for key in sorted(keys, key=lambda k: (ALL_PROGRAMS.index(k.split("@")[0]), k)):
+        program, graph = key.split("@")
+        row = {"program": program, "graph": graph, "rows": refs[key]["rows"]}
+        if key in skipped:
+            row.update({f"kpgnb W={w} s": "skipped" for w in workers})
+            row.update({f"{n} s": "skipped" for n in installed})
+            rows.append(row)
+            continue
+        best = None
+        for w in workers:
+            r = results["kpgnb"][f"W={w}"]["jobs"].get(key)
+            row[f"kpgnb W={w} s"] = _cell(r)
+            if r and r.get("status") == "ok":
+                best = r["total_s"] if best is None else min(best, r["total_s"])
+        for name in installed:
+            r = results["peers"][name]["jobs"].get(key)
+            row[f"{name} s"] = _cell(r)
+            if r and r.get("status") == "ok" and best:
+                row[f"x {name}"] = r["total_s"] / best
+                finished += 1
+                wins += r["total_s"] > best
+        rows.append(row)
+    if finished:
+        goals.append({"goal": "batch: kpgnb faster than every peer where the peer finishes",
+                      "measured": f"faster in {wins} of {finished} (program, graph, peer) runs",
+                      "met": "yes" if wins == finished else "NO"})
+    return rows, goals
+
+
+def summarize_latency(results, asks, streams, lat_workers, graph_info):
+    ask_rows, stream_rows = [], []
+    for key, _, _, spec, _ in asks:
+        for w in lat_workers:
+            r = results["kpgnb"][f"W={w}"]["jobs"].get(key, {})
+            ok = r.get("status") == "ok"
+            ask_rows.append({"graph": spec["name"], "W": w, "asks": r.get("asks"), "p50 ms": r.get("p50_ms"),
+                             "p99 ms": r.get("p99_ms"), "max ms": r.get("max_ms"),
+                             "rows/ask": r.get("mean_rows"), "retract p50 ms": r.get("retract_p50_ms"),
+                             "K-Pg p50 ms": KPG_TABLE2_MS.get(spec["kind"]),
+                             "answers": "ok" if ok else _short(r.get("status", "not run"))})
+    for key, _, program, spec, _ in streams:
+        for w in lat_workers:
+            r = results["kpgnb"][f"W={w}"]["jobs"].get(key, {})
+            ok = r.get("status") == "ok"
+            stream_rows.append({"program": program, "graph": spec["name"], "W": w, "updates": r.get("updates"),
+                                "p50 ms": r.get("p50_ms"), "p99 ms": r.get("p99_ms"), "max ms": r.get("max_ms"),
+                                "initial s": r.get("initial_s"),
+                                "final answer": "ok" if ok else _short(r.get("status", "not run"))})
+    return ask_rows, stream_rows
+
+
+def goals_latency(results, asks, lat_workers, specs):
+    goals = []
+    for key, _, _, spec, _ in asks:
+        kpg = KPG_TABLE2_MS[spec["kind"]]
+        for w in lat_workers:
+            r = results["kpgnb"][f"W={w}"]["jobs"].get(key, {})
+            if r.get("status") != "ok":
+                continue
+            goals.append({"goal": f"interactive tc(?, _) on {spec['name']} W={w}: p50 <= K-Pg's {kpg:g} ms",
+                          "measured": f"{r['p50_ms']:.2f} ms", "met": "yes" if r["p50_ms"] <= kpg else "NO"})
+    return goals
+
+
+if __name__ == "__main__":
+    main()
