@@ -887,7 +887,7 @@ def _spark_min_loop(spark, start, edges, weighted: bool):
     return val.localCheckpoint()
 
 
-def pyspark_side(emit, jobs: list, driver_memory: str = "4g"):
+def pyspark_side(emit, jobs: list, driver_memory: str = "4g", warm: bool = True):
     """PySpark on local[2] (the session start is emitted as "setup", not counted): per job the base
     relations from Arrow (cached), then the semi-naive loop, the answer checkpointed."""
     t = time.perf_counter()
@@ -898,6 +898,14 @@ def pyspark_side(emit, jobs: list, driver_memory: str = "4g"):
     emit("import", {"version": pyspark.__version__, "s": time.perf_counter() - t})
     t = time.perf_counter()
     spark = ks.session(app="bench.datalog", cores=2, **{"spark.driver.memory": driver_memory})
+    # the JVM's first joins, aggregations and checkpoints (code generation, class loading) on a 3-edge
+    # graph: one-time costs, counted with the session start and not against the first job
+    tiny = None if not warm else spark.createDataFrame(pa.table({"src": np.array([0, 1, 1]), "dst": np.array([1, 2, 0]),
+                                           "w": np.array([1, 1, 1])}))
+    if warm:
+        _spark_pairs_loop(spark, tiny, "tc").count()
+        _spark_min_loop(spark, tiny.select(F.col("src").alias("k"), F.col("src").alias("v")).distinct(), tiny,
+                        True).count()
     emit("setup", {"s": time.perf_counter() - t})
     for key, program, spec in jobs:
         g = _graph(spec)
