@@ -108,7 +108,8 @@ RMAT_PARAMS = {1: (0.45, 0.25, 0.15, 0.15), 2: (0.25, 0.25, 0.25, 0.25), 3: (0.5
 # --quick: small graphs (answers of 3,600 to 110,000 rows; G(2000, 0.0005) has out-degree 1 on average, so
 # no giant strongly connected component and a tc of 104,000 rows instead of 2.6 M at p = 0.001)
 QUICK = {"tree_height": 8, "grid_side": 20, "gnp_n": 2000, "gnp_p": 0.0005, "rmat_scale": 10,
-         "rmat_edges": 5_000, "peer_timeout": 20.0, "asks": 20, "updates": 100, "latency_workers": "1"}
+         "rmat_edges": 5_000, "peer_timeout": 20.0, "asks": 20, "ask_seconds": 5.0, "updates": 100,
+         "latency_workers": "1", "max_rows": 300_000}
 SLOW_PEERS = ("pyspark",)   # left out at --quick unless --peers names it
 DEFAULT_PEERS = ("duckdb", "pyspark", "clingo")
 PEER_MODULES = {"duckdb": "duckdb", "pyspark": "pyspark", "clingo": "clingo"}
@@ -415,7 +416,9 @@ def _popcount_rows(m: np.ndarray) -> np.ndarray:
 
 def sg_reference(src, dst, n, max_rows: int = 0):
     """Same generation by semi-naive evaluation in NumPy (pairs coded x * n + y; a bitmap of the pairs
-    found). Returns the normal form, or None once more than ``max_rows`` rows (when > 0) are found."""
+    found). Returns the normal form, or None (with ``max_rows`` > 0) once more than ``max_rows`` rows are
+    found or one round would derive more than 2 x ``max_rows`` candidate rows (G(10,000, 0.001)'s second
+    round: about 100 M)."""
     order = np.argsort(src, kind="stable")
     s, d = src[order], dst[order]
     start = np.searchsorted(s, np.arange(n + 1))
@@ -448,6 +451,8 @@ def sg_reference(src, dst, n, max_rows: int = 0):
         with np.errstate(over="ignore"):
             h = h + np.uint64(pair_hash(a, b))
         # sg(x, y) :- edge(a, x), sg(a, b), edge(b, y)
+        if max_rows and int(np.sum(deg[a] * deg[b])) > 2 * max_rows:
+            return None
         i, xx = children(np.arange(len(a)), a)          # (index into a, x)
         j, yy = children(np.arange(len(i)), b[i])        # (index into i / xx, y)
         cand = _uniq(xx[j] * n + yy)
@@ -616,10 +621,11 @@ def kpgnb_batch(eng, g: dict, program: str) -> tuple:
             "columns": list(cols), "operators": _busy(eng, [program])}, ans
 
 
-def kpgnb_asks(eng, g: dict, asks: int, seed: int) -> tuple:
+def kpgnb_asks(eng, g: dict, asks: int, seed: int, seconds: float = 0) -> tuple:
     """Goal-directed tc(?, _) (a program installed with materialize=False: only the inputs' indexes): for
-    each of ``asks`` random x, ask + wait (the latency), read the answer, retract + wait. Returns
-    (figures, answer: per ask (x, rows, hash of the rows), rows left after each retract)."""
+    each of ``asks`` random x, ask + wait (the latency), read the answer, retract + wait; stops early once
+    ``seconds`` (> 0) have passed. Returns (figures, answer: per ask (x, rows, hash of the rows), rows left
+    after each retract)."""
     rng = np.random.default_rng(seed + 11)
     xs = rng.choice(g["n"], size=min(asks, g["n"]), replace=False).astype(np.int64)
     t0 = time.perf_counter()
@@ -629,7 +635,10 @@ def kpgnb_asks(eng, g: dict, asks: int, seed: int) -> tuple:
     eng.wait(goal.view)
     setup_s = time.perf_counter() - t0
     ask_s, retract_s, got, left = [], [], [], 0
+    start = time.perf_counter()
     for x in xs.tolist():
+        if seconds and ask_s and time.perf_counter() - start > seconds:
+            break
         t = time.perf_counter()
         goal.ask(x)
         eng.wait(goal.view)
@@ -716,7 +725,7 @@ def kpgnb_side(emit, workers: int, jobs: list):
             if kind == "batch":
                 figs, ans = kpgnb_batch(eng, g, program)
             elif kind == "ask":
-                figs, ans = kpgnb_asks(eng, g, extra["asks"], extra["seed"])
+                figs, ans = kpgnb_asks(eng, g, extra["asks"], extra["seed"], extra.get("seconds", 0))
             else:
                 figs, ans = kpgnb_stream(eng, g, program, extra["updates"], extra["seed"])
         emit("query", key, figs, ans)
@@ -955,9 +964,11 @@ def _facts(pred: str, cols: dict) -> str:
     return "".join((pred + "(" + np.char.add(body, ").\n").astype(object)).tolist())
 
 
-def clingo_side(emit, jobs: list):
+def clingo_side(emit, jobs: list, max_rows: int = 0):
     """clingo: the program's ASP rules and the graph as facts (text built before the clock starts);
-    time = parse + ground + solve (the model's symbols); reading them into arrays is "read"."""
+    time = parse + ground + solve (the model's symbols); reading them into arrays is "read". cc grounds
+    lab(y, l) for every ancestor l of y: at least S^2 atoms for a strongly connected component of S nodes,
+    so it is skipped when that exceeds ``max_rows`` (> 0), as the other systems skip answers that big."""
     t = time.perf_counter()
     import clingo
     emit("import", {"version": clingo.__version__, "s": time.perf_counter() - t})
@@ -967,6 +978,15 @@ def clingo_side(emit, jobs: list):
         if CLINGO_ASP[program] is None:
             emit("query", key, {"status": CLINGO_NOT_EXPRESSIBLE}, None)
             continue
+        if program == "cc" and max_rows:
+            from scipy.sparse.csgraph import connected_components
+            _, lab = connected_components(_csr(g["src"], g["dst"], g["n"]), directed=True, connection="strong")
+            big = int(np.bincount(lab).max())
+            if big * big > max_rows:
+                emit("query", key, {"status": f"skipped: its grounding has >= {big:,}^2 = {big * big:,} lab atoms "
+                                              f"(a strongly connected component of {big:,} nodes) > --max-rows"},
+                     None)
+                continue
         facts = "".join(_facts(rel, cols) for rel, cols in base_relations(g, program).items())
         c0, t0 = time.process_time(), time.perf_counter()
         ctl = clingo.Control(["--warn=none"])
@@ -1084,6 +1104,9 @@ def main(argv=None):
     p.add_argument("--peer-memory", default="8GB", help="DuckDB's memory_limit")
     p.add_argument("--spark-memory", default="4g", help="spark.driver.memory (local mode: all of Spark's heap)")
     p.add_argument("--asks", type=int, default=200, help="goal-directed tc(?, _) asks per graph (0: none)")
+    p.add_argument("--ask-seconds", type=float, default=60.0,
+                   help="stop asking on a graph after this many seconds (0: no limit; grid-150's asks take "
+                        "about 150 rounds each)")
     p.add_argument("--updates", type=int, default=1000, help="streaming single-edge changes (0: none)")
     p.add_argument("--stream-graph", default="rmat1", help="the RMAT configuration the streaming runs use")
     p.add_argument("--seed", type=int, default=0)
@@ -1138,14 +1161,16 @@ def main(argv=None):
             refs[key] = {"answer": want, "rows": rows, "s": time.perf_counter() - t}
             if want is None:
                 skipped[key] = (f"skipped: the answer has {rows:,} rows > --max-rows {a.max_rows:,}" if rows else
-                                f"skipped: the answer has > --max-rows {a.max_rows:,} rows")
+                                f"skipped: the answer has > --max-rows {a.max_rows:,} rows (or the reference's "
+                                f"evaluation derives > 2x that many in one round)")
             else:
                 batch.append((key, program, spec))
     asks = []       # (key, "ask", "tc", spec, extra)
     if a.asks > 0:
         for spec in specs:
             if spec["kind"] in ("tree", "grid", "gnp"):
-                asks.append((f"ask:tc@{spec['name']}", "ask", "tc", spec, {"asks": a.asks, "seed": a.seed}))
+                asks.append((f"ask:tc@{spec['name']}", "ask", "tc", spec,
+                             {"asks": a.asks, "seed": a.seed, "seconds": a.ask_seconds}))
                 tc_ref(make_graph(spec), cache)
     streams = []
     stream_refs = {}
@@ -1192,6 +1217,8 @@ def main(argv=None):
         extra = ()
         if name == "duckdb":
             extra = (a.peer_memory,)
+        elif name == "clingo":
+            extra = (a.max_rows,)
         elif name == "pyspark":
             extra = (a.spark_memory,)
         t0 = time.perf_counter()
@@ -1211,6 +1238,8 @@ def main(argv=None):
     print(f"\nbatch: seconds from loading the inputs to the answer; x PEER = peer's time / kpgnb's best W "
           f"(above 1: kpgnb faster); n/e = not expressible, WRONG = wrong answer")
     print(table(batch_rows, ["program", "graph", "rows"] + kcols + pcols))
+    if notes:
+        print("peers left out: " + "; ".join(f"{k}: {v}" for k, v in notes.items()))
     if ask_rows:
         print("\ninteractive: tc(?, _) goal, g.ask(x) + eng.wait(g.view), then g.retract(x)")
         print(table(ask_rows, ["graph", "W", "asks", "p50 ms", "p99 ms", "max ms", "rows/ask", "retract p50 ms",
@@ -1233,6 +1262,7 @@ def main(argv=None):
     payload = {"command": "python -m bench.datalog " + " ".join(argv_list),
                "params": {"graphs": graph_info, "programs": programs, "workers": workers,
                           "latency_workers": lat_workers, "peers": installed, "peer_timeout_s": a.peer_timeout,
+                          "ask_seconds": a.ask_seconds,
                           "peer_memory": a.peer_memory, "spark_memory": a.spark_memory, "max_rows": a.max_rows, "asks": a.asks,
                           "updates": a.updates, "seed": a.seed, "rmat_params": RMAT_PARAMS,
                           "load_average_start": load0, "load_average_end": load1},
