@@ -1,8 +1,8 @@
 """Batch formation: put updates in arrangement order, sum diffs of equal (key, val, time), drop zeros,
 and build the per-key index (distinct keys, their hashes and row offsets).
 
-Rows arrive distributed into buckets by the top bits of their key hash (engine/kernels/exchange.py
-exchange_rows); each bucket is small enough to stay in cache while it is ordered by the rest of the
+Rows arrive distributed into buckets by their key hash (engine/kernels/exchange.py exchange_rows), each
+a contiguous hash range small enough to stay in cache while it is ordered by the rest of the
 hash, its runs of equal hash put in (key, val, time) order, and consolidated. A single global sort of
 packed words followed by a gather of every column through the permutation costs a cache and TLB miss
 per row and column, which on large batches was several times the sort itself.
@@ -45,7 +45,7 @@ def close_rows(flat, rows, n, k):
             flat[c * k + j] = flat[c * n + j]
 
 
-SHORT_RUN = 24  # runs of equal hash up to this long are ordered by insertion, longer ones by merge sort
+SHORT_RUN = 24  # runs of equal hash up to this long are ranked by counting, longer ones merge sorted
 
 
 @kernel
@@ -171,11 +171,12 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     rv[:, :nr], rt[:nr], rd[:nr]. The outputs may be the inputs themselves (written in place) and koff
     may be ``hs`` when there is one bucket. Returns (nk, nr).
 
-    A bucket's rows are first copied, in hash order, into one row-major scratch matrix S (columns: hash,
-    keys, vals, times, diff), so that arrangement order is the lexicographic order of S's rows without
-    the diff; runs of equal hash (mostly one key's rows) are put in order where they are (their rows are
-    in cache), and consolidation compares neighbours. In place, the output never overtakes the bucket being read, as
-    consolidation only shrinks, and a bucket is read whole before it is written. (Loops are written out: helpers taking arrays cost refcounting per call.)"""
+    Per bucket (its rows are in cache): order by hash, then each run of equal hash (mostly one key's
+    rows) by (key, val, time), all through an index; then copy the rows in that order into one row-major
+    scratch matrix S (columns: hash, keys, vals, times, diff), where consolidation compares neighbours.
+    In place, the output never overtakes the bucket being read, as consolidation only shrinks, and a
+    bucket is read whole before it is written. (Loops are written out: a helper taking arrays costs
+    reference counting per call.)"""
     nb = cnt.shape[0] - 1
     kk = ks.shape[0]
     kv = vs.shape[0]
