@@ -82,7 +82,7 @@ class Antichain:
     def less_equal(self, other: "Antichain") -> bool:
         """Frontier order: every time in advance of ``other`` is in advance of ``self``."""
         a, b = self.elements, other.elements
-        if a == b:
+        if a == b or not b:
             return True
         if len(a) == 1 and len(b) == 1:
             return leq(a[0], b[0])
@@ -195,6 +195,8 @@ def rep_matrix(times: np.ndarray, frontier: Antichain) -> np.ndarray:
     """rep_F applied to every row of a time matrix (element-wise min over f of max(t, f))."""
     if not frontier.elements:
         return times.copy()
+    if len(frontier.elements) == 1:  # the usual case: one time, no minimum to take
+        return np.maximum(times, np.array(frontier.elements[0], np.int64))
     f = frontier.matrix()
     return np.min(np.maximum(times[:, None, :], f[None, :, :]), axis=1)
 

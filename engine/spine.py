@@ -153,6 +153,8 @@ class Spine:
     def tidy_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether tidying has work now: a tidying merge in progress, or a bloated spine whose oldest
         batch is being merged or could start a tidying merge."""
+        if self._settled == (logical.elements, physical.elements):
+            return False  # maintenance found nothing to start, tidying included, and nothing changed since
         es = self.entries
         if any(isinstance(e, _Merging) and e.tidy for e in es):
             return True
@@ -161,6 +163,8 @@ class Spine:
 
     def idle_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether maintenance would do anything now: a merge in progress, or tidying."""
+        if self._settled == (logical.elements, physical.elements):
+            return False
         return self._merging_count() > 0 or self.tidy_work(logical, physical)
 
     def merging(self) -> tuple:
@@ -329,8 +333,9 @@ class Spine:
 def _collapsible(batch: Batch, logical: Antichain) -> bool:
     """Whether advancing the batch's times to ``logical`` could make two of them equal: its ``since``
     lags ``logical`` and its times differ in a coordinate where the least of them is behind it."""
-    if len(batch) < 2 or not logical.elements or _later(logical, batch.since) == batch.since:
-        return False
+    since = batch.since
+    if len(batch) < 2 or not logical.elements or (since.elements and logical.less_equal(since)):
+        return False  # (the frontier has not passed its since: compacting cannot change its times)
     lo, hi = batch.time_range
     return any(lo[c] < hi[c] and lo[c] < f[c] for f in logical.elements for c in range(len(lo)))
 

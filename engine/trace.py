@@ -215,9 +215,18 @@ class Trace:
         return live_records(self.snapshot, self.kk, self.kv, self.depth, self.logical)
 
     def insert(self, batches, run=None):
-        """Append and maintain."""
-        self.append(batches)
-        self.maintain(run)
+        """Append and maintain, publishing once: the snapshot readers get holds the new batches (merged
+        or not), and listeners hear of them after it is published, as with ``append``."""
+        lower = self.snapshot.upper
+        for spine, b in zip(self.spines, batches):
+            spine.append(b)
+        self._unsettled = True
+        try:
+            self.maintain(run)  # publishes, whatever happens
+        finally:
+            upper = self.snapshot.upper
+            for listener in list(self._listeners):
+                listener.deliver(batches, lower, upper)
 
     def publish(self, progress: bool = False):
         """Swap in a new snapshot if any shard changed since the last one, or (``progress``: after idle

@@ -76,7 +76,7 @@ def kernel_signatures(family: str) -> list:
                 (times.minimal_times, (I2,)),
                 (seek.unique_sorted_keys, (I1, I2)),
                 (seek.seek_keys, (I1, I2, I1, I2)),
-                (seek.row_counts, (I1, I1)),
+                (seek.seek_rows, (I1, I2, I1, I1, I2, I1, I1)),
                 (seek.gather_rows, (I1, I1, I2, I2, I1, I1, I2, I2, I1, I1)),
                 (seek.merge_key_lists, (I1, I2, I1, I2)),
                 (merge.merge_step, (I1, I2, I1, I2, I2, I1) * 3 + (I1, I2, i8))]
