@@ -245,7 +245,11 @@ class Spine:
             self._settled = settled
 
     def _merging_count(self) -> int:
-        return sum(isinstance(e, _Merging) for e in self.entries)
+        n = 0
+        for e in self.entries:
+            if e.__class__ is _Merging:
+                n += 1
+        return n
 
     def _tidy_pair(self, logical: Antichain, physical: Antichain):
         """The tidying merge a bloated spine can start now, as (older, newer), or None: the two oldest

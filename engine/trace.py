@@ -158,9 +158,10 @@ class Trace:
             spine.append(b)
         self._unsettled = True
         self.publish()
-        upper = self.snapshot.upper
-        for listener in list(self._listeners):
-            listener.deliver(batches, lower, upper)
+        if len(self._listeners):
+            upper = self.snapshot.upper
+            for listener in list(self._listeners):
+                listener.deliver(batches, lower, upper)
 
     def maintain(self, run=None):
         """Spend the fuel the appended batches owe on merges (per shard, in parallel when ``run`` is the
@@ -224,9 +225,10 @@ class Trace:
         try:
             self.maintain(run)  # publishes, whatever happens
         finally:
-            upper = self.snapshot.upper
-            for listener in list(self._listeners):
-                listener.deliver(batches, lower, upper)
+            if len(self._listeners):
+                upper = self.snapshot.upper
+                for listener in list(self._listeners):
+                    listener.deliver(batches, lower, upper)
 
     def publish(self, progress: bool = False):
         """Swap in a new snapshot if any shard changed since the last one, or (``progress``: after idle
