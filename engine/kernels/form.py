@@ -84,7 +84,7 @@ def _radix_bucket(m, lbits, ia, la, ib, lb, hist):
 
 @kernel
 def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
-    """Rows s..s+m-1 ordered by their hash: (row indices, hashes) in one of the two buffer pairs.
+    """Rows s..s+m-1 ordered by their hash: row indices in ia[:m], hashes in la[:m] (ib, lb: scratch).
     The hashes are ordered as offsets from the bucket's least one, spanning ``lbits`` bits. Hashes are
     uniform, so one counting pass on the top log2(2m) of those bits leaves about one distinct hash per
     slot and an insertion pass finishes the order in linear time (rows of one key share a hash and never
@@ -135,11 +135,13 @@ def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
             for j in range(m):
                 ia[j] = s + j
                 la[j] = rh[s + j] - lo
-            ia, la = _radix_bucket(m, lbits, ia, la, ib, lb, hist)
+            ri, rl = _radix_bucket(m, lbits, ia, la, ib, lb, hist)
+            for j in range(m):
+                ia[j] = ri[j]
+                la[j] = rl[j]
             break
     for j in range(m):
         la[j] += lo
-    return ia, la
 
 
 @kernel
@@ -185,8 +187,8 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     mmax = 0
     for b in range(nb):
         mmax = max(mmax, cnt[b + 1] - cnt[b])
-    ia = np.empty(mmax, np.int64)
-    la = np.empty(mmax, np.int64)
+    oi = np.empty(mmax, np.int64)  # a bucket's rows in order
+    ol = np.empty(mmax, np.int64)  # and their hashes
     ib = np.empty(mmax, np.int64)
     lb = np.empty(mmax, np.int64)
     hist = np.empty((4, 1 << 11), np.int64)  # radix passes over at most 44 bits
@@ -201,7 +203,7 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
         m = cnt[b + 1] - s
         if m == 0:
             continue
-        oi, ol = _order_bucket(hs, s, m, ia, la, ib, lb, hist, slots)
+        _order_bucket(hs, s, m, oi, ol, ib, lb, hist, slots)
         # runs of equal hash (mostly one key's rows) in (key, val, time) order, by reordering ``oi``: on
         # the first column where the run's rows differ, ranked by counting (branch-free: an insertion
         # sort mispredicts about once per row on random data), by insertion where that column ties
