@@ -74,8 +74,7 @@ class Cursor:
         batches = self.batches
         found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
-        for i, b in enumerate(batches):
-            seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)
+        hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
         off = np.zeros(m + 1, np.int64)
         np.cumsum(counts, out=off[1:])
         total = int(off[-1])
@@ -85,7 +84,8 @@ class Cursor:
         if total:
             probe = np.empty(total, np.int64)
             cursor = off[:-1].copy()
-            for i, b in enumerate(batches):
+            for i in hit:  # (a few small probes mostly find rows in few of the batches)
+                b = batches[i]
                 gather_rows(found[i], b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
         if not self.lens.identity:
             times = self.lens.apply(times)

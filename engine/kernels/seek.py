@@ -48,13 +48,17 @@ def seek_keys(bkh, bkeys, pkh, pkeys):
 @kernel
 def seek_rows(bkh, bkeys, koff, pkh, pkeys, kidx, counts):
     """``seek_keys`` into ``kidx`` (the batch key index of each probe, or -1), adding each found probe's
-    row count to ``counts``: one call per batch, nothing allocated (a cursor seeks many small batches)."""
+    row count to ``counts``; returns the rows found (none: the cursor skips gathering from this batch)."""
     found = seek_keys(bkh, bkeys, pkh, pkeys)
+    rows = 0
     for p in range(found.shape[0]):
         k = found[p]
         kidx[p] = k
         if k >= 0:
-            counts[p] += koff[k + 1] - koff[k]
+            c = koff[k + 1] - koff[k]
+            counts[p] += c
+            rows += c
+    return rows
 
 
 @kernel
