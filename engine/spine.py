@@ -145,7 +145,9 @@ class Spine:
         """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and
         no failed tidy says it will not help yet (module docstring)."""
         r = self._records
-        if r <= BLOAT * self.live_estimate(logical):
+        # the estimate is at least |balance| (each batch's |balance| is at most its records), so most
+        # calls are answered without it (it is recomputed whenever the logical frontier moves)
+        if r <= BLOAT * abs(self._balance) or r <= BLOAT * self.live_estimate(logical):
             return False
         limit, hi = self._guard
         return r > limit or _passed(hi, logical)
