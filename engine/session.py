@@ -168,6 +168,7 @@ class InputSession:
     def apply(self, run):
         """Shard, form and append everything accepted so far as one batch per shard. On failure the rows
         stay (in ``_incoming`` or the batcher) for the next try, and the failure is recorded."""
+        batches = None
         try:
             if self._incoming:
                 self._batcher.push([(c.data, np.zeros((0, len(c.diffs)), np.int64),
@@ -175,7 +176,7 @@ class InputSession:
                                     for c in self._incoming], run)
                 self._incoming = []
             if self._target != self.trace.upper:
-                self.trace.append(self._batcher.seal(self.trace.upper, self._target, run))
+                batches = self._batcher.seal(self.trace.upper, self._target, run)
         except Exception as e:  # noqa: BLE001 - reported on the input, retried
             self.failure = self._report = e
             return
@@ -185,7 +186,10 @@ class InputSession:
         else:
             self._handle.set_logical_compaction(Antichain())
         try:
-            self.trace.maintain(run)
+            if batches is not None:
+                self.trace.insert(batches, run)  # appending cannot fail; one snapshot for both
+            else:
+                self.trace.maintain(run)
         except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
             self._report = e
 
