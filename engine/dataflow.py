@@ -250,6 +250,15 @@ def _update(op: Operator, inputs_moved: bool = True):
         op._stale = False
 
 
+def _restart(loop):
+    """Mark a loop for recomputation from the empty frontier (the top of the lattice)."""
+    for op in loop:
+        op.out_frontier = _EMPTY
+        op._stale = True
+        for c, _ in op.consumers:
+            c._stale = True
+
+
 class Graph:
     """The operators of one dataflow in build order, with progress tracking and the run loop.
 
@@ -330,11 +339,7 @@ class Graph:
         ops = self.ops
         for loop in self._loops:
             if any(op._stale for op in loop):
-                for op in loop:
-                    op.out_frontier = _EMPTY
-                    op._stale = True
-                    for c, _ in op.consumers:
-                        c._stale = True
+                _restart(loop)
         again = True
         while again:
             again = False
@@ -344,6 +349,12 @@ class Graph:
                     if _refresh(op):
                         for c, _ in op.consumers:
                             c._stale = True
+                            if c._loop is not None and c._loop is not op._loop:
+                                # a loop's input moved: its frontiers are a greatest fixed point, which
+                                # only iteration from the top reaches (from below, rounds would climb
+                                # one per sweep without end)
+                                _restart(c._loop)
+                                again = again or c._loop[0]._pos <= i
                             if c._pos <= i:
                                 again = True
 

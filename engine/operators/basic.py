@@ -321,8 +321,8 @@ class FeedbackOp(Operator):
                         t = t[keep]
                 shards.append(UpdateBatch(b.data, t, b.diffs))
             lower = self.summary(msg.lower)
-            if lower.elements:
-                self.send(Updates(shards, lower))
+            if lower.elements and any(b is not None for b in shards):  # nothing to feed back: the
+                self.send(Updates(shards, lower))                       # loop may settle
 
 
 class FlattenOp(Operator):
@@ -346,7 +346,8 @@ class FlattenOp(Operator):
                 times = np.concatenate([b.times for b in parts], axis=0)
                 diffs = np.concatenate([b.diffs for b in parts])
                 shards.append(UpdateBatch(data, times if lens.identity else lens.apply(times), diffs))
-            self.send(Updates(shards, msg.lower))
+            if any(b is not None for b in shards):  # an empty message would only hold frontiers back:
+                self.send(Updates(shards, msg.lower))  # in a loop it would go round forever
 
 
 class EnterArrangedOp(Operator):
