@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 
 import numpy as np
@@ -48,6 +49,7 @@ class InputSession:
         self.dropped = False  # set by the scheduler (Engine.drop_input); every later call refuses
         self._buffer: list = []
         self._lock = threading.Lock()
+        self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
@@ -112,6 +114,25 @@ class InputSession:
                     return
                 raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
+            self._send(at_epoch(epoch))
+            self.epoch = epoch
+        for f in list(self._followers):
+            f._catch_up(epoch)
+
+    def follow(self, leader: "InputSession"):
+        """Advance with ``leader`` whenever it advances and this input has nothing buffered, so that an
+        input written only now and then (a goal's asked bindings) never holds back the dataflows that
+        read both: their frontier is the least of their inputs'."""
+        leader._followers.add(self)
+        self._catch_up(leader.epoch)
+
+    def unfollow(self, leader: "InputSession"):
+        leader._followers.discard(self)
+
+    def _catch_up(self, epoch: int):
+        with self._lock:
+            if self.closed or self.dropped or self._buffer or epoch <= self.epoch or self._engine_closed():
+                return
             self._send(at_epoch(epoch))
             self.epoch = epoch
 
