@@ -772,8 +772,6 @@ def test_drop_removes_dataflows_and_helpers(engine_factory):
     assert rows_of(again["tc"]) == {(1, 2), (2, 3), (5, 6)}
 
 
-@pytest.mark.xfail(strict=True, reason="compiler._head casts the counted str variable to the count column's "
-                   "int64 before counting: ValueError invalid literal for int()")
 @pytest.mark.parametrize("func", ["count", "countd"])
 def test_count_over_strings(engine_factory, func):
     """count<n> / countd<n> of a str variable: the count column is int, the counted values are not."""
