@@ -1,8 +1,11 @@
 """Arrangement throughput: batch formation and trace maintenance for random 64-bit keys, against the time
-NumPy takes merely to sort the same keys (the practical floor); and, with ``--open-loop``, the K-Pg
+NumPy takes merely to sort the same keys (the practical floor); with ``--edges N``, the whole path a user
+sees for one large batch (N random edges loaded into an input, then ``arrange_by("src")``, at each of
+``--workers``, against NumPy's sort of the src keys); and, with ``--open-loop``, the K-Pg
 open-loop latency experiment (paper section 6.5, Fig. 6a and 6e).
 
     python -m bench.arrange [--batches 100] [--batch-size 100000] [--keys 10000000] [--quick]
+                            [--edges 10000000 --nodes 1000000 --workers 1 2 --repeats 3]
     python -m bench.arrange --open-loop [--keys 10000000] [--rates 1000000,500000,...] [--seconds 10]
                             [--min-rate 31250] [--effort-rate R] [--quick]
 
@@ -80,6 +83,52 @@ def run(batches: int, size: int, keyspace: int, seed: int = 0) -> dict:
             "worst_insert_ms": worst * 1e3, "final_batches": st["batches"], "final_records": st["records"],
             "final_bytes": st["bytes"],
         }
+    return out
+
+
+def run_edges(n: int, nodes: int, workers: list, repeats: int, seed: int = 0) -> dict:
+    """Load n edges into an input (insert, advance, wait), then install ``arrange_by("src").export`` and
+    wait for it, in a fresh engine per repeat; process CPU seconds (the fair measure on a shared machine)
+    and wall seconds of each, the arrangements' sizes checked against NumPy."""
+    import kpgnb as kp
+
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, nodes, n, dtype=np.int64)
+    dst = rng.integers(0, nodes, n, dtype=np.int64)
+    sorts = []
+    for _ in range(3):
+        c0 = time.process_time()
+        np.sort(src)
+        sorts.append(time.process_time() - c0)
+    pairs = len(np.unique(src * nodes + dst))
+    keys = len(np.unique(src))
+    out = {"edges": n, "nodes": nodes, "sort_floor_cpu_s": min(sorts), "runs": {}}
+    for w in workers:
+        runs = []
+        for _ in range(repeats):
+            with kp.Engine(workers=w) as eng:
+                warm = eng.input("warm", ["src", "dst"], rows={"src": src[:1000], "dst": dst[:1000]})
+                warm.advance_to(1)
+                with eng.dataflow("warm") as df:
+                    df.input("warm").arrange_by("src").export("warm_by_src")
+                eng.wait(None)
+                c0, t0 = time.process_time(), time.perf_counter()
+                edges = eng.input("edges", ["src", "dst"], rows={"src": src, "dst": dst})
+                edges.advance_to(1)
+                eng.wait(None)
+                c1, t1 = time.process_time(), time.perf_counter()
+                with eng.dataflow("idx") as df:
+                    df.input("edges").arrange_by("src").export("by_src")
+                eng.wait("idx")
+                eng.wait(None)
+                c2, t2 = time.process_time(), time.perf_counter()
+                sizes = {a["name"]: (a["records"], a["keys"]) for a in eng.arrangements()}
+            if sizes["input:edges"] != (pairs, pairs) or sizes["by_src"] != (pairs, keys):
+                raise AssertionError(f"arrangement sizes {sizes}, expected input:edges {(pairs, pairs)} and "
+                                     f"by_src {(pairs, keys)}")
+            runs.append({"load_cpu_s": c1 - c0, "load_wall_s": t1 - t0, "arrange_cpu_s": c2 - c1,
+                         "arrange_wall_s": t2 - t1})
+        out["runs"][w] = runs
     return out
 
 
@@ -379,6 +428,10 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=100_000)
     p.add_argument("--keys", type=int, default=10_000_000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--edges", type=int, default=0, help="also load and arrange_by this many edges (0: skip)")
+    p.add_argument("--nodes", type=int, default=1_000_000)
+    p.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--repeats", type=int, default=3)
     g = p.add_argument_group("open loop (K-Pg Fig. 6a/6e)")
     g.add_argument("--open-loop", action="store_true",
                    help="run the open-loop latency experiment instead (writes arrange_open_loop.json)")
@@ -406,6 +459,8 @@ def main(argv=None):
         print("wrote", write_result("arrange_open_loop", res, a.quick))
         return res
     res = run(a.batches, a.batch_size, a.keys, a.seed)
+    if a.edges:
+        res["edges"] = run_edges(a.edges, a.nodes, a.workers, a.repeats, a.seed)
     rows = [{"effort": k, "formation/s": v["formation_updates_per_s"], "maintenance/s": v["maintenance_updates_per_s"],
              "total/s": v["total_updates_per_s"], "x sort floor": v["ratio_to_sort_floor"],
              "worst insert ms": v["worst_insert_ms"], "batches": v["final_batches"]}
@@ -413,6 +468,20 @@ def main(argv=None):
     rows.append({"effort": "numpy sort (floor)", "total/s": res["sort_floor_updates_per_s"], "x sort floor": 1.0})
     print(table(rows, ["effort", "formation/s", "maintenance/s", "total/s", "x sort floor", "worst insert ms",
                        "batches"]))
+    if a.edges:
+        e = res["edges"]
+        floor = e["sort_floor_cpu_s"]
+        erows = []
+        for w, runs in e["runs"].items():
+            best = min(runs, key=lambda r: r["arrange_cpu_s"])
+            erows.append({"workers": w, "load cpu s": best["load_cpu_s"], "load wall s": best["load_wall_s"],
+                          "arrange cpu s": best["arrange_cpu_s"], "arrange wall s": best["arrange_wall_s"],
+                          "arrange x sort": best["arrange_cpu_s"] / floor,
+                          "load+arrange x sort": (best["load_cpu_s"] + best["arrange_cpu_s"]) / floor})
+        print(f"\n{e['edges']:,} edges, arrange_by('src') (best of {a.repeats} by CPU; np.sort of the keys "
+              f"{floor:.3f} s CPU)")
+        print(table(erows, ["workers", "load cpu s", "load wall s", "arrange cpu s", "arrange wall s",
+                            "arrange x sort", "load+arrange x sort"]))
     print("wrote", write_result("arrange", res, a.quick))
     return res
 

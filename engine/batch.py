@@ -24,7 +24,7 @@ import numpy as np
 from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step
-from .kernels.exchange import exchange_rows
+from .kernels.exchange import bucket_counts, exchange_rows
 from .lattice import Antichain
 
 
@@ -39,6 +39,9 @@ def form_arrays(keys, vals, times, diffs):
 
 def _serial(fn, items, rows=None):
     return [fn(i) for i in items]
+
+
+PARALLEL_ROWS = 100_000  # below this, one thread distributes the rows (a hand-off costs more)
 
 
 def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
@@ -59,8 +62,18 @@ def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
         rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
         nk, nr = form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
         return [trim(rh, rk, kh, rv, rt, rd, nk, nr)]
-    cnt = exchange_rows(kh, keys, vals, times, diffs, workers, bits, rh, rk, rv, rt, rd)
+    # the distribution runs in parallel over row ranges: counts per range, then each range scatters
+    # from its own starting places (after the earlier ranges' rows: stable)
     per = 1 << bits
+    nb = workers << bits
+    ranges = workers if n >= PARALLEL_ROWS else 1
+    cuts = [n * r // ranges for r in range(ranges + 1)]
+    counts = np.stack(run(lambda r: bucket_counts(kh, cuts[r], cuts[r + 1], nb), range(ranges), rows=n))
+    cnt = np.zeros(nb + 1, np.int64)
+    np.cumsum(counts.sum(axis=0), out=cnt[1:])
+    starts = cnt[:-1] + np.cumsum(counts, axis=0) - counts
+    run(lambda r: exchange_rows(kh, keys, vals, times, diffs, cuts[r], cuts[r + 1], workers, bits, cnt,
+                                starts[r], rh, rk, rv, rt, rd), range(ranges), rows=n)
 
     def shard(s):
         a, b = int(cnt[s * per]), int(cnt[(s + 1) * per])

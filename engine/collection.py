@@ -310,7 +310,9 @@ class Collection:
         if isinstance(self, Arranged) and self.key_names == key_names and self.val_names == val_names:
             return self
         eng = self.builder.engine
-        op = ArrangeOp(self.scope, self._stream(), self.schema.indices(key_names), self.schema.indices(val_names),
+        # an arrangement is re-arranged from its batches directly (no flattened copy in between)
+        src = self.op if isinstance(self, Arranged) else self._stream()
+        op = ArrangeOp(self.scope, src, self.schema.indices(key_names), self.schema.indices(val_names),
                        eng.workers, eng.effort, Site.capture())
         schema = self.schema.select(key_names + val_names)
         return Arranged(self.builder, op, schema, self.scope, key_names, val_names)

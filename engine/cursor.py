@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import form_arrays
-from .kernels.seek import gather_rows, merge_key_lists, row_counts, seek_keys, unique_sorted_keys
+from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order
 from .scope import IDENTITY, TimeLens
 
@@ -71,23 +71,22 @@ class Cursor:
 
     def seek(self, pkh: np.ndarray, pkeys: np.ndarray) -> Histories:
         m = pkh.shape[0]
-        found = [seek_keys(b.kh, b.keys, pkh, pkeys) for b in self.batches]
+        batches = self.batches
+        found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
-        per = []
-        for b, kidx in zip(self.batches, found):
-            c = row_counts(kidx, b.koff)
-            per.append(c)
-            counts += c
+        hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
         off = np.zeros(m + 1, np.int64)
         np.cumsum(counts, out=off[1:])
         total = int(off[-1])
         vals = np.empty((self.kv, total), np.int64)
         times = np.empty((total, self.depth), np.int64)
         diffs = np.empty(total, np.int64)
-        probe = np.empty(total, np.int64)
-        cursor = off[:-1].copy()
-        for b, kidx in zip(self.batches, found):
-            gather_rows(kidx, b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
+        if total:
+            probe = np.empty(total, np.int64)
+            cursor = off[:-1].copy()
+            for i in hit:  # (a few small probes mostly find rows in few of the batches)
+                b = batches[i]
+                gather_rows(found[i], b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
         if not self.lens.identity:
             times = self.lens.apply(times)
         return Histories(pkh, pkeys, off, vals, times, diffs)

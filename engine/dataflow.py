@@ -186,15 +186,21 @@ class Operator:
         return f"{builder.name}: {what}" if builder is not None else what
 
 
-def _refresh(op: Operator) -> bool:
+def _refresh(op: Operator, inputs_moved: bool = True) -> bool:
     """Recompute one operator's frontiers; returns whether its output frontier changed. Its port and
     input frontiers are its upstream operators' output frontiers: a step takes every message queued at
     the operator, so once it runs, everything before them has arrived. Its output frontier also holds
     back for the messages still queued (their lower bounds), mapped through its summary, and for its
-    capabilities."""
+    capabilities. Right after its own step (``inputs_moved=False``) only the output side can have
+    changed."""
     inputs = op.inputs
     held = None
-    if len(inputs) == 1:
+    if not inputs_moved:
+        inp = op.frontier
+        for q in op.queues:
+            for msg in q:
+                held = msg.lower if held is None else held.meet(msg.lower)
+    elif len(inputs) == 1:
         inp = inputs[0].out_frontier
         pf = [inp]
         for msg in op.queues[0]:
@@ -210,8 +216,9 @@ def _refresh(op: Operator) -> bool:
                 held = msg.lower if held is None else held.meet(msg.lower)
         if inp is None:
             inp = _EMPTY
-    op.port_frontiers = pf
-    op.frontier = inp
+    if inputs_moved:
+        op.port_frontiers = pf
+        op.frontier = inp
     if held is not None:
         inp = inp.meet(held)
     if type(op).summary is Operator.summary:
@@ -232,15 +239,24 @@ def _refresh(op: Operator) -> bool:
     return False
 
 
-def _update(op: Operator):
+def _update(op: Operator, inputs_moved: bool = True):
     """Refresh an operator that may have changed and mark its consumers when its output frontier moved.
     An operator inside a loop stays marked: its refreshed frontiers lean on the feedback's from before,
     so the next pass recomputes its loop from scratch (``Graph._settle``)."""
-    if _refresh(op):
+    if _refresh(op, inputs_moved):
         for c, _ in op.consumers:
             c._stale = True
     if op._loop is None:
         op._stale = False
+
+
+def _restart(loop):
+    """Mark a loop for recomputation from the empty frontier (the top of the lattice)."""
+    for op in loop:
+        op.out_frontier = _EMPTY
+        op._stale = True
+        for c, _ in op.consumers:
+            c._stale = True
 
 
 class Graph:
@@ -323,11 +339,7 @@ class Graph:
         ops = self.ops
         for loop in self._loops:
             if any(op._stale for op in loop):
-                for op in loop:
-                    op.out_frontier = _EMPTY
-                    op._stale = True
-                    for c, _ in op.consumers:
-                        c._stale = True
+                _restart(loop)
         again = True
         while again:
             again = False
@@ -337,6 +349,12 @@ class Graph:
                     if _refresh(op):
                         for c, _ in op.consumers:
                             c._stale = True
+                            if c._loop is not None and c._loop is not op._loop:
+                                # a loop's input moved: its frontiers are a greatest fixed point, which
+                                # only iteration from the top reaches (from below, rounds would climb
+                                # one per sweep without end)
+                                _restart(c._loop)
+                                again = again or c._loop[0]._pos <= i
                             if c._pos <= i:
                                 again = True
 
@@ -391,7 +409,7 @@ class Graph:
                     op.busy += time.perf_counter() - t0
                     op.steps += 1
                     ran = True
-                    _update(op)
+                    _update(op, inputs_moved=False)
             if not ran:
                 if start:
                     continue  # a resumed pass saw only the tail: look at every operator before concluding

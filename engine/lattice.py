@@ -82,11 +82,17 @@ class Antichain:
     def less_equal(self, other: "Antichain") -> bool:
         """Frontier order: every time in advance of ``other`` is in advance of ``self``."""
         a, b = self.elements, other.elements
-        if a == b:
+        if a == b or not b:
             return True
         if len(a) == 1 and len(b) == 1:
             return leq(a[0], b[0])
-        return all(self.dominates(o) for o in b)
+        for o in b:
+            for e in a:
+                if leq(e, o):
+                    break
+            else:
+                return False
+        return True
 
     def is_empty(self) -> bool:
         return not self.elements
@@ -108,9 +114,22 @@ class Antichain:
                 return self.copy()
             if leq(b[0], a[0]):
                 return other.copy()
-        out = self.copy()
+        # both hold canonical int tuples: keep the minimal elements of the union
+        kept = list(a)
+        changed = False
         for t in b:
-            out.insert(t)
+            for e in kept:
+                if leq(e, t):
+                    break
+            else:
+                kept = [e for e in kept if not leq(t, e)]
+                kept.append(t)
+                changed = True
+        if not changed:
+            return self.copy()
+        kept.sort()
+        out = _new(Antichain)
+        out.elements = tuple(kept)
         return out
 
     def join(self, other: "Antichain") -> "Antichain":
@@ -195,6 +214,8 @@ def rep_matrix(times: np.ndarray, frontier: Antichain) -> np.ndarray:
     """rep_F applied to every row of a time matrix (element-wise min over f of max(t, f))."""
     if not frontier.elements:
         return times.copy()
+    if len(frontier.elements) == 1:  # the usual case: one time, no minimum to take
+        return np.maximum(times, np.array(frontier.elements[0], np.int64))
     f = frontier.matrix()
     return np.min(np.maximum(times[:, None, :], f[None, :, :]), axis=1)
 

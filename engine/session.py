@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 
 import numpy as np
@@ -48,6 +49,7 @@ class InputSession:
         self.dropped = False  # set by the scheduler (Engine.drop_input); every later call refuses
         self._buffer: list = []
         self._lock = threading.Lock()
+        self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
@@ -114,6 +116,25 @@ class InputSession:
                                  f"(asked for {epoch})")
             self._send(at_epoch(epoch))
             self.epoch = epoch
+        for f in list(self._followers):
+            f._catch_up(epoch)
+
+    def follow(self, leader: "InputSession"):
+        """Advance with ``leader`` whenever it advances and this input has nothing buffered, so that an
+        input written only now and then (a goal's asked bindings) never holds back the dataflows that
+        read both: their frontier is the least of their inputs'."""
+        leader._followers.add(self)
+        self._catch_up(leader.epoch)
+
+    def unfollow(self, leader: "InputSession"):
+        leader._followers.discard(self)
+
+    def _catch_up(self, epoch: int):
+        with self._lock:
+            if self.closed or self.dropped or self._buffer or epoch <= self.epoch or self._engine_closed():
+                return
+            self._send(at_epoch(epoch))
+            self.epoch = epoch
 
     def advanced_past(self, epoch: int):
         """When (``time.perf_counter()``) this input was first advanced beyond ``epoch`` (or closed), as far
@@ -168,6 +189,7 @@ class InputSession:
     def apply(self, run):
         """Shard, form and append everything accepted so far as one batch per shard. On failure the rows
         stay (in ``_incoming`` or the batcher) for the next try, and the failure is recorded."""
+        batches = None
         try:
             if self._incoming:
                 self._batcher.push([(c.data, np.zeros((0, len(c.diffs)), np.int64),
@@ -175,7 +197,7 @@ class InputSession:
                                     for c in self._incoming], run)
                 self._incoming = []
             if self._target != self.trace.upper:
-                self.trace.append(self._batcher.seal(self.trace.upper, self._target, run))
+                batches = self._batcher.seal(self.trace.upper, self._target, run)
         except Exception as e:  # noqa: BLE001 - reported on the input, retried
             self.failure = self._report = e
             return
@@ -185,7 +207,10 @@ class InputSession:
         else:
             self._handle.set_logical_compaction(Antichain())
         try:
-            self.trace.maintain(run)
+            if batches is not None:
+                self.trace.insert(batches, run)  # appending cannot fail; one snapshot for both
+            else:
+                self.trace.maintain(run)
         except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
             self._report = e
 

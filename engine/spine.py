@@ -145,7 +145,9 @@ class Spine:
         """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and
         no failed tidy says it will not help yet (module docstring)."""
         r = self._records
-        if r <= BLOAT * self.live_estimate(logical):
+        # the estimate is at least |balance| (each batch's |balance| is at most its records), so most
+        # calls are answered without it (it is recomputed whenever the logical frontier moves)
+        if r <= BLOAT * abs(self._balance) or r <= BLOAT * self.live_estimate(logical):
             return False
         limit, hi = self._guard
         return r > limit or _passed(hi, logical)
@@ -153,6 +155,8 @@ class Spine:
     def tidy_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether tidying has work now: a tidying merge in progress, or a bloated spine whose oldest
         batch is being merged or could start a tidying merge."""
+        if self._settled == (logical.elements, physical.elements):
+            return False  # maintenance found nothing to start, tidying included, and nothing changed since
         es = self.entries
         if any(isinstance(e, _Merging) and e.tidy for e in es):
             return True
@@ -161,6 +165,8 @@ class Spine:
 
     def idle_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether maintenance would do anything now: a merge in progress, or tidying."""
+        if self._settled == (logical.elements, physical.elements):
+            return False
         return self._merging_count() > 0 or self.tidy_work(logical, physical)
 
     def merging(self) -> tuple:
@@ -241,7 +247,11 @@ class Spine:
             self._settled = settled
 
     def _merging_count(self) -> int:
-        return sum(isinstance(e, _Merging) for e in self.entries)
+        n = 0
+        for e in self.entries:
+            if e.__class__ is _Merging:
+                n += 1
+        return n
 
     def _tidy_pair(self, logical: Antichain, physical: Antichain):
         """The tidying merge a bloated spine can start now, as (older, newer), or None: the two oldest
@@ -329,8 +339,9 @@ class Spine:
 def _collapsible(batch: Batch, logical: Antichain) -> bool:
     """Whether advancing the batch's times to ``logical`` could make two of them equal: its ``since``
     lags ``logical`` and its times differ in a coordinate where the least of them is behind it."""
-    if len(batch) < 2 or not logical.elements or _later(logical, batch.since) == batch.since:
-        return False
+    since = batch.since
+    if len(batch) < 2 or not logical.elements or (since.elements and logical.less_equal(since)):
+        return False  # (the frontier has not passed its since: compacting cannot change its times)
     lo, hi = batch.time_range
     return any(lo[c] < hi[c] and lo[c] < f[c] for f in logical.elements for c in range(len(lo)))
 

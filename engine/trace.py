@@ -158,9 +158,10 @@ class Trace:
             spine.append(b)
         self._unsettled = True
         self.publish()
-        upper = self.snapshot.upper
-        for listener in list(self._listeners):
-            listener.deliver(batches, lower, upper)
+        if len(self._listeners):
+            upper = self.snapshot.upper
+            for listener in list(self._listeners):
+                listener.deliver(batches, lower, upper)
 
     def maintain(self, run=None):
         """Spend the fuel the appended batches owe on merges (per shard, in parallel when ``run`` is the
@@ -215,9 +216,19 @@ class Trace:
         return live_records(self.snapshot, self.kk, self.kv, self.depth, self.logical)
 
     def insert(self, batches, run=None):
-        """Append and maintain."""
-        self.append(batches)
-        self.maintain(run)
+        """Append and maintain, publishing once: the snapshot readers get holds the new batches (merged
+        or not), and listeners hear of them after it is published, as with ``append``."""
+        lower = self.snapshot.upper
+        for spine, b in zip(self.spines, batches):
+            spine.append(b)
+        self._unsettled = True
+        try:
+            self.maintain(run)  # publishes, whatever happens
+        finally:
+            if len(self._listeners):
+                upper = self.snapshot.upper
+                for listener in list(self._listeners):
+                    listener.deliver(batches, lower, upper)
 
     def publish(self, progress: bool = False):
         """Swap in a new snapshot if any shard changed since the last one, or (``progress``: after idle

@@ -65,7 +65,8 @@ def kernel_signatures(family: str) -> list:
     I1, I2 = types.int64[::1], types.int64[:, ::1]
     U1, F2 = types.uint64[::1], types.float64[:, ::1]
     if family == "core":
-        return [(exchange.exchange_rows, (I1, I2, I2, I2, I1, i8, i8, I1, I1, I1, I2, I1)),
+        return [(exchange.bucket_counts, (I1, i8, i8, i8)),
+                (exchange.exchange_rows, (I1, I2, I2, I2, I1, i8, i8, i8, i8, I1, I1, I1, I1, I1, I2, I1)),
                 (sort.hash_pack, (I2,)),
                 (sort.unpack_positions, (U1,)),
                 (sort.fix_hash_runs, (I1, I1, I2, I2, I2)),
@@ -75,7 +76,7 @@ def kernel_signatures(family: str) -> list:
                 (times.minimal_times, (I2,)),
                 (seek.unique_sorted_keys, (I1, I2)),
                 (seek.seek_keys, (I1, I2, I1, I2)),
-                (seek.row_counts, (I1, I1)),
+                (seek.seek_rows, (I1, I2, I1, I1, I2, I1, I1)),
                 (seek.gather_rows, (I1, I1, I2, I2, I1, I1, I2, I2, I1, I1)),
                 (seek.merge_key_lists, (I1, I2, I1, I2)),
                 (merge.merge_step, (I1, I2, I1, I2, I2, I1) * 3 + (I1, I2, i8))]

@@ -90,3 +90,99 @@ def scc(edges):
         trans = inner.map(lambda src, dst: {"src": dst, "dst": src})
         return trim(trim(inner, graph), trans)
     return edges.iterate(body)
+
+
+def sssp(edges, sources):
+    """Weighted shortest distances from many sources at once, sharing one edge arrangement: ``edges``
+    (src, dst, w) with non-negative weights (int or float), ``sources`` (source). Output (source, node,
+    dist): every node reachable from a source, with its distance (the paper's SPSP workload)."""
+    dist_dtype = np.float64 if edges.schema.dtype("w") == "float64" else np.int64
+    start = sources.map(lambda source: {"source": source, "node": source,
+                                        "dist": np.zeros(len(source), dist_dtype)})
+
+    def step(d):
+        return (d.join(edges, left_on="node", right_on="src")
+                 .map(lambda source, dst, dist, w: {"source": source, "node": dst, "dist": dist + w})
+                 .concat(start)
+                 .min(by=["source", "node"], col="dist"))
+    return start.iterate(step)
+
+
+def khop(edges, sources, k: int):
+    """The nodes within ``k`` hops of each source: ``edges`` (src, dst), ``sources`` (source). Output
+    (source, node, hops), hops the fewest edges from the source (0 for the source itself)."""
+    if not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"khop needs k >= 0 hops, got {k!r}")
+    start = sources.map(lambda source: {"source": source, "node": source, "hops": np.zeros(len(source), np.int64)})
+
+    def step(d):
+        return (d.filter(lambda hops: hops < k)
+                 .join(edges, left_on="node", right_on="src")
+                 .map(lambda source, dst, hops: {"source": source, "node": dst, "hops": hops + 1})
+                 .concat(start)
+                 .min(by=["source", "node"], col="hops"))
+    return start.iterate(step)
+
+
+def pagerank(edges, iterations: int = 10, alpha: float = 0.85):
+    """PageRank by ``iterations`` rounds of power iteration on ``edges`` (src, dst), unnormalised as in
+    differential dataflow's example: rank(v) = (1 - alpha) + alpha * sum over u -> v of rank(u) / outdeg(u),
+    starting from 1 - alpha at every node with an edge. Output (node, rank), float64. Each round's sum is
+    taken over the consolidated values of a node, so retractions cancel exactly."""
+    if not isinstance(iterations, (int, np.integer)) or iterations < 1:
+        raise ValueError(f"pagerank needs iterations >= 1, got {iterations!r}")
+    degree = edges.count(by="src")
+    nodes = edges.map(lambda src: {"node": src}).concat(edges.map(lambda dst: {"node": dst})).distinct()
+    base = nodes.map(lambda node: {"node": node, "rank": np.full(len(node), 1.0 - alpha)})
+
+    def step(r):
+        share = (r.join(degree, left_on="node", right_on="src")
+                  .map(lambda node, rank, count: {"node": node, "share": alpha * rank / count}))
+        return (share.join(edges, left_on="node", right_on="src")
+                     .map(lambda dst, share: {"node": dst, "rank": share})
+                     .concat(base)
+                     .sum(by="node", col="rank"))
+    return base.iterate(step, max_rounds=iterations)
+
+
+def rpq(edges, sources, transitions, accept, start_state: int = 0):
+    """A regular path query as a search of the product of the graph with an automaton: ``edges`` (src,
+    label, dst), ``sources`` (source), ``transitions`` a list of (state, label, next state) with int
+    states and the labels' dtype, ``accept`` the accepting states. Output (source, node): the nodes a
+    path from the source reaches whose labels spell a word the automaton accepts."""
+    label_dtype = edges.schema.dtype("label")
+    trans = [(int(q), lab, int(q2)) for q, lab, q2 in transitions]
+    labels = sorted({lab for _, lab, _ in trans}, key=str)
+    table = {lab: [(q, q2) for q, l2, q2 in trans if l2 == lab] for lab in labels}
+    accept = np.asarray(sorted(int(q) for q in accept), np.int64)
+
+    def moves(src, label, dst):
+        # each edge once per automaton transition on its label: (state, next state) pairs
+        idx, qs, q2s = [], [], []
+        for lab, pairs in table.items():
+            hit = np.flatnonzero(label == lab)
+            for q, q2 in pairs:
+                idx.append(hit)
+                qs.append(np.full(len(hit), q, np.int64))
+                q2s.append(np.full(len(hit), q2, np.int64))
+        index = np.concatenate(idx) if idx else np.zeros(0, np.int64)
+        return ({"src": src[index], "state": np.concatenate(qs) if qs else np.zeros(0, np.int64),
+                 "dst": dst[index], "next": np.concatenate(q2s) if q2s else np.zeros(0, np.int64)}, index)
+    if label_dtype == "str":
+        labels_ok = all(isinstance(lab, str) for lab in labels)
+    else:
+        labels_ok = all(isinstance(lab, (int, np.integer)) for lab in labels)
+    if not labels_ok:
+        raise ValueError(f"rpq: transition labels must be {label_dtype} like the edges' label column")
+    product = edges.flat_map(moves, repeat=False)
+    start = sources.map(lambda source: {"source": source, "node": source,
+                                        "state": np.full(len(source), start_state, np.int64)})
+
+    def step(s):
+        return (s.join(product, left_on=["node", "state"], right_on=["src", "state"])
+                 .map(lambda source, dst, next: {"source": source, "node": dst, "state": next})
+                 .concat(start)
+                 .distinct())
+    reached = start.iterate(step)
+    return reached.filter(lambda state: np.isin(state, accept)).map(
+        lambda source, node: {"source": source, "node": node}).distinct()

@@ -141,3 +141,139 @@ def test_wcc_over_the_whole_int64_range(workers):
 @pytest.mark.parametrize("seed", [6, 7])
 def test_strongly_connected_components(seed, workers):
     run_graph(seed, workers, lambda e, r: scc(e), check_scc)
+
+
+# -- the recursive queries of the memory-modes paper (issue 14), in full differential mode ---------------
+def weighted_stream(seed, n=30, m=60, epochs=12):
+    """Random weighted edges, then epochs of insertions, deletions and weight changes (a weight change is
+    a deletion and an insertion in the same epoch)."""
+    rng = np.random.default_rng(seed)
+    edges = {}
+    while len(edges) < m:
+        u, v = (int(x) for x in rng.integers(0, n, 2))
+        edges[(u, v)] = int(rng.integers(1, 10))
+    steps, cur = [], dict(edges)
+    for _ in range(epochs):
+        adds, dels = [], []
+        for _ in range(int(rng.integers(1, 6))):
+            r = rng.random()
+            keys = sorted(cur)
+            if r < 0.35 and keys:
+                k = keys[int(rng.integers(len(keys)))]
+                dels.append((*k, cur.pop(k)))
+            elif r < 0.6 and keys:
+                k = keys[int(rng.integers(len(keys)))]
+                dels.append((*k, cur[k]))
+                cur[k] = int(rng.integers(1, 10))
+                adds.append((*k, cur[k]))
+            else:
+                u, v = (int(x) for x in rng.integers(0, n, 2))
+                if (u, v) not in cur:
+                    cur[(u, v)] = int(rng.integers(1, 10))
+                    adds.append((u, v, cur[(u, v)]))
+        steps.append((adds, dels, dict(cur)))
+    return edges, steps
+
+
+def run_weighted(seed, workers, build, check, sources=(0, 1, 2)):
+    initial, steps = weighted_stream(seed)
+    with kp.Engine(workers=workers) as eng:
+        e_in = eng.input("edges", ["src", "dst", "w"], rows=[(u, v, w) for (u, v), w in initial.items()])
+        s_in = eng.input("sources", ["source"], rows=[(s,) for s in sources])
+        e_in.advance_to(1)
+        s_in.advance_to(1)
+        with eng.dataflow("g") as df:
+            view = build(df.input("edges"), df.input("sources")).view("out")
+        eng.wait(view)
+        check(view.to_pandas(), initial, sources, 0)
+        for epoch, (adds, dels, now) in enumerate(steps, start=1):
+            if dels:
+                e_in.remove(dels)
+            if adds:
+                e_in.insert(adds)
+            e_in.advance_to(epoch + 1)
+            s_in.advance_to(epoch + 1)
+            eng.wait(view)
+            check(view.to_pandas(), now, sources, epoch)
+
+
+def weighted_digraph(edges):
+    g = nx.DiGraph()
+    for (u, v), w in edges.items():
+        g.add_edge(u, v, w=w)
+    return g
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_sssp_many_sources_with_weight_changes(workers):
+    from kpgnb.graphs import sssp
+
+    def check(df, edges, sources, epoch):
+        g = weighted_digraph(edges)
+        g.add_nodes_from(sources)
+        want = {(s, v): d for s in sources for v, d in nx.single_source_dijkstra_path_length(g, s, weight="w").items()}
+        got = {(a, b): c for a, b, c in zip(df["source"].tolist(), df["node"].tolist(), df["dist"].tolist())}
+        assert got == want, f"epoch {epoch}"
+    run_weighted(3, workers, sssp, check)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_khop(workers):
+    from kpgnb.graphs import khop
+
+    def check(df, edges, sources, epoch):
+        g = weighted_digraph(edges)
+        g.add_nodes_from(sources)
+        want = {(s, v): h for s in sources for v, h in nx.single_source_shortest_path_length(g, s, cutoff=3).items()}
+        got = {(a, b): c for a, b, c in zip(df["source"].tolist(), df["node"].tolist(), df["hops"].tolist())}
+        assert got == want, f"epoch {epoch}"
+    run_weighted(4, workers, lambda e, s: khop(e.select("src", "dst"), s, 3), check)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_pagerank_matches_power_iteration(workers):
+    from kpgnb.graphs import pagerank
+
+    def check(df, edges, sources, epoch):
+        nodes = sorted({u for u, _ in edges} | {v for _, v in edges})
+        deg = {u: sum(1 for a, _ in edges if a == u) for u in nodes}
+        rank = {u: 0.15 for u in nodes}
+        for _ in range(8):
+            nxt = {u: 0.15 for u in nodes}
+            for (u, v) in edges:
+                nxt[v] += 0.85 * rank[u] / deg[u]
+            rank = nxt
+        got = dict(zip(df["node"].tolist(), df["rank"].tolist()))
+        assert got.keys() == rank.keys(), f"epoch {epoch}"
+        assert all(abs(got[u] - rank[u]) < 1e-9 for u in nodes), f"epoch {epoch}"
+        assert len(df) == len(got)  # retractions cancel exactly: one row per node
+    run_weighted(5, workers, lambda e, s: pagerank(e.select("src", "dst"), iterations=8), check)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_regular_path_query(workers):
+    """(ab)* over labels derived from the weights (odd: a, even: b), against a product-graph search."""
+    from kpgnb.graphs import rpq
+    trans, accept = [(0, "a", 1), (1, "b", 0)], [0]
+
+    def check(df, edges, sources, epoch):
+        want = set()
+        for s in sources:
+            seen, todo = {(s, 0)}, [(s, 0)]
+            while todo:
+                v, q = todo.pop()
+                for (u, x), w in edges.items():
+                    lab = "a" if w % 2 else "b"
+                    for q0, l0, q1 in trans:
+                        if u == v and q0 == q and l0 == lab and (x, q1) not in seen:
+                            seen.add((x, q1))
+                            todo.append((x, q1))
+            want |= {(s, v) for v, q in seen if q in accept}
+        got = set(zip(df["source"].tolist(), df["node"].tolist()))
+        assert got == want and len(df) == len(got), f"epoch {epoch}"
+
+    def build(e, s):
+        labelled = e.map(lambda src, dst, w: {"src": src, "label": np.where(w % 2 == 1, "a", "b").astype(object),
+                                              "dst": dst})
+        return rpq(labelled, s, trans, accept)
+    run_weighted(6, workers, build, check)

@@ -1,5 +1,6 @@
 """Counterexamples found by the randomized suite, kept as regression tests (shrunk by hand)."""
 import numpy as np
+import pytest
 
 import kpgnb as kp
 
@@ -59,3 +60,27 @@ def test_user_error_raised_on_a_worker_thread():
             raise AssertionError("the map error did not surface")
         eng.wait(c)
         assert c.to_pandas()["count"].tolist() == [200_000]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_a_loop_fed_by_a_loop_settles_when_an_input_moves_after_install(workers):
+    """Two loops in sequence, the first fed by an antijoin whose updates cancel, and an input that is
+    advanced only after the dataflow is installed: the second loop's frontier is a greatest fixed point
+    and must be recomputed from the top when its input moves (progress tracking used to climb one round
+    per sweep from the old frontier, forever: the dataflow hung)."""
+    with kp.Engine(workers=workers) as eng:
+        f = eng.input("f", ["a", "b"], rows=[(1, 0), (3, 4)])
+        f.advance_to(1)
+        g = eng.input("g", ["a", "b"], rows=[(1, 4)])
+        with eng.dataflow("x") as df:
+            base = df.input("g").select("a").antijoin(df.input("f"), left_on="a", right_on="a")
+            r2 = base.iterate(lambda v: v.concat(base).distinct())
+            view = r2.iterate(lambda v: v.concat(r2).distinct()).view("r4")
+        g.advance_to(1)
+        eng.wait(view, timeout=60)
+        assert view.to_pandas()["a"].tolist() == []
+        g.insert([(2, 5)])
+        g.advance_to(2)
+        f.advance_to(2)
+        eng.wait(view, timeout=60)
+        assert view.to_pandas()["a"].tolist() == [2]

@@ -727,3 +727,27 @@ def test_operator_stats_and_wait_snapshot():
         while view.epoch < 2 and time.monotonic() < deadline:
             snap = eng.wait_snapshot(snap, timeout=1.0)
         assert view.epoch >= 2 and snap is not seen
+
+
+def test_an_input_follows_its_leader_while_idle():
+    """``follow``: an input with nothing buffered advances with its leader, so a dataflow reading both is
+    not held back by the idle one; buffered rows stop it until its owner advances it."""
+    with kp.Engine(workers=2) as eng:
+        lead = eng.input("lead", ["a"], rows=[(1,)])
+        side = eng.input("side", ["b"])
+        side.follow(lead)
+        with eng.dataflow("j") as df:
+            v = df.input("lead").concat(df.input("side").rename(b="a")).view("v")
+        lead.advance_to(3)
+        assert side.epoch == 3
+        eng.wait(v, timeout=30)
+        assert v.frontier.elements == ((3,),) and v.to_pandas()["a"].tolist() == [1]
+        side.insert([(2,)])
+        lead.advance_to(5)
+        assert side.epoch == 3  # its rows wait for its owner
+        side.advance_to(6)
+        eng.wait(v, timeout=30)
+        assert sorted(v.to_pandas()["a"].tolist()) == [1, 2]
+        side.unfollow(lead)
+        lead.advance_to(9)
+        assert side.epoch == 6

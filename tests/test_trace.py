@@ -148,6 +148,7 @@ def test_formation_in_shards(monkeypatch, workers, bucket_rows):
         diffs = rng.integers(-2, 3, n)
         monkeypatch.setattr(sortk, "BUCKET_ROWS", bucket_rows)
         monkeypatch.setattr(sortk, "ONE_BUCKET", 0)
+        monkeypatch.setattr(bm, "PARALLEL_ROWS", 0)  # rows distributed by several ranges
         parts = bm.form_shards(keys, vals, times, diffs, workers)
         monkeypatch.undo()
         shard = sortk.hash_keys(np.ascontiguousarray(keys)) * workers >> sortk.HASH_BITS

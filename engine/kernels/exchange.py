@@ -13,59 +13,62 @@ from .sort import HASH_BITS
 
 
 @kernel
-def exchange_rows(kh, keys, vals, times, diffs, workers, bits, rh, rk, rv, rt, rd):
-    """Scatter rows (hashes ``kh[:n]``) to shards and buckets, stably. Outputs are flat and shard after
-    shard: shard s owns rows a:b (a = offsets[s << bits], b = offsets[(s + 1) << bits]), its hashes
-    rh[a:b], diffs rd[a:b], times rt[a:b] (``rt`` is n x d), and its keys the block rk[kk*a:kk*b] as a
-    kk x (b - a) C-ordered matrix (vals likewise in rv). ``kh[:n]`` is overwritten with each row's
-    destination. Returns the bucket offsets (int64[(workers << bits) + 1])."""
+def bucket_counts(kh, lo, hi, nb):
+    """int64[nb]: how many of rows lo..hi-1 (hashes ``kh``) fall in each of nb buckets."""
+    cnt = np.zeros(nb, np.int64)
+    for i in range(lo, hi):
+        cnt[(kh[i] * nb) >> HASH_BITS] += 1
+    return cnt
+
+
+@kernel
+def exchange_rows(kh, keys, vals, times, diffs, lo, hi, workers, bits, cnt, start, rh, rk, rv, rt, rd):
+    """Scatter rows lo..hi-1 (hashes ``kh``) to shards and buckets, stably, bucket b's next place being
+    start[b] (updated). Outputs are flat and shard after shard, ``cnt`` the bucket offsets of all rows
+    (int64[(workers << bits) + 1]): shard s owns rows a:b (a = cnt[s << bits], b = cnt[(s + 1) << bits]),
+    its hashes rh[a:b], diffs rd[a:b], times rt[a:b] (``rt`` is n x d), and its keys the block
+    rk[kk*a:kk*b] as a kk x (b - a) C-ordered matrix (vals likewise in rv). Row ranges scattered
+    concurrently write disjoint places. ``kh[lo:hi]`` is overwritten with each row's place."""
     n = diffs.shape[0]
     kk = keys.shape[0]
     kv = vals.shape[0]
     d = times.shape[1]
     nb = workers << bits
-    cnt = np.zeros(nb + 1, np.int64)
-    for i in range(n):
-        cnt[((kh[i] * nb) >> HASH_BITS) + 1] += 1
-    for b in range(nb):
-        cnt[b + 1] += cnt[b]
     blocks = workers > 1 and (kk > 1 or kv > 1)  # a row's place in a shard's key block depends on its shard
-    shard = np.empty(n if blocks else 0, np.int16)
-    nxt = cnt[:nb].copy()
-    for i in range(n):
+    shard = np.empty(hi - lo if blocks else 0, np.int16)
+    for i in range(lo, hi):
         h = kh[i]
         b = (h * nb) >> HASH_BITS
-        p = nxt[b]
-        nxt[b] = p + 1
+        p = start[b]
+        start[b] = p + 1
         rh[p] = h
         kh[i] = p
         if blocks:
-            shard[i] = b >> bits
+            shard[i - lo] = b >> bits
     # then one column at a time: one write stream per bucket, not one per bucket and column
     for c in range(kk):
-        for i in range(n):
+        for i in range(lo, hi):
             p = kh[i]
             if blocks:
-                s = shard[i]
+                s = shard[i - lo]
                 a = cnt[s << bits]
                 p = kk * a + c * (cnt[(s + 1) << bits] - a) + p - a
             else:  # one shard (or one column): its block is the whole array
                 p += c * n
             rk[p] = keys[c, i]
     for c in range(kv):
-        for i in range(n):
+        for i in range(lo, hi):
             p = kh[i]
             if blocks:
-                s = shard[i]
+                s = shard[i - lo]
                 a = cnt[s << bits]
                 p = kv * a + c * (cnt[(s + 1) << bits] - a) + p - a
-            else:  # one shard (or one column): its block is the whole array
+            else:
                 p += c * n
             rv[p] = vals[c, i]
-    for i in range(n):
+    for i in range(lo, hi):
         p = kh[i]
         for c in range(d):
             rt[p, c] = times[i, c]
-    for i in range(n):
+    for i in range(lo, hi):
         rd[kh[i]] = diffs[i]
-    return cnt

@@ -1,8 +1,8 @@
 """Batch formation: put updates in arrangement order, sum diffs of equal (key, val, time), drop zeros,
 and build the per-key index (distinct keys, their hashes and row offsets).
 
-Rows arrive distributed into buckets by the top bits of their key hash (engine/kernels/exchange.py
-exchange_rows); each bucket is small enough to stay in cache while it is ordered by the rest of the
+Rows arrive distributed into buckets by their key hash (engine/kernels/exchange.py exchange_rows), each
+a contiguous hash range small enough to stay in cache while it is ordered by the rest of the
 hash, its runs of equal hash put in (key, val, time) order, and consolidated. A single global sort of
 packed words followed by a gather of every column through the permutation costs a cache and TLB miss
 per row and column, which on large batches was several times the sort itself.
@@ -45,7 +45,7 @@ def close_rows(flat, rows, n, k):
             flat[c * k + j] = flat[c * n + j]
 
 
-SHORT_RUN = 24  # runs of equal hash up to this long are ordered by insertion, longer ones by merge sort
+SHORT_RUN = 24  # runs of equal hash up to this long are ranked by counting, longer ones merge sorted
 
 
 @kernel
@@ -84,7 +84,7 @@ def _radix_bucket(m, lbits, ia, la, ib, lb, hist):
 
 @kernel
 def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
-    """Rows s..s+m-1 ordered by their hash: (row indices, hashes) in one of the two buffer pairs.
+    """Rows s..s+m-1 ordered by their hash: row indices in ia[:m], hashes in la[:m] (ib, lb: scratch).
     The hashes are ordered as offsets from the bucket's least one, spanning ``lbits`` bits. Hashes are
     uniform, so one counting pass on the top log2(2m) of those bits leaves about one distinct hash per
     slot and an insertion pass finishes the order in linear time (rows of one key share a hash and never
@@ -135,11 +135,13 @@ def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
             for j in range(m):
                 ia[j] = s + j
                 la[j] = rh[s + j] - lo
-            ia, la = _radix_bucket(m, lbits, ia, la, ib, lb, hist)
+            ri, rl = _radix_bucket(m, lbits, ia, la, ib, lb, hist)
+            for j in range(m):
+                ia[j] = ri[j]
+                la[j] = rl[j]
             break
     for j in range(m):
         la[j] += lo
-    return ia, la
 
 
 @kernel
@@ -171,11 +173,12 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     rv[:, :nr], rt[:nr], rd[:nr]. The outputs may be the inputs themselves (written in place) and koff
     may be ``hs`` when there is one bucket. Returns (nk, nr).
 
-    A bucket's rows are first copied, in hash order, into one row-major scratch matrix S (columns: hash,
-    keys, vals, times, diff), so that arrangement order is the lexicographic order of S's rows without
-    the diff; runs of equal hash (mostly one key's rows) are put in order where they are (their rows are
-    in cache), and consolidation compares neighbours. In place, the output never overtakes the bucket being read, as
-    consolidation only shrinks, and a bucket is read whole before it is written. (Loops are written out: helpers taking arrays cost refcounting per call.)"""
+    Per bucket (its rows are in cache): order by hash, then each run of equal hash (mostly one key's
+    rows) by (key, val, time), all through an index; then copy the rows in that order into one row-major
+    scratch matrix S (columns: hash, keys, vals, times, diff), where consolidation compares neighbours.
+    In place, the output never overtakes the bucket being read, as consolidation only shrinks, and a
+    bucket is read whole before it is written. (Loops are written out: a helper taking arrays costs
+    reference counting per call.)"""
     nb = cnt.shape[0] - 1
     kk = ks.shape[0]
     kv = vs.shape[0]
@@ -184,8 +187,8 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     mmax = 0
     for b in range(nb):
         mmax = max(mmax, cnt[b + 1] - cnt[b])
-    ia = np.empty(mmax, np.int64)
-    la = np.empty(mmax, np.int64)
+    oi = np.empty(mmax, np.int64)  # a bucket's rows in order
+    ol = np.empty(mmax, np.int64)  # and their hashes
     ib = np.empty(mmax, np.int64)
     lb = np.empty(mmax, np.int64)
     hist = np.empty((4, 1 << 11), np.int64)  # radix passes over at most 44 bits
@@ -200,7 +203,7 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
         m = cnt[b + 1] - s
         if m == 0:
             continue
-        oi, ol = _order_bucket(hs, s, m, ia, la, ib, lb, hist, slots)
+        _order_bucket(hs, s, m, oi, ol, ib, lb, hist, slots)
         # runs of equal hash (mostly one key's rows) in (key, val, time) order, by reordering ``oi``: on
         # the first column where the run's rows differ, ranked by counting (branch-free: an insertion
         # sort mispredicts about once per row on random data), by insertion where that column ties

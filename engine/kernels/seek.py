@@ -46,13 +46,19 @@ def seek_keys(bkh, bkeys, pkh, pkeys):
 
 
 @kernel
-def row_counts(kidx, koff):
-    out = np.zeros(kidx.shape[0], np.int64)
-    for p in range(kidx.shape[0]):
-        k = kidx[p]
+def seek_rows(bkh, bkeys, koff, pkh, pkeys, kidx, counts):
+    """``seek_keys`` into ``kidx`` (the batch key index of each probe, or -1), adding each found probe's
+    row count to ``counts``; returns the rows found (none: the cursor skips gathering from this batch)."""
+    found = seek_keys(bkh, bkeys, pkh, pkeys)
+    rows = 0
+    for p in range(found.shape[0]):
+        k = found[p]
+        kidx[p] = k
         if k >= 0:
-            out[p] = koff[k + 1] - koff[k]
-    return out
+            c = koff[k + 1] - koff[k]
+            counts[p] += c
+            rows += c
+    return rows
 
 
 @kernel

@@ -184,7 +184,7 @@ def arrangement_order(keys: np.ndarray, vals: np.ndarray, times: np.ndarray):
 # by the rest of the hash and consolidated (engine/kernels/form.py form_buckets). The arrangement
 # order (hash, key, val, time) and the hashes themselves are unchanged.
 
-BUCKET_ROWS = 8192  # target rows per bucket: a bucket's rows and sort scratch fit in L2
+BUCKET_ROWS = 4096  # target rows per bucket: a bucket's rows and sort scratch fit in L2
 ONE_BUCKET = 1 << 16  # fewer rows than this are ordered as one bucket, where they are (no distribution)
 MAX_BUCKET_BITS = 12
 

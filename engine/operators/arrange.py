@@ -53,6 +53,21 @@ class ArrangeOp(Operator):
     def finish_install(self):
         self._strong = None
 
+    def _parts(self, msg) -> list:
+        """A message's updates as (keys, vals, times, diffs) per non-empty batch. Arranged batches (when
+        an arrangement is arranged by other columns) are read in place, through the upstream lens:
+        their rows are copied once, by formation, and never handed to user code."""
+        if isinstance(msg, Batches):
+            lens = self.inputs[0].lens
+            out = []
+            for b in (b for bs in msg.shards for b in bs if len(b)):
+                data = b.key_rows() if b.kv == 0 else np.concatenate([b.key_rows(), b.vals], axis=0)
+                times = b.times if lens.identity else lens.apply(b.times)
+                out.append((_rows(data, self.key_idx), _rows(data, self.val_idx), times, b.diffs))
+            return out
+        return [(_rows(b.data, self.key_idx), _rows(b.data, self.val_idx), b.times, b.diffs)
+                for b in msg.shards if b is not None and len(b)]
+
     def step(self, rt):
         msgs = self.take()
         # a lower bound for what we send now: what we held, and the messages just received
@@ -60,8 +75,7 @@ class ArrangeOp(Operator):
         for m in msgs:
             bound = bound.meet(m.lower)
         if msgs:
-            self.batcher.push([(_rows(b.data, self.key_idx), _rows(b.data, self.val_idx), b.times, b.diffs)
-                               for m in msgs for b in m.shards if b is not None and len(b)], rt.run)
+            self.batcher.push([p for m in msgs for p in self._parts(m)], rt.run)
         F = self.frontier
         if F != self.upper:
             batches = self.batcher.seal(self.upper, F, rt.run)

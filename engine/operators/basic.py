@@ -321,8 +321,8 @@ class FeedbackOp(Operator):
                         t = t[keep]
                 shards.append(UpdateBatch(b.data, t, b.diffs))
             lower = self.summary(msg.lower)
-            if lower.elements:
-                self.send(Updates(shards, lower))
+            if lower.elements and any(b is not None for b in shards):  # nothing to feed back: the
+                self.send(Updates(shards, lower))                       # loop may settle
 
 
 class FlattenOp(Operator):
@@ -342,16 +342,12 @@ class FlattenOp(Operator):
                 if not parts:
                     shards.append(None)
                     continue
-                if len(parts) == 1:  # the batch's own arrays where they are the rows already (no copies)
-                    b = parts[0]
-                    data = b.key_rows() if b.kv == 0 else np.concatenate([b.key_rows(), b.vals], axis=0)
-                    times, diffs = b.times, b.diffs
-                else:
-                    data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
-                    times = np.concatenate([b.times for b in parts], axis=0)
-                    diffs = np.concatenate([b.diffs for b in parts])
+                data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
+                times = np.concatenate([b.times for b in parts], axis=0)
+                diffs = np.concatenate([b.diffs for b in parts])
                 shards.append(UpdateBatch(data, times if lens.identity else lens.apply(times), diffs))
-            self.send(Updates(shards, msg.lower))
+            if any(b is not None for b in shards):  # an empty message would only hold frontiers back:
+                self.send(Updates(shards, msg.lower))  # in a loop it would go round forever
 
 
 class EnterArrangedOp(Operator):

@@ -267,7 +267,10 @@ class Compiler:
                      out={**{n: b.schema.dtype(n) for n in names}, pre + var.name: dtype})
 
     def _head(self, b, head: Atom):
-        cols, dtypes, pre = self.rel.cols(head.pred), self.a.dtypes[head.pred], self.pre
+        cols, dtypes, pre = self.rel.cols(head.pred), list(self.a.dtypes[head.pred]), self.pre
+        for i, a in enumerate(head.args):  # what count<v> counts keeps its own type (str, say)
+            if isinstance(a, Aggregate) and a.func in ("count", "countd"):
+                dtypes[i] = b.schema.dtype(pre + a.var.name)
         args = [a.var if isinstance(a, Aggregate) else a for a in head.args]
         plain = all(isinstance(a, Var) for a in args) and len({a.name for a in args}) == len(args) and all(
             b.schema.dtype(pre + a.name) == t for a, t in zip(args, dtypes))

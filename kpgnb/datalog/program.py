@@ -271,6 +271,17 @@ class Goal:
         self._goal_program = gp
         self.view = gp.views[ANSWER]
         self._lock = threading.Lock()
+        self._leaders = self._upstream() if self._session is not None else []
+        for s in self._leaders:  # the bindings' input keeps up with the inputs the goal reads
+            self._session.follow(s)
+
+    def _upstream(self) -> list:
+        """The open engine inputs the goal's dataflow reads (directly or through imports), but its own."""
+        eng = self.program.engine
+        sessions = eng.inputs()
+        info = eng.snapshot().dataflows.get(self.name)
+        names = info.sources if info is not None else ()
+        return [sessions[n] for n in names if n in sessions and n != self._session.name and not sessions[n].closed]
 
     def _rows(self, values):
         k = len(self.pattern.asked)
@@ -295,12 +306,7 @@ class Goal:
         nothing buffered advance with it (an empty epoch each), so the answer is complete at once, as
         K-Pg's interactive queries advance the graph and the query inputs together."""
         rows = self._rows(values)
-        eng = self.program.engine
-        sessions = eng.inputs()
-        info = eng.snapshot().dataflows.get(self.name)
-        upstream = info.sources if info is not None else ()
-        base = [sessions[n] for n in upstream
-                if n in sessions and n != self._session.name and not sessions[n].closed]
+        base = [s for s in self._leaders if not s.closed]
         with self._lock:
             epoch = max([s.epoch for s in base] + [self._session.epoch])
             self._session.advance_to(epoch)
@@ -319,6 +325,8 @@ class Goal:
         if self.name in eng.snapshot().dataflows:
             eng.drop(self.name)
         self._goal_program._drop_helpers()
+        for s in self._leaders:
+            self._session.unfollow(s)
         if self._session is not None and self._session.name in eng.inputs():
             eng.drop_input(self._session.name)
 
