@@ -4,8 +4,8 @@ goal-directed (magic sets) queries, and streaming updates with retractions (issu
     python -m bench.datalog [--workers 1,2] [--programs tc,sg,reach,cc,sssp] [--graphs tree,grid,gnp,rmat1,...]
                             [--tree-height 11] [--grid-side 150] [--gnp-n 10000] [--gnp-p 0.001]
                             [--rmat-scale 16] [--rmat-edges 500000] [--max-weight 4] [--max-rows 30000000]
-                            [--peers duckdb,pyspark,clingo] [--peer-timeout 300] [--asks 200]
-                            [--updates 1000] [--latency-workers 1] [--seed 0] [--quick]
+                            [--peers duckdb,pyspark,clingo] [--peer-timeout 300] [--asks 200] [--ask-seconds 60]
+                            [--updates 1000] [--latency-workers 1,2] [--seed 0] [--tag TAG] [--quick]
 
 Graphs (NumPy, seeded, no per-row Python):
     tree-H    the complete binary tree of height H (2^(H+1) - 1 nodes), edges parent -> child
@@ -32,13 +32,15 @@ or error are reported as such, never as a time):
     pyspark  semi-naive DataFrame iteration on local[2] (kpgnb.spark.session(); session start not
              counted), localCheckpoint each round; time = createDataFrame from Arrow + the loop
     clingo   the program in ASP syntax with the graph as facts (fact text built before the clock starts);
-             time = parse + ground + solve; cc as a stratified min over the ancestors (quadratic), sssp
-             "not expressible" (no recursive min in ASP without grounding every path length)
+             time = parse + ground + solve; cc as a stratified min over the ancestors (quadratic: skipped
+             when a strongly connected component of S nodes gives S^2 > --max-rows atoms), sssp "not
+             expressible" (no recursive min in ASP without grounding every path length)
 A (program, graph) whose reference answer has more than --max-rows rows is skipped for every system (tc on
 grid-150 has 131.7 M rows, on G(10,000, 0.001) about 100 M: --max-rows 0 runs them anyway).
 
-Interactive (K-Pg Table 2): ``g = prog.goal("tc(?, _)")`` on tree, grid and gnp; for --asks random x:
-``g.ask(x)`` + ``eng.wait(g.view)`` (the latency), the answer for x checked, then ``g.retract(x)`` + wait.
+Interactive (K-Pg Table 2): ``g = prog.goal("tc(?, _)")`` of a program installed with ``materialize=False``
+on tree, grid and gnp; for --asks random x (or until --ask-seconds have passed): ``g.ask(x)`` +
+``eng.wait(g.view)`` (the latency), the answer for x checked, then ``g.retract(x)`` + wait.
 Streaming: after loading an RMAT graph (config 1) and the program's answer, --updates single-edge changes,
 alternately inserting a random edge and deleting an original one; latency = the change + advancing every
 input's epoch + ``eng.wait`` of the program's view; the final answer checked. For reach, cc and sssp.
@@ -47,7 +49,9 @@ Every answer (kpgnb's and each peer's) is checked against a NumPy/SciPy referenc
 over the strongly connected components; sg: NumPy semi-naive evaluation; reach/sssp: SciPy BFS/Dijkstra;
 cc: vectorized min-label fixpoint) and a mismatch is reported as "wrong answer". Binary relations are
 compared by row count, rows per first column and an order-independent hash of the rows.
-Results: bench/results/datalog.json (datalog-quick.json for --quick), and a table.
+Results: bench/results/datalog.json (datalog-quick.json for --quick), and a table. ``--quick``: tree-8,
+grid-20, G(2,000, 0.0005), RMAT 2^10 nodes / 5,000 edges, 20 asks, 100 changes, W=1 for the latencies,
+no PySpark (``--peers`` to add it).
 """
 from __future__ import annotations
 
@@ -1119,7 +1123,8 @@ def main(argv=None):
         if x not in PROGRAMS:
             p.error(f"unknown program {x!r}; choose from {','.join(PROGRAMS)}")
     for x in a.graphs:
-        if x not in ("tree", "grid", "gnp") and not (x.startswith("rmat") and x[4:].isdigit() and int(x[4:]) in RMAT_PARAMS):
+        rmat_ok = x.startswith("rmat") and x[4:].isdigit() and int(x[4:]) in RMAT_PARAMS
+        if x not in ("tree", "grid", "gnp") and not rmat_ok:
             p.error(f"unknown graph {x!r}; choose from tree,grid,gnp,rmat1..rmat4")
     workers = [int(w) for w in a.workers.split(",")]
     lat_workers = [int(w) for w in a.latency_workers.split(",") if int(w) in workers]
@@ -1263,7 +1268,8 @@ def main(argv=None):
                "params": {"graphs": graph_info, "programs": programs, "workers": workers,
                           "latency_workers": lat_workers, "peers": installed, "peer_timeout_s": a.peer_timeout,
                           "ask_seconds": a.ask_seconds,
-                          "peer_memory": a.peer_memory, "spark_memory": a.spark_memory, "max_rows": a.max_rows, "asks": a.asks,
+                          "peer_memory": a.peer_memory, "spark_memory": a.spark_memory, "max_rows": a.max_rows,
+                          "asks": a.asks,
                           "updates": a.updates, "seed": a.seed, "rmat_params": RMAT_PARAMS,
                           "load_average_start": load0, "load_average_end": load1},
                "programs": {k: PROGRAMS[k] for k in programs}, "duckdb_sql": DUCKDB_SQL, "clingo_asp": CLINGO_ASP,
