@@ -29,6 +29,7 @@ from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
 
 _ids = itertools.count()
+_UNCONSTRAINED = Antichain()  # no physical frontier (never mutated: frontiers are replaced, not changed)
 
 __all__ = ["Trace", "TraceHandle", "TraceSnapshot", "CompactedError"]
 
@@ -134,7 +135,7 @@ class Trace:
 
     def _recompute(self):
         logical = None
-        physical = Antichain()
+        physical = _UNCONSTRAINED
         for lo, ph in self._readers.values():
             logical = lo if logical is None else logical.meet(lo)
             physical = physical.meet(ph) if physical.elements else ph
