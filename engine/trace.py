@@ -381,6 +381,17 @@ class TraceHandle:
         self._physical = frontier
         self.trace._set_reader(self._key, self._logical, frontier)
 
+    def set_compaction(self, logical: Antichain, physical: Antichain):
+        """Both frontiers at once, as ``set_logical_compaction`` then ``set_physical_compaction`` would
+        set them, in one update of the trace's readers (operators move both every step)."""
+        if logical == self._logical:
+            self.set_physical_compaction(physical)
+            return
+        if not self._logical.less_equal(logical):
+            raise ValueError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
+        self._logical, self._physical = logical, physical
+        self.trace._set_reader(self._key, logical, physical)
+
     def subscribe(self):
         """Receive (batches, lower, upper) of every later append in ``inbox`` (scheduler thread)."""
         self.inbox = []
