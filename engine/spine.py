@@ -41,7 +41,7 @@ EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
 MIN_FUEL = 1024  # every insertion, even of an empty batch, moves merges along a little
 BLOAT = 1.5      # tidy when records exceed this multiple of the estimated live records
 BOOST = 4        # fuel multiplier while bloated: a tidying merge ends before new records re-bloat
-ANY = object()   # (in a settled key) any logical frontier: maintenance does not depend on it
+ANY = object()   # (in a settled key) any frontier: maintenance does not depend on this one
 TIDY_ROUNDS = 3  # tidying merges one maintenance call may start and fuel, one after another
 SHRINK = 0.9     # a tidying merge whose output keeps more than this share of its input did not help
 
@@ -78,7 +78,7 @@ class Spine:
         self.entries: list = []  # batches and merges in progress, oldest first
         self.version = 0         # bumped whenever entries or the upper change (snapshots are rebuilt then)
         self._shape = 0          # bumped whenever the entries change
-        self._settled = None     # (logical or ANY, physical) at which maintenance last left nothing to do
+        self._settled = None     # (logical, physical), each or ANY, at which maintenance last left nothing to do
         self.progress = 0        # bumped whenever merges in progress are given fuel (their shortfall shrinks)
         self._readable = None
         self._merging = None

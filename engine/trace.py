@@ -172,7 +172,7 @@ class Trace:
         with self._lock:
             logical, physical = self.logical, self.physical
         for s in self.spines:
-            if not s.settled(logical, physical):
+            if s.owed or not s.settled(logical, physical):
                 break
         else:
             self.publish()
