@@ -114,9 +114,16 @@ class Batch:
     @classmethod
     def empty(cls, kk: int, kv: int, d: int, lower: Antichain, upper: Antichain,
               since: Antichain | None = None) -> "Batch":
-        z = np.zeros(0, np.int64)
-        return cls(z, np.zeros((kk, 0), np.int64), np.zeros(1, np.int64), np.zeros((kv, 0), np.int64),
-                   np.zeros((0, d), np.int64), z, lower, upper, since)
+        """A batch with no updates: its (zero-length) arrays and default ``since`` are shared by every
+        empty batch of the same shape, since loops mint one per shard and round. (They stay writeable:
+        kernels are compiled for writeable arrays, and a batch's arrays are never written anyway.)"""
+        shape = _EMPTY.get((kk, kv, d))
+        if shape is None:
+            arrays = (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64), np.zeros(1, np.int64),
+                      np.zeros((kv, 0), np.int64), np.zeros((0, d), np.int64))
+            shape = _EMPTY[(kk, kv, d)] = (*arrays, Antichain([(0,) * d]))
+        z, keys, koff, vals, times, least = shape
+        return cls(z, keys, koff, vals, times, z, lower, upper, since if since is not None else least)
 
     def relabel(self, lower: Antichain, upper: Antichain) -> "Batch":
         """The same updates described by other (wider) frontiers."""
@@ -178,6 +185,9 @@ class Batch:
     def __repr__(self):
         return (f"Batch({self.nkeys} keys, {len(self)} updates, lower={self.lower}, upper={self.upper}, "
                 f"since={self.since})")
+
+
+_EMPTY: dict = {}  # (kk, kv, d) -> the arrays and least since shared by empty batches of that shape
 
 
 def merge_arrays(a, b, frontier: np.ndarray | None = None):

@@ -136,7 +136,8 @@ class Operator:
         return _EMPTY
 
     def has_work(self) -> bool:
-        if self.frontier != self.last_frontier:
+        last = self.last_frontier
+        if last is None or self.frontier.elements != last.elements:
             return True
         for q in self.queues:
             if q:

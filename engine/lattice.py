@@ -170,8 +170,8 @@ class Antichain:
     def __eq__(self, other):
         return self is other or (isinstance(other, Antichain) and self.elements == other.elements)
 
-    def __ne__(self, other):
-        return not self.__eq__(other)
+    def __ne__(self, other):  # (not through __eq__: frontiers are compared on every scheduling pass)
+        return self is not other and not (isinstance(other, Antichain) and self.elements == other.elements)
 
     def __hash__(self):
         return hash(self.elements)
@@ -207,6 +207,8 @@ def in_advance_mask(times: np.ndarray, frontier: Antichain) -> np.ndarray:
     f = frontier.matrix()
     if times.shape[1] == 1:
         return times[:, 0] >= f[0, 0]
+    if f.shape[0] == 1:  # one time (the usual frontier): no broadcast over elements
+        return np.all(times >= f[0], axis=1)
     return np.any(np.all(times[:, None, :] >= f[None, :, :], axis=2), axis=1)
 
 

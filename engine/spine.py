@@ -41,6 +41,7 @@ EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
 MIN_FUEL = 1024  # every insertion, even of an empty batch, moves merges along a little
 BLOAT = 1.5      # tidy when records exceed this multiple of the estimated live records
 BOOST = 4        # fuel multiplier while bloated: a tidying merge ends before new records re-bloat
+ANY = object()   # (in a settled key) any frontier: maintenance does not depend on this one
 TIDY_ROUNDS = 3  # tidying merges one maintenance call may start and fuel, one after another
 SHRINK = 0.9     # a tidying merge whose output keeps more than this share of its input did not help
 
@@ -77,7 +78,7 @@ class Spine:
         self.entries: list = []  # batches and merges in progress, oldest first
         self.version = 0         # bumped whenever entries or the upper change (snapshots are rebuilt then)
         self._shape = 0          # bumped whenever the entries change
-        self._settled = None     # (logical, physical) at which maintenance last left nothing to do
+        self._settled = None     # (logical, physical), each or ANY, at which maintenance last left nothing to do
         self.progress = 0        # bumped whenever merges in progress are given fuel (their shortfall shrinks)
         self._readable = None
         self._merging = None
@@ -110,6 +111,11 @@ class Spine:
         self._readable = None
         self._merging = None
         self._settled = None
+
+    @property
+    def shape(self) -> int:
+        """Bumped whenever the entries change (not when only the upper moves)."""
+        return self._shape
 
     def snapshot(self):
         """(batches, upper) as one consistent pair."""
@@ -152,10 +158,30 @@ class Spine:
         limit, hi = self._guard
         return r > limit or _passed(hi, logical)
 
+    def settled(self, logical: Antichain, physical: Antichain) -> bool:
+        """Whether maintenance has nothing to do at these frontiers: it last found no merge in progress
+        and none to start, and since then the entries have not changed, nor a frontier it depends on
+        (``_settle``)."""
+        s = self._settled
+        return (s is not None and (s[0] is ANY or s[0] == logical.elements)
+                and (s[1] is ANY or s[1] == physical.elements))
+
+    def _settle(self, logical: Antichain, physical: Antichain):
+        """Record that maintenance left nothing to do, and on which frontiers that depends. Only tidying
+        reads the logical frontier, and a spine with at most ``BLOAT`` times its |balance| in records is
+        never bloated, whatever that frontier (the live estimate is at least |balance|). The physical
+        frontier only holds merges back: once every batch's upper is at or before it, no other one lets
+        more merges start. So a loop's trace stays settled while its readers' frontiers move every
+        round, and inserting an empty batch there plans no merges at all."""
+        lo = ANY if self._records <= BLOAT * abs(self._balance) else logical.elements
+        # the batches' uppers advance along the spine: the last one's bounds them all
+        ph = ANY if self._last_upper().less_equal(physical) else physical.elements
+        self._settled = (lo, ph)
+
     def tidy_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether tidying has work now: a tidying merge in progress, or a bloated spine whose oldest
         batch is being merged or could start a tidying merge."""
-        if self._settled == (logical.elements, physical.elements):
+        if self.settled(logical, physical):
             return False  # maintenance found nothing to start, tidying included, and nothing changed since
         es = self.entries
         if any(isinstance(e, _Merging) and e.tidy for e in es):
@@ -165,7 +191,7 @@ class Spine:
 
     def idle_work(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether maintenance would do anything now: a merge in progress, or tidying."""
-        if self._settled == (logical.elements, physical.elements):
+        if self.settled(logical, physical):
             return False
         return self._merging_count() > 0 or self.tidy_work(logical, physical)
 
@@ -221,8 +247,7 @@ class Spine:
         return e.newer.upper if isinstance(e, _Merging) else e.upper
 
     def _maintain(self, size: int, logical: Antichain, physical: Antichain, idle: bool = False):
-        settled = (logical.elements, physical.elements)
-        if self._settled == settled:
+        if self.settled(logical, physical):
             return  # no merge in progress and none to start: nothing changed since maintenance last ran
         coef = EFFORT[self.effort]
         bloated = self._start_merges(logical, physical)
@@ -244,7 +269,7 @@ class Spine:
         if not self._merging_count():
             # the last _start_merges started nothing and nothing changed after it: until the entries or
             # the frontiers change, maintenance has nothing to do
-            self._settled = settled
+            self._settle(logical, physical)
 
     def _merging_count(self) -> int:
         n = 0

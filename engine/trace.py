@@ -29,6 +29,7 @@ from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
 
 _ids = itertools.count()
+_UNCONSTRAINED = Antichain()  # no physical frontier (never mutated: frontiers are replaced, not changed)
 
 __all__ = ["Trace", "TraceHandle", "TraceSnapshot", "CompactedError"]
 
@@ -100,6 +101,7 @@ class Trace:
         self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
         self._versions = tuple(s.version for s in self.spines)
         self._progress = tuple(s.progress for s in self.spines)
+        self._shapes = tuple(s.shape for s in self.spines)  # the spines' entries as of the last snapshot
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
@@ -133,7 +135,7 @@ class Trace:
 
     def _recompute(self):
         logical = None
-        physical = Antichain()
+        physical = _UNCONSTRAINED
         for lo, ph in self._readers.values():
             logical = lo if logical is None else logical.meet(lo)
             physical = physical.meet(ph) if physical.elements else ph
@@ -165,7 +167,16 @@ class Trace:
 
     def maintain(self, run=None):
         """Spend the fuel the appended batches owe on merges (per shard, in parallel when ``run`` is the
-        pool's), then publish."""
+        pool's), then publish. When every shard is settled (say an empty batch only moved the uppers
+        inside a loop), that is the publish alone."""
+        with self._lock:
+            logical, physical = self.logical, self.physical
+        for s in self.spines:
+            if s.owed or not s.settled(logical, physical):
+                break
+        else:
+            self.publish()
+            return
         self._each_shard(lambda spine, logical, physical: spine.maintain(logical, physical), run,
                          sum(s.owed for s in self.spines))
 
@@ -233,23 +244,34 @@ class Trace:
     def publish(self, progress: bool = False):
         """Swap in a new snapshot if any shard changed since the last one, or (``progress``: after idle
         merging) if only its merges advanced, so the published merge shortfall catches up while idle.
-        Merging right after an append is not republished for that alone: the hot path pays nothing."""
-        versions = tuple(s.version for s in self.spines)
-        moved = progress and tuple(s.progress for s in self.spines) != self._progress
-        if versions == self._versions and not moved:
+        Merging right after an append is not republished for that alone: the hot path pays nothing.
+        When only the uppers moved (an empty batch) and no merge is in progress, the new snapshot
+        shares the last one's batches and figures."""
+        spines = self.spines
+        versions = tuple([s.version for s in spines])
+        progressed = tuple([s.progress for s in spines])
+        if versions == self._versions and not (progress and progressed != self._progress):
             return
         self._versions = versions
-        self._progress = tuple(s.progress for s in self.spines)
+        self._progress = progressed
+        upper = spines[0].upper
+        for s in spines[1:]:
+            upper = upper.meet(s.upper)
+        shapes = tuple([s.shape for s in spines])
+        last = self.snapshot
+        if shapes == self._shapes and not any(last.merges):
+            self.snapshot = TraceSnapshot(last.shards, upper, last.merges, last.merge_bytes, spines[0].lower,
+                                          last.merge_rows)
+            return
+        self._shapes = shapes
         shards, merges, mbytes, mrows = [], [], [], []
-        upper = None
-        for s in self.spines:
+        for s in spines:
             shards.append(s.batches())
             m, mb, mr = s.merging()
             merges.append(m)
             mbytes.append(mb)
             mrows.append(mr)
-            upper = s.upper if upper is None else upper.meet(s.upper)
-        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), self.spines[0].lower,
+        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), spines[0].lower,
                                       tuple(mrows))
 
     # -- reading ------------------------------------------------------------------------------
@@ -358,6 +380,17 @@ class TraceHandle:
             return
         self._physical = frontier
         self.trace._set_reader(self._key, self._logical, frontier)
+
+    def set_compaction(self, logical: Antichain, physical: Antichain):
+        """Both frontiers at once, as ``set_logical_compaction`` then ``set_physical_compaction`` would
+        set them, in one update of the trace's readers (operators move both every step)."""
+        if logical == self._logical:
+            self.set_physical_compaction(physical)
+            return
+        if not self._logical.less_equal(logical):
+            raise ValueError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
+        self._logical, self._physical = logical, physical
+        self.trace._set_reader(self._key, logical, physical)
 
     def subscribe(self):
         """Receive (batches, lower, upper) of every later append in ``inbox`` (scheduler thread)."""

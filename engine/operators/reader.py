@@ -43,8 +43,9 @@ class ArrangedInput:
         h = self.handle
         target = self.lens.native(frontier)
         if target.elements and target != h.logical and h.logical.less_equal(target):
-            h.set_logical_compaction(target)
-        h.set_physical_compaction(self.ack)
+            h.set_compaction(target, self.ack)
+        else:
+            h.set_physical_compaction(self.ack)
 
     def release(self):
         if self.handle is not None:

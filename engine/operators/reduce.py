@@ -112,7 +112,10 @@ class ReduceOp(Operator):
         self.input.acknowledge(msgs)
         lower = self.upper
         work = sum(len(b) for bs in delta for b in bs) + sum(0 if p is None else len(p[0]) for p in self.pending)
-        batches = rt.run(lambda s: self._shard(s, delta[s], lower, F), range(W), rows=work)
+        if work:
+            batches = rt.run(lambda s: self._shard(s, delta[s], lower, F), range(W), rows=work)
+        else:  # only the frontier moved (a loop round elsewhere) and nothing is pending: nothing to read
+            batches = [Batch.empty(self.input.kk, self.spec.out_kv, self.scope.depth, lower, F) for _ in range(W)]
         self.upper = F
         self.out_trace.insert(batches, rt.run)
         if any(len(b) for b in batches):
