@@ -1350,8 +1350,12 @@ def goals_latency(results, asks, lat_workers, specs):
             r = results["kpgnb"][f"W={w}"]["jobs"].get(key, {})
             if r.get("status") != "ok":
                 continue
+            same = (spec.get("height") == 11 or spec.get("side") == 150 or
+                    (spec["kind"] == "gnp" and spec["n"] == 10_000 and spec["p"] == 0.001))
             goals.append({"goal": f"interactive tc(?, _) on {spec['name']} W={w}: p50 <= K-Pg's {kpg:g} ms",
-                          "measured": f"{r['p50_ms']:.2f} ms", "met": "yes" if r["p50_ms"] <= kpg else "NO"})
+                          "measured": f"{r['p50_ms']:.2f} ms",
+                          "met": ("yes" if r["p50_ms"] <= kpg else "NO") if same else
+                                 "n/a: not K-Pg's graph"})
     return goals
 
 
