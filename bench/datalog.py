@@ -64,6 +64,7 @@ import time
 import numpy as np
 
 from .common import parse_args, percentile, table, write_result
+from .peers import norm_pairs, norm_reach
 
 # -- the programs -----------------------------------------------------------------------------------------
 
@@ -253,17 +254,9 @@ def norm_rel2(x, y, n: int) -> dict:
     return {"rows": len(x), "per_x": np.bincount(x, minlength=n).astype(np.int64), "hash": pair_hash(x, y)}
 
 
-def norm_set(nodes) -> np.ndarray:
-    """A unary relation: its values sorted, duplicates kept (a node listed twice is wrong)."""
-    return np.sort(np.asarray(nodes, dtype=np.int64))
-
-
-def norm_map(nodes, values):
-    """A relation node -> value (cc, sssp): sorted by node, duplicates kept."""
-    nodes = np.asarray(nodes, dtype=np.int64)
-    values = np.asarray(values, dtype=np.int64)
-    order = np.argsort(nodes, kind="stable")
-    return nodes[order], values[order]
+# a unary relation: its values sorted, duplicates kept (a node listed twice is wrong); a relation
+# node -> value (cc, sssp): sorted by node, duplicates kept. The same normal forms as bench.graphs.
+norm_set, norm_map = norm_reach, norm_pairs
 
 
 def normalize(program: str, cols: list, n: int):
