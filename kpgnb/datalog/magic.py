@@ -96,6 +96,10 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
                     for t, e in ((lit.left, lit.right), (lit.right, lit.left)):
                         if isinstance(t, Var) and all(v.name in bound for v in variables(e)):
                             bound.add(t.name)
+            if any(_same_binding(lit, f"{pred}__{adn}", margs, adn) for lit in body[1:]):
+                # a recursive atom bound like the head: its facts are all for asked values already, so
+                # the magic join would filter nothing (every round)
+                body = body[1:]
             out.append(Rule(Atom(f"{pred}__{adn}", head_args, False, r.head.span), tuple(body), r.span))
 
     # the seed and the answer
@@ -132,6 +136,15 @@ def program_for(a: Analysis, pattern: Pattern, rules) -> Program:
 
 def _decl_type(dtype) -> str:
     return {"int64": "int", "float64": "float", "str": "str", "bool": "bool"}[dtype]
+
+
+def _same_binding(lit, name, margs, adn) -> bool:
+    """Whether ``lit`` is a positive ``name`` atom whose bound arguments are the head's, variable for
+    variable."""
+    if not (isinstance(lit, Atom) and not lit.negated and lit.pred == name):
+        return False
+    bound = tuple(x for x, c in zip(lit.args, adn) if c == "b")
+    return all(isinstance(a, Var) and isinstance(b, Var) and a.name == b.name for a, b in zip(bound, margs))
 
 
 def _is_bound(x, bound) -> bool:
