@@ -12,7 +12,7 @@ import numpy as np
 from ..engine.collection import Arranged, Variable
 from .analysis import Analysis, RulePlan
 from .errors import at
-from .syntax import Aggregate, Atom, BinOp, Const, Var, variables
+from .syntax import Aggregate, Atom, Const, Var, variables
 
 
 class Relations:

@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass
 
 from .analysis import Analysis
-from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Decl, Program, Rule, Var, variables
+from .syntax import Atom, BinOp, Comparison, Const, Decl, Program, Rule, Var, variables
 
 GOAL = "goal__"      # the input of asked bindings (one column per '?')
 ANSWER = "answer__"  # the asked predicate's rows for the asked bindings

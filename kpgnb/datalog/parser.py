@@ -154,7 +154,7 @@ def parse(text: str) -> Program:
     try:
         tree = _parser().parse(text)
         items = _ToSyntax().transform(tree)
-    except UnexpectedEOF as err:
+    except UnexpectedEOF:
         lines = text.rstrip().splitlines() or [""]
         raise datalog_error(text, len(lines), len(lines[-1]) + 1,
                             "the program ends in the middle of a statement (a rule ends with '.')") from None
