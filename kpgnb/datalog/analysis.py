@@ -348,14 +348,10 @@ class _Analyzer:
         return out
 
     def _expr_type(self, e, vt) -> str:
-        if isinstance(e, Var):
-            return vt[e.name]
-        if isinstance(e, Const):
-            return _const_t(e)
-        lt, rt = self._expr_type(e.left, vt), self._expr_type(e.right, vt)
-        if "str" in (lt, rt):
-            raise self.err(e, f"arithmetic on strings: {show(e)}")
-        return "float64" if "float64" in (lt, rt) else "int64"
+        try:
+            return expr_dtype(e, vt.__getitem__)
+        except StringArithmetic as bad:
+            raise self.err(bad.node, f"arithmetic on strings: {show(bad.node)}") from None
 
     def _compare_types(self, node, a, b, where, op="="):
         if _kind(a) != _kind(b):
@@ -384,6 +380,25 @@ class _Analyzer:
 @dataclass(frozen=True)
 class _Spanned:
     span: object
+
+
+class StringArithmetic(ValueError):
+    def __init__(self, node):
+        super().__init__(node)
+        self.node = node
+
+
+def expr_dtype(e, var_dtype) -> str:
+    """The engine dtype of an expression: a variable's (``var_dtype(name)``), a constant's, and for
+    arithmetic float64 if either side is, else int64 (StringArithmetic on strings)."""
+    if isinstance(e, Var):
+        return var_dtype(e.name)
+    if isinstance(e, Const):
+        return _const_t(e)
+    kinds = {expr_dtype(e.left, var_dtype), expr_dtype(e.right, var_dtype)}
+    if "str" in kinds:
+        raise StringArithmetic(e)
+    return "float64" if "float64" in kinds else "int64"
 
 
 def _kind(t) -> str:

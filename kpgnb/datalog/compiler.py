@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.collection import Arranged, Variable
-from .analysis import Analysis, RulePlan
+from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
 from .syntax import Aggregate, Atom, Const, Var, variables
 
@@ -262,8 +262,8 @@ class Compiler:
 
     def _assign(self, b, var: Var, expr):
         pre, names = self.pre, list(b.schema.names)
-        dtype = _expr_dtype(expr, lambda v: b.schema.dtype(pre + v))
-        return b.map(lambda **c: {**c, pre + var.name: _column(_eval(expr, c, pre), len(c[names[0]]), dtype)},
+        dtype = expr_dtype(expr, lambda v: b.schema.dtype(pre + v))
+        return b.map(lambda **c: {**c, pre + var.name: _column(evaluate(expr, c, pre), len(c[names[0]]), dtype)},
                      out={**{n: b.schema.dtype(n) for n in names}, pre + var.name: dtype})
 
     def _head(self, b, head: Atom):
@@ -277,7 +277,7 @@ class Compiler:
         if plain:
             return b.select([pre + a.name for a in args]).rename(**{pre + a.name: c for a, c in zip(args, cols)})
         n0 = b.schema.names[0]
-        return b.map(lambda **c: {col: _column(_eval(a, c, pre), len(c[n0]), t)
+        return b.map(lambda **c: {col: _column(evaluate(a, c, pre), len(c[n0]), t)
                                   for a, col, t in zip(args, cols, dtypes)},
                      out=dict(zip(cols, dtypes)))
 
@@ -288,12 +288,14 @@ _CMP = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">
         ">=": np.greater_equal}
 
 
-def _eval(e, c, pre):
+def evaluate(e, c, pre=""):
+    """An expression over the columns ``c`` (variable v is column ``pre + v``): arrays in, array out,
+    or a plain value when ``e`` is constant."""
     if isinstance(e, Var):
         return c[pre + e.name]
     if isinstance(e, Const):
         return e.value
-    left, right = _eval(e.left, c, pre), _eval(e.right, c, pre)
+    left, right = evaluate(e.left, c, pre), evaluate(e.right, c, pre)
     if e.op == "/":
         if _is_int(left) and _is_int(right):
             with np.errstate(divide="ignore"):
@@ -309,7 +311,7 @@ def _is_int(x) -> bool:
 
 
 def _compare(cmp, c, pre):
-    left, right = _eval(cmp.left, c, pre), _eval(cmp.right, c, pre)
+    left, right = evaluate(cmp.left, c, pre), evaluate(cmp.right, c, pre)
     return np.asarray(_CMP[cmp.op](left, right), dtype=bool)
 
 
@@ -319,15 +321,6 @@ def _column(value, n, dtype):
         return np.full(n, value, dtype=object) if arr.ndim == 0 else arr
     np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_}[dtype]
     return np.broadcast_to(np.asarray(value).astype(np_dtype), (n,))
-
-
-def _expr_dtype(e, var_dtype) -> str:
-    if isinstance(e, Var):
-        return var_dtype(e.name)
-    if isinstance(e, Const):
-        return {"int": "int64", "float": "float64", "str": "str"}[e.type]
-    kinds = {_expr_dtype(e.left, var_dtype), _expr_dtype(e.right, var_dtype)}
-    return "float64" if "float64" in kinds else "int64"
 
 
 def _condition(conds):

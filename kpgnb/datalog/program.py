@@ -3,17 +3,19 @@ relations are views (``prog["tc"]``) and exported arrangements (``NAME.tc``); ``
 adds a goal-directed dataflow (magic sets) that answers the bindings asked of it."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
-import dataclasses
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
 from .analysis import analyze
-from .compiler import Compiler, Relations
+from .compiler import Compiler, Relations, evaluate
 from .magic import ANSWER, GOAL, Pattern, parse_pattern, program_for, rewrite
 from .parser import parse
-from .syntax import Atom, BinOp, Const, Var, variables
+from .syntax import Atom, Var, variables
 
 
 
@@ -369,11 +371,6 @@ def _inputs_only(a):
 
 
 def _constant(x):
-    if isinstance(x, Const):
-        return x.value
-    if isinstance(x, BinOp):
-        left, right = _constant(x.left), _constant(x.right)
-        if x.op == "/":
-            return left // right if isinstance(left, int) and isinstance(right, int) else left / right
-        return {"+": left + right, "-": left - right, "*": left * right, "%": left % right}[x.op]
-    raise DatalogError(f"not a constant: {x!r}")
+    """A ground head argument's value (a constant, or arithmetic over constants)."""
+    value = evaluate(x, {})
+    return value.item() if isinstance(value, np.generic) else value
