@@ -831,17 +831,27 @@ def _spark_pairs_loop(spark, edges, program: str):
         e1, e2 = e.alias("e1"), e.alias("e2")
         found = (e1.join(e2, F.col("e1.src") == F.col("e2.src")).where(F.col("e1.dst") != F.col("e2.dst"))
                  .select(F.col("e1.dst").alias("x"), F.col("e2.dst").alias("y")).distinct().localCheckpoint())
+    if program == "tc":
+        def step(delta):
+            return delta.join(e, delta.y == e.src).select(delta.x, F.col("dst").alias("y"))
+    else:
+        e1 = e.select(F.col("src").alias("a"), F.col("dst").alias("nx"))
+        e2 = e.select(F.col("src").alias("b"), F.col("dst").alias("ny"))
+
+        def step(delta):
+            return (delta.join(e1, delta.x == e1.a).join(e2, delta.y == e2.b)
+                    .select(F.col("nx").alias("x"), F.col("ny").alias("y")))
+    return _spark_fixpoint(found, step)
+
+
+def _spark_fixpoint(found, step):
+    """Semi-naive rounds: ``step(delta)`` gives the rows one round derives from the last round's new
+    ones; those not found before (left anti join) are the next delta, until a round adds nothing.
+    localCheckpoint each round (and ``found`` every few) cuts the lineage."""
     delta, rounds = found, 0
     while True:
         rounds += 1
-        if program == "tc":
-            step = delta.join(e, delta.y == e.src).select(delta.x, F.col("dst").alias("y"))
-        else:
-            e1 = e.select(F.col("src").alias("a"), F.col("dst").alias("nx"))
-            e2 = e.select(F.col("src").alias("b"), F.col("dst").alias("ny"))
-            step = (delta.join(e1, delta.x == e1.a).join(e2, delta.y == e2.b)
-                    .select(F.col("nx").alias("x"), F.col("ny").alias("y")))
-        new = step.distinct().join(found, ["x", "y"], "left_anti").localCheckpoint()
+        new = step(delta).distinct().join(found, found.columns, "left_anti").localCheckpoint()
         if new.count() == 0:
             break
         found = found.unionByName(new)
@@ -855,18 +865,7 @@ def _spark_reach(spark, edges, roots):
     from pyspark.sql import functions as F
     e = edges.select(F.col("src").alias("y"), F.col("dst"))
     found = roots.select(F.col("node").alias("y")).distinct().localCheckpoint()
-    delta, rounds = found, 0
-    while True:
-        rounds += 1
-        new = (delta.join(e, "y").select(F.col("dst").alias("y")).distinct()
-               .join(found, "y", "left_anti").localCheckpoint())
-        if new.count() == 0:
-            break
-        found = found.unionByName(new)
-        if rounds % SPARK_CHECKPOINT_EVERY == 0:
-            found = found.localCheckpoint()
-        delta = new
-    return found.localCheckpoint()
+    return _spark_fixpoint(found, lambda delta: delta.join(e, "y").select(F.col("dst").alias("y")))
 
 
 def _spark_min_loop(spark, start, edges, weighted: bool):
