@@ -47,6 +47,21 @@ class Histories:
         return self.diffs.shape[0]
 
 
+def key_index(keys: np.ndarray):
+    """(hashes, keys, inverse): the distinct key columns in arrangement order, for seeking, and the index
+    among them of each of the given keys (which may repeat, in any order)."""
+    keys = np.require(keys, np.int64, ["C", "W"])
+    n = keys.shape[1]
+    if not n:
+        return np.zeros(0, np.int64), keys, np.zeros(0, np.int64)
+    perm, skh = arrangement_order(keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
+    k = np.ascontiguousarray(keys[:, perm])
+    keep = unique_sorted_keys(skh, k)
+    inv = np.empty(n, np.int64)
+    inv[perm] = np.cumsum(keep) - 1
+    return skh[keep], np.ascontiguousarray(k[:, keep]), inv
+
+
 def probe_keys(keys: np.ndarray):
     """(hashes, keys) sorted in arrangement order and distinct, for seeking."""
     keys = np.require(keys, np.int64, ["C", "W"])  # writeable and contiguous: one kernel signature

@@ -315,7 +315,25 @@ class Engine:
             "shard_busy_s": self._pool.busy.tolist(),
             "rounds": snap.rounds,
             "error": None if snap.error is None else str(snap.error),
+            "ife": self.ife_stats(),
         }
+
+    def ife_stats(self) -> list:
+        """Per iterative-frontier-expansion operator (``Collection.ife``, ``kpgnb.graphs``' memory modes):
+        ``dataflow``, ``operator``, ``mode`` (full, jod or drop), ``state_differences`` and
+        ``join_differences`` (records kept), ``dropped`` (dropped pairs remembered), ``dropped_total``,
+        ``recomputed`` (states recomputed because their entry was dropped), and ``bytes`` of each
+        structure (``state``, ``join``, ``dropped_tracker``). Any thread; each figure is at most one step
+        old."""
+        out = []
+        for name, df in list(self._scheduler.dataflows.items()):
+            graph = df.graph
+            builder = getattr(graph, "builder", None)
+            reports = list(builder.reports) if builder is not None else []
+            reports += [op for op in list(graph.ops) if getattr(op, "kind", None) == "ife"]
+            for r in reports:
+                out.append(dict(r.report(), dataflow=name))
+        return out
 
     # -- waiting ------------------------------------------------------------------------------------
     def wait(self, target=None, timeout: float | None = None, cancel_on_interrupt: bool = True):

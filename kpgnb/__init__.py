@@ -14,8 +14,8 @@ if _os.path.isdir(_os.path.join(_root, "engine")) and _os.path.isfile(_os.path.j
         __path__.append(_root)
 
 __all__ = ["Engine", "Variable", "Antichain", "Schema", "KpgnbError", "SchemaError", "DataflowError", "CompactedError",
-           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "engine", "input",
-           "dashboard"]
+           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "Drop", "engine",
+           "input", "dashboard"]
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -36,6 +36,7 @@ _LAZY = {
     "DatalogError": ("kpgnb.engine.errors", "DatalogError"),
     "UsageError": ("kpgnb.engine.errors", "UsageError"),
     "UnknownNameError": ("kpgnb.engine.errors", "UnknownNameError"),
+    "Drop": ("kpgnb.engine.dropping", "Drop"),
 }
 
 

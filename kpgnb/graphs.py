@@ -63,12 +63,15 @@ def bit_length_rounds(label):
     return out
 
 
-def wcc(edges):
-    """Weakly connected components: every node labelled with the smallest node id of its component."""
+def wcc(edges, memory: str = "full", drop=None):
+    """Weakly connected components: every node labelled with the smallest node id of its component.
+    ``memory`` (full, jod or drop) and ``drop`` as in ``Collection.ife``; the answer is the same."""
     sym = edges.concat(edges.map(lambda src, dst: {"src": dst, "dst": src})).arrange_by("src")
     # the nodes are the keys of the one arrangement of the edges (a reduce over it re-sorts nothing)
     nodes = sym.min(by="src", col="dst").map(lambda src: {"node": src, "label": src})
-    return propagate_min_label(sym, nodes, label_rounds=bit_length_rounds)
+    return nodes.ife(sym, key="node", node="node", value="label", message=lambda label: label, agg="min",
+                     memory=memory, drop=drop, name="wcc",
+                     start_rounds=bit_length_rounds if memory == "full" else None)
 
 
 def scc(edges):
@@ -92,60 +95,44 @@ def scc(edges):
     return edges.iterate(body)
 
 
-def sssp(edges, sources):
+def sssp(edges, sources, memory: str = "full", drop=None):
     """Weighted shortest distances from many sources at once, sharing one edge arrangement: ``edges``
     (src, dst, w) with non-negative weights (int or float), ``sources`` (source). Output (source, node,
-    dist): every node reachable from a source, with its distance (the paper's SPSP workload)."""
+    dist): every node reachable from a source, with its distance (the paper's SPSP workload).
+    ``memory`` is "full", "jod" or "drop" (with ``drop=kp.Drop(...)``): see ``Collection.ife``."""
     dist_dtype = np.float64 if edges.schema.dtype("w") == "float64" else np.int64
     start = sources.map(lambda source: {"source": source, "node": source,
                                         "dist": np.zeros(len(source), dist_dtype)})
-
-    def step(d):
-        return (d.join(edges, left_on="node", right_on="src")
-                 .map(lambda source, dst, dist, w: {"source": source, "node": dst, "dist": dist + w})
-                 .concat(start)
-                 .min(by=["source", "node"], col="dist"))
-    return start.iterate(step)
+    return start.ife(edges.select("src", "dst", "w"), key=["source", "node"], node="node", value="dist",
+                     message=lambda dist, w: dist + w, agg="min", memory=memory, drop=drop, name="sssp")
 
 
-def khop(edges, sources, k: int):
+def khop(edges, sources, k: int, memory: str = "full", drop=None):
     """The nodes within ``k`` hops of each source: ``edges`` (src, dst), ``sources`` (source). Output
     (source, node, hops), hops the fewest edges from the source (0 for the source itself)."""
     if not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"khop needs k >= 0 hops, got {k!r}")
     start = sources.map(lambda source: {"source": source, "node": source, "hops": np.zeros(len(source), np.int64)})
-
-    def step(d):
-        return (d.filter(lambda hops: hops < k)
-                 .join(edges, left_on="node", right_on="src")
-                 .map(lambda source, dst, hops: {"source": source, "node": dst, "hops": hops + 1})
-                 .concat(start)
-                 .min(by=["source", "node"], col="hops"))
-    return start.iterate(step)
+    return start.ife(edges.select("src", "dst"), key=["source", "node"], node="node", value="hops",
+                     message=lambda hops: (hops + 1, hops < k), agg="min", memory=memory, drop=drop, name="khop")
 
 
-def pagerank(edges, iterations: int = 10, alpha: float = 0.85):
+def pagerank(edges, iterations: int = 10, alpha: float = 0.85, memory: str = "full", drop=None):
     """PageRank by ``iterations`` rounds of power iteration on ``edges`` (src, dst), unnormalised as in
     differential dataflow's example: rank(v) = (1 - alpha) + alpha * sum over u -> v of rank(u) / outdeg(u),
     starting from 1 - alpha at every node with an edge. Output (node, rank), float64. Each round's sum is
     taken over the consolidated values of a node, so retractions cancel exactly."""
     if not isinstance(iterations, (int, np.integer)) or iterations < 1:
         raise ValueError(f"pagerank needs iterations >= 1, got {iterations!r}")
-    degree = edges.count(by="src")
+    edges = edges.select("src", "dst")
     nodes = edges.map(lambda src: {"node": src}).concat(edges.map(lambda dst: {"node": dst})).distinct()
     base = nodes.map(lambda node: {"node": node, "rank": np.full(len(node), 1.0 - alpha)})
-
-    def step(r):
-        share = (r.join(degree, left_on="node", right_on="src")
-                  .map(lambda node, rank, count: {"node": node, "share": alpha * rank / count}))
-        return (share.join(edges, left_on="node", right_on="src")
-                     .map(lambda dst, share: {"node": dst, "rank": share})
-                     .concat(base)
-                     .sum(by="node", col="rank"))
-    return base.iterate(step, max_rounds=iterations)
+    return base.ife(edges, key="node", node="node", value="rank",
+                    message=lambda rank, degree: alpha * rank / degree, agg="sum", rounds=int(iterations),
+                    memory=memory, drop=drop, name="pagerank")
 
 
-def rpq(edges, sources, transitions, accept, start_state: int = 0):
+def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str = "full", drop=None):
     """A regular path query as a search of the product of the graph with an automaton: ``edges`` (src,
     label, dst), ``sources`` (source), ``transitions`` a list of (state, label, next state) with int
     states and the labels' dtype, ``accept`` the accepting states. Output (source, node): the nodes a
@@ -176,13 +163,10 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0):
         raise ValueError(f"rpq: transition labels must be {label_dtype} like the edges' label column")
     product = edges.flat_map(moves, repeat=False)
     start = sources.map(lambda source: {"source": source, "node": source,
-                                        "state": np.full(len(source), start_state, np.int64)})
-
-    def step(s):
-        return (s.join(product, left_on=["node", "state"], right_on=["src", "state"])
-                 .map(lambda source, dst, next: {"source": source, "node": dst, "state": next})
-                 .concat(start)
-                 .distinct())
-    reached = start.iterate(step)
+                                        "state": np.full(len(source), start_state, np.int64),
+                                        "reached": np.zeros(len(source), np.int64)})
+    reached = start.ife(product, key=["source", "node", "state"], node=["node", "state"], value="reached",
+                        src=["src", "state"], dst=["dst", "next"], message=lambda reached: reached, agg="min",
+                        memory=memory, drop=drop, name="rpq")
     return reached.filter(lambda state: np.isin(state, accept)).map(
         lambda source, node: {"source": source, "node": node}).distinct()

@@ -1,0 +1,161 @@
+"""Partial dropping of vertex-state differences (the third paper, section 5): which entries of a
+vertex's timeline to drop, and how to remember that one was dropped.
+
+- ``Drop`` is the user's knob: the probability ``p``, the ``policy`` choosing entries ("degree": always
+  drop vertices of in-degree below ``tau_min``, never those above the ``tau_max_percentile``-th percentile
+  of in-degrees, the rest with probability p; "random": every entry with probability p), and the
+  ``tracker`` ("exact": the dropped (vertex, round) pairs in an arrangement of their own, DET-DROP;
+  "bloom": a Bloom filter, PROB-DROP, a fixed ``bloom_bits`` whatever is dropped).
+- A tracker answers, for a vertex and a range of rounds (lo, hi], the latest round whose entry may have
+  been dropped. The exact one answers precisely; the Bloom filter never misses a dropped entry (no false
+  negatives) and may name one that was kept or rewritten since: the caller then recomputes a value it
+  could have read, which costs time, never correctness.
+
+Choices are deterministic functions of (vertex, round, seed), so a run is reproducible."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .batch import Batch, form_shards
+from .cursor import Cursor, key_index
+from .kernels import ife as ik
+from .kernels.sort import hash_keys
+from .lattice import Antichain
+from .trace import Trace
+
+
+@dataclass(frozen=True)
+class Drop:
+    """How ``memory="drop"`` chooses and remembers the vertex-state differences it drops."""
+
+    p: float = 0.5
+    policy: str = "degree"
+    tracker: str = "exact"
+    tau_min: int = 2
+    tau_max_percentile: float = 80.0
+    bloom_bits: int = 1 << 22
+    bloom_hashes: int = 3
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0.0 <= float(self.p) <= 1.0:
+            raise ValueError(f"Drop(p={self.p!r}): p is a probability, between 0 and 1")
+        if self.policy not in ("degree", "random"):
+            raise ValueError(f"Drop(policy={self.policy!r}): choose 'degree' or 'random'")
+        if self.tracker not in ("exact", "bloom"):
+            raise ValueError(f"Drop(tracker={self.tracker!r}): choose 'exact' or 'bloom'")
+        if not isinstance(self.tau_min, (int, np.integer)) or self.tau_min < 0:
+            raise ValueError(f"Drop(tau_min={self.tau_min!r}): a degree, an int >= 0")
+        if not 0.0 <= float(self.tau_max_percentile) <= 100.0:
+            raise ValueError(f"Drop(tau_max_percentile={self.tau_max_percentile!r}): a percentile, 0 to 100")
+        if not isinstance(self.bloom_bits, (int, np.integer)) or self.bloom_bits < 64:
+            raise ValueError(f"Drop(bloom_bits={self.bloom_bits!r}): at least 64 bits")
+        if not isinstance(self.bloom_hashes, (int, np.integer)) or not 1 <= self.bloom_hashes <= 16:
+            raise ValueError(f"Drop(bloom_hashes={self.bloom_hashes!r}): 1 to 16 hash functions")
+
+    def choose(self, kh: np.ndarray, rounds: np.ndarray, degree: np.ndarray, tau_max: float) -> np.ndarray:
+        """Which of these entries (vertex key hash, round, the vertex's in-degree) to drop."""
+        u = _uniform(kh, rounds, self.seed)
+        pick = u < self.p
+        if self.policy == "degree":
+            pick = np.where(degree < self.tau_min, True, np.where(degree > tau_max, False, pick))
+        return pick
+
+
+def _uniform(kh, rounds, seed) -> np.ndarray:
+    """A deterministic uniform [0, 1) number per (key hash, round)."""
+    x = (kh.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (rounds.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9))
+    x ^= np.uint64(seed & 0xFFFFFFFF) * np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0xD6E8FEB86659FD93)
+    x ^= x >> np.uint64(32)
+    return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+class ExactTracker:
+    """DET-DROP: the dropped (vertex, round) pairs, as an arrangement keyed by vertex with the round as
+    value (a pair is forgotten when its vertex's entry at that round is rewritten)."""
+
+    kind = "exact"
+
+    def __init__(self, kk: int, workers: int, name: str):
+        self.trace = Trace(kk, 1, 1, workers, name=name)
+        self.handle = self.trace.handle(owner=name)
+        self.upper = 0
+        self.markers = 0
+
+    def latest(self, keys, kh, lo, hi) -> np.ndarray:
+        return _latest(self.trace, keys, lo, hi)
+
+    def update(self, keys, rounds, diffs, epoch: int, run):
+        """Add (+1) or forget (-1) pairs as of ``epoch``; called once per processed epoch."""
+        n = len(diffs)
+        shards = form_shards(keys, rounds[None, :], np.full((n, 1), epoch, np.int64), diffs,
+                             self.trace.workers, run)
+        lower, upper = Antichain([(self.upper,)]), Antichain([(epoch + 1,)])
+        self.trace.insert([Batch(*s, lower, upper) for s in shards], run)
+        self.upper = epoch + 1
+        self.handle.set_logical_compaction(upper)
+        self.markers += int(diffs.sum())
+
+    def nbytes(self) -> int:
+        return int(self.trace.stats()["bytes"])
+
+    def close(self):
+        self.handle.close()
+
+
+class BloomTracker:
+    """PROB-DROP: a Bloom filter over (vertex key hash, round); it only grows (stale pairs are false
+    positives)."""
+
+    kind = "bloom"
+
+    def __init__(self, bits: int, hashes: int):
+        words = 1 << max(0, (int(bits) - 1).bit_length() - 6)
+        self.bits = np.zeros(words, np.uint64)
+        self.hashes = int(hashes)
+        self.markers = 0
+
+    def latest(self, keys, kh, lo, hi) -> np.ndarray:
+        out = np.empty(len(kh), np.int64)
+        ik.bloom_latest(self.bits, self.hashes, np.ascontiguousarray(kh), np.ascontiguousarray(lo),
+                        np.ascontiguousarray(hi), out)
+        return out
+
+    def update(self, keys, rounds, diffs, epoch: int, run):
+        add = diffs > 0
+        if add.any():
+            ik.bloom_add(self.bits, self.hashes, hash_keys(np.ascontiguousarray(keys[:, add])),
+                         np.ascontiguousarray(rounds[add]))
+            self.markers += int(add.sum())
+
+    def nbytes(self) -> int:
+        return int(self.bits.nbytes)
+
+    def close(self):
+        pass
+
+
+def make_tracker(drop: Drop, kk: int, workers: int, name: str):
+    if drop.tracker == "exact":
+        return ExactTracker(kk, workers, name)
+    return BloomTracker(drop.bloom_bits, drop.bloom_hashes)
+
+
+def _latest(trace: Trace, keys, lo, hi) -> np.ndarray:
+    """Latest live round in (lo, hi] per query key in a (key -> round) trace, else -1."""
+    n = keys.shape[1]
+    out = np.full(n, -1, np.int64)
+    if not n:
+        return out
+    pkh, pkeys, inv = key_index(keys)
+    hist = Cursor(trace.snapshot.all_batches(), 1, 1).seek(pkh, pkeys)
+    r = np.empty(n, np.int64)
+    v = np.empty(n, np.int64)
+    ik.timeline_at(hist.off, np.ascontiguousarray(hist.vals[0]), np.zeros(len(hist), np.int64), hist.diffs,
+                   inv, np.ascontiguousarray(hi), r, v)
+    return np.where(r > lo, r, -1)
+

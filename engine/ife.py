@@ -1,0 +1,192 @@
+"""``Collection.ife``: the iterate-join-aggregate pattern (the third paper's iterative frontier expansion)
+in three memory modes, and the statistics each reports.
+
+- ``"full"``: join, concat and a reduce inside ``iterate`` — differential dataflow as everywhere else,
+  which keeps the join's output differences (the reference).
+- ``"jod"``: one operator (engine/operators/ife.py) that keeps only a per-vertex timeline of states and
+  joins on demand.
+- ``"drop"``: the same, leaving some timeline entries out (engine/dropping.py).
+
+All three give the same collection at every epoch. ``message`` names its arguments by column: the
+state's value column, any edge payload column, and ``degree`` (the sender's out-degree)."""
+from __future__ import annotations
+
+import inspect
+import weakref
+
+import numpy as np
+
+from .columns import SchemaError
+from .dataflow import Site
+from .dropping import Drop
+from .operators.ife import AGGS, IfeOp, IfeSpec
+
+MODES = ("full", "jod", "drop")
+
+
+class FullReport:
+    """What a ``memory="full"`` IFE keeps: the join's output (the reduce's input arrangement) and the
+    states (the loop variable's arrangement and the reduce's output)."""
+
+    def __init__(self, label, join_trace, state_traces, agg):
+        self.label = label
+        self.agg = agg
+        self.join = weakref.ref(join_trace)
+        self.states = [weakref.ref(t) for t in state_traces]
+
+    def report(self) -> dict:
+        def size(refs):
+            recs = byts = 0
+            for ref in refs:
+                t = ref()
+                if t is not None:
+                    st = t.stats()
+                    recs += st["records"]
+                    byts += st["bytes"]
+            return int(recs), int(byts)
+        jr, jb = size([self.join])
+        sr, sb = size(self.states)
+        return {"operator": self.label, "mode": "full", "agg": self.agg, "state_differences": sr,
+                "join_differences": jr, "dropped": 0, "dropped_total": 0, "recomputed": 0,
+                "bytes": {"state": sb, "join": jb, "dropped_tracker": 0}}
+
+
+def _message_adapter(message, value, payload, who):
+    """message(value=..., payload columns..., degree=...) as fn(values, payload arrays, degrees)."""
+    if not callable(message):
+        raise SchemaError(f"{who}: message must be a function of the state's {value!r} column (and edge "
+                          f"payload columns, and degree), got {message!r}")
+    try:
+        params = inspect.signature(message).parameters
+    except (TypeError, ValueError):
+        raise SchemaError(f"{who}: cannot read the parameters of message {message!r}") from None
+    allowed = [value, *payload, "degree"]
+    for p in params.values():
+        if p.name not in allowed and p.default is p.empty:
+            raise SchemaError(f"{who}: message parameter {p.name!r} is not the state column {value!r}, an edge "
+                              f"payload column {list(payload)} or 'degree'")
+    wants = [p for p in payload if p in params]
+    degree = "degree" in params
+
+    def call(values, pay, deg):
+        kw = {value: values} if value in params else {}
+        for i, p in enumerate(payload):
+            if p in params:
+                kw[p] = pay[i]
+        if degree:
+            kw["degree"] = deg
+        return message(**kw)
+    return call, degree, wants
+
+
+def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, agg="min", rounds=None,
+        memory="full", drop=None, start_rounds=None, name="ife"):
+    """See ``Collection.ife``."""
+    from .collection import Arranged, Collection, Variable, _names
+    who = f"ife({name!r})"
+    if memory not in MODES:
+        raise SchemaError(f"{who}: memory={memory!r}; choose one of {list(MODES)}")
+    if agg not in AGGS:
+        raise SchemaError(f"{who}: agg={agg!r}; choose one of {list(AGGS)}")
+    if drop is not None and not isinstance(drop, Drop):
+        raise SchemaError(f"{who}: drop= takes a kp.Drop(...), got {drop!r}")
+    if memory == "drop" and drop is None:
+        drop = Drop()
+    if memory != "drop" and drop is not None:
+        raise SchemaError(f"{who}: drop= applies to memory='drop' only (memory={memory!r})")
+    if rounds is not None and (not isinstance(rounds, (int, np.integer)) or rounds < 0):
+        raise SchemaError(f"{who}: rounds={rounds!r}; a number of rounds >= 0, or None for a fixed point")
+    if agg == "sum" and rounds is None:
+        raise SchemaError(f"{who}: a sum need not reach a fixed point; pass rounds=")
+    if not isinstance(edges, Collection):
+        raise SchemaError(f"{who}: edges must be a Collection, got {type(edges).__name__}")
+    key, node, src, dst = _names(key, "key"), _names(node, "node"), _names(src, "src"), _names(dst, "dst")
+    start._check(key + [value], "state column")
+    edges._check(src + dst, "edge column")
+    if key[len(key) - len(node):] != node:
+        raise SchemaError(f"{who}: the node columns {node} must be the last of the key {key}")
+    if not (len(node) == len(src) == len(dst)):
+        raise SchemaError(f"{who}: node {node}, src {src} and dst {dst} must name as many columns")
+    for n_, s_, d_ in zip(node, src, dst):
+        for e_ in (s_, d_):
+            if start.schema.dtype(n_) != edges.schema.dtype(e_):
+                raise SchemaError(f"{who}: state column {n_!r} is {start.schema.dtype(n_)} but edge column "
+                                  f"{e_!r} is {edges.schema.dtype(e_)}")
+    vdt = start.schema.dtype(value)
+    if vdt not in ("int64", "float64"):
+        raise SchemaError(f"{who}: the state column {value!r} must be int64 or float64, not {vdt}")
+    groups = key[:len(key) - len(node)]
+    payload = [c for c in edges.schema.names if c not in src + dst]
+    call, degree, _ = _message_adapter(message, value, payload, who)
+    state = start.select(*key, value) if list(start.schema.names) != key + [value] else start
+    edges_ = edges.select(*(src + dst + payload)) if list(edges.schema.names) != src + dst + payload else edges
+    if memory == "full":
+        return _full(state, edges_, groups, node, value, src, dst, payload, call, degree, agg, rounds,
+                     start_rounds, name)
+    if start.scope.parent is not None:
+        raise SchemaError(f"{who}: memory={memory!r} runs on the top-level epochs (which it processes in "
+                          f"order); inside a loop use memory='full'")
+    by_src = edges_.arrange_by(*src)
+    by_dst = edges_.arrange_by(*dst, vals=src + payload)
+    st = state.arrange_by(*key, vals=[value])
+    pay_float = [edges_.schema.dtype(p) == "float64" for p in payload]
+
+    def msg(values, pay, deg):
+        cols = [pay[i].view(np.float64) if f else pay[i] for i, f in enumerate(pay_float)]
+        return call(values, cols, deg)
+    spec = IfeSpec(len(groups), len(node), len(payload), agg, msg, vdt == "float64", degree, rounds, memory, drop)
+    eng = start.builder.engine
+    op = IfeOp(start.scope, st.op, by_src.op, by_dst.op, spec, eng.workers, Site.capture(), name)
+    return Collection(start.builder, op, state.schema, start.scope)
+
+
+def _full(state, edges, groups, node, value, src, dst, payload, call, degree, agg, rounds, start_rounds, name):
+    from .collection import Variable
+    key = groups + node
+    by_src = edges.arrange_by(*src)
+    right = list(by_src.val_names)                    # dst + payload, in the edges' order
+    deg = edges.count(by=src) if degree else None
+    dtypes = {c: state.schema.dtype(c) for c in key + [value]}
+    traces = {}
+
+    def step(d):
+        dk = d.arrange_by(*node, vals=groups + [value])
+        j = dk.join(by_src, left_on=node, right_on=src)
+        jnames = list(j.columns)
+        base = len(node) + len(groups) + 1
+        rnames = dict(zip(right, jnames[base:base + len(right)]))
+        if degree:
+            j = j.join(deg, left_on=node, right_on=src)
+            cname = list(j.columns)[-1]
+
+        def emit(**c):
+            pay = [np.asarray(c[rnames[p]]) for p in payload]
+            res = call(np.asarray(c[value]), pay, np.asarray(c[cname]) if degree else None)
+            keep = None
+            if isinstance(res, tuple):
+                res, keep = res
+            n = len(c[value])
+            res = np.broadcast_to(np.asarray(res), (n,))
+            keep = np.ones(n, bool) if keep is None else np.asarray(keep, bool)
+            out = {g: np.asarray(c[g])[keep] for g in groups}
+            for n_, d_ in zip(node, dst):
+                out[n_] = np.asarray(c[rnames[d_]])[keep]
+            out[value] = res[keep].astype(np.float64 if dtypes[value] == "float64" else np.int64)
+            return out, np.flatnonzero(keep)
+        msgs = j.flat_map(emit, out={c: dtypes[c] for c in key + [value]}, repeat=False)
+        entry = state if start_rounds is None else state.enter_at(d.scope, start_rounds)
+        cat = msgs.concat(entry).arrange_by(*key, vals=[value])
+        res = getattr(cat, agg)(by=key, col=value)
+        traces["join"] = cat.op.owned_trace()
+        traces["state"] = [dk.op.owned_trace(), res.op.owned_trace()]
+        return res
+
+    if start_rounds is None:
+        out = state.iterate(step, max_rounds=rounds)
+    else:
+        scope = state.scope.loop()
+        var = Variable(scope, columns=list(state.schema.names), dtypes=list(state.schema.dtypes))
+        out = var.set(step(var), max_rounds=rounds).leave()
+    builder = state.builder
+    builder.reports.append(FullReport(f"{builder.name}: {name}", traces["join"], traces["state"], agg))
+    return out

@@ -1,0 +1,72 @@
+"""Per-vertex work of the iterative frontier expansion operator (engine/operators/ife.py): reading a
+vertex's one-dimensional timeline of (round, value) entries, and the Bloom filter of dropped entries.
+
+A timeline's rows come from several batches of an arrangement, each (round, value, diff); an entry is
+live when its diffs sum to more than zero (a rewritten entry is a retraction in one epoch and an
+insertion in a later one until the trace merges them away)."""
+import numpy as np
+
+from . import helper, kernel
+from .sort import mix64
+
+
+@kernel
+def timeline_at(off, rounds, values, diffs, qprobe, qround, out_round, out_value):
+    """For each query i: the latest live entry of probe qprobe[i] at a round <= qround[i]: its round in
+    out_round[i] (-1 if none) and its value in out_value[i]."""
+    for i in range(qprobe.shape[0]):
+        p = qprobe[i]
+        q = qround[i]
+        best = -1
+        value = 0
+        for a in range(off[p], off[p + 1]):
+            r = rounds[a]
+            if r > q or r <= best:
+                continue
+            net = 0
+            for b in range(off[p], off[p + 1]):
+                if rounds[b] == r and values[b] == values[a]:
+                    net += diffs[b]
+            if net > 0:
+                best = r
+                value = values[a]
+        out_round[i] = best
+        out_value[i] = value
+
+
+@helper
+def _bloom_hash(kh, r, salt):
+    return mix64(np.uint64(kh) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(r) * np.uint64(0xBF58476D1CE4E5B9)
+                 + np.uint64(salt) * np.uint64(0x94D049BB133111EB))
+
+
+@kernel
+def bloom_add(bits, nhash, kh, rounds):
+    """Insert the (key hash, round) pairs; ``bits`` is uint64 words, a power of two many."""
+    mask = np.uint64(bits.shape[0] * 64 - 1)
+    for i in range(kh.shape[0]):
+        for s in range(nhash):
+            h = _bloom_hash(kh[i], rounds[i], s) & mask
+            bits[h >> np.uint64(6)] |= np.uint64(1) << (h & np.uint64(63))
+
+
+@kernel
+def bloom_latest(bits, nhash, kh, lo, hi, out):
+    """For each query i: the latest round d in (lo[i], hi[i]] whose (kh[i], d) the filter may hold, or -1.
+    Never misses an inserted pair (no false negatives); may report one never inserted."""
+    mask = np.uint64(bits.shape[0] * 64 - 1)
+    for i in range(kh.shape[0]):
+        found = -1
+        d = hi[i]
+        while d > lo[i]:
+            hit = True
+            for s in range(nhash):
+                h = _bloom_hash(kh[i], d, s) & mask
+                if (bits[h >> np.uint64(6)] >> (h & np.uint64(63))) & np.uint64(1) == np.uint64(0):
+                    hit = False
+                    break
+            if hit:
+                found = d
+                break
+            d -= 1
+        out[i] = found

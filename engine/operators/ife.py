@@ -1,0 +1,498 @@
+"""Iterative frontier expansion (IFE) with join-on-demand and partial dropping: the third paper's
+memory modes for the iterate-join-aggregate pattern (``Collection.ife``).
+
+The pattern: a state per vertex, D_0 = agg(start) and D_{r+1}(v) = agg(start(v) + {msg(D_r(u), edge) for
+each edge u -> v}), to a fixed point (or for ``rounds`` rounds). ``memory="full"`` builds it from join,
+concat and a reduce inside ``iterate`` (engine/collection.py), which keeps the join's output differences.
+This operator (``"jod"`` and ``"drop"``) keeps none of them:
+
+- Epochs are processed in order, each to completion (top-level times are totally ordered), so each
+  vertex keeps a one-dimensional timeline: the (round, value) entries where its state changes on the
+  current graph (eager merging along the version coordinate: an epoch retracts the entries it rewrites,
+  and the trace's compaction to the epoch merges them away). The timeline is an arrangement keyed by
+  vertex, so it is sharded, merged and reported like every other trace.
+- An epoch re-runs the rounds from 0. X_r is the set of vertices whose new state at round r differs from
+  the old timeline's. A vertex is recomputed at round r+1 (join on demand: its in-edges, its
+  in-neighbours' round-r states, the aggregate) when its inputs at round r may differ: an in-neighbour is
+  in X_r; one of its in-edges changed (and the sender had a state); its start rows changed; or, for
+  messages that read the sender's out-degree, a sender's out-edges changed. Any other vertex keeps its old
+  state at r+1: nothing it depends on changed (the paper's direct and upper-bound rules, restated on
+  timelines). Without a round limit, the epoch ends at the first round past the old timeline's last round
+  where no state changes from the round before: a fixed point of the new graph.
+- ``"drop"`` leaves some timeline entries out (``engine/dropping.py`` chooses and remembers them). Reading
+  an old state whose latest entry may have been dropped recomputes it from the old graph, recursively,
+  and counts the recomputation.
+
+Work is vectorized per round (NumPy plus kernels/ife.py); the operator runs on the scheduler thread and
+reads every shard of its inputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..batch import Batch, form_shards
+from ..columns import UpdateBatch
+from ..cursor import Cursor, key_index
+from ..dataflow import Operator, Updates
+from ..dropping import Drop, make_tracker
+from ..kernels import ife as ik
+from ..kernels.seek import seek_keys
+from ..kernels.sort import hash_keys
+from ..lattice import Antichain
+from ..trace import Trace
+from .reader import ArrangedInput
+
+ABSENT = np.iinfo(np.int64).min  # "no state": the bit pattern of -0.0, which canonical floats never have
+AGGS = ("min", "max", "sum")
+import os; _DEBUG = os.environ.get("IFE_DEBUG")
+
+
+@dataclass
+class IfeSpec:
+    """What the operator computes. State keys are ``ng`` group columns then ``nn`` node columns; edges
+    carry ``npay`` payload columns; ``message(values, payloads, degrees)`` maps sender states (and the
+    edges' payload columns, and the senders' out-degrees when ``degree``) to candidate states, or to
+    (candidates, keep mask)."""
+
+    ng: int
+    nn: int
+    npay: int
+    agg: str
+    message: object
+    value_float: bool = False
+    degree: bool = False
+    rounds: int | None = None
+    mode: str = "jod"
+    drop: Drop | None = None
+
+
+class _Rows:
+    """Rows of some input for a list of query keys: query index, value columns, net multiplicity."""
+
+    __slots__ = ("q", "vals", "counts")
+
+    def __init__(self, q, vals, counts):
+        self.q, self.vals, self.counts = q, vals, counts
+
+
+class IfeOp(Operator):
+    kind = "ife"
+    family = "core"
+
+    def __init__(self, scope, start, by_src, by_dst, spec: IfeSpec, workers: int, site=None, name="ife"):
+        super().__init__(scope, [start, by_src, by_dst], site)
+        self.spec = spec
+        self.workers = workers
+        self.name = name
+        kk = spec.ng + spec.nn
+        self.timeline = Trace(kk, 2, 1, workers, name=f"{name} (state timeline)")
+        self.h_timeline = self.timeline.handle(owner=f"{name} (its timeline)")
+        self.tracker = make_tracker(spec.drop, kk, workers, f"{name} (dropped)") if spec.mode == "drop" else None
+        self.sides = [None, None, None]
+        self.stash = [[], [], []]   # per input: (keys, vals, epochs, diffs) of updates not yet processed
+        self.pending: set = set()   # epochs with updates not yet processed
+        self.done = -1               # the last epoch processed
+        self.t_upper = 0             # the timeline's upper (its next batch's lower)
+        self.max_round = -1          # the last round any timeline entry may have
+        self.tau_max = None          # the degree policy's upper degree threshold (from the first epoch)
+        self.counters = {"epochs": 0, "rounds": 0, "evaluated": 0, "recomputed": 0, "dropped": 0,
+                         "join_rows": 0}
+
+    # -- graph interface --------------------------------------------------------------------------
+    def capabilities(self):
+        return Antichain([(min(self.pending),)]) if self.pending else Antichain()
+
+    def owned_trace(self):
+        return self.timeline
+
+    def install(self, rt):
+        self.sides = [ArrangedInput(up, self.label()) for up in self.inputs]
+
+    def release(self):
+        for side in self.sides:
+            if side is not None:
+                side.release()
+        if self.h_timeline is not None:
+            self.h_timeline.close()
+            self.h_timeline = None
+        if self.tracker is not None:
+            self.tracker.close()
+
+    def step(self, rt):
+        for port in range(3):
+            msgs = self.take(port)
+            for m in msgs:
+                for bs in m.shards:
+                    for b in bs:
+                        if len(b):
+                            ep = b.times[:, 0]
+                            self.stash[port].append((b.key_rows(), b.vals, ep, b.diffs))
+                            self.pending.update(np.unique(ep).tolist())
+            self.sides[port].acknowledge(msgs)
+        F = self.frontier
+        f = F.elements[0][0] if F.elements else None
+        ready = sorted(e for e in self.pending if f is None or e < f)
+        if ready:
+            out = [self._epoch(e, rt) for e in ready]
+            out = [o for o in out if o is not None]
+            if out:
+                data = np.concatenate([o.data for o in out], axis=1)
+                times = np.concatenate([o.times for o in out], axis=0)
+                diffs = np.concatenate([o.diffs for o in out])
+                self.send(Updates([UpdateBatch(data, times, diffs)] + [None] * (self.workers - 1),
+                                  Antichain([(ready[0],)])))
+        if self.done >= 0:
+            for side in self.sides:
+                if side.open:
+                    side.compact(Antichain([(self.done,)]))
+
+    # -- reading inputs and the timeline ------------------------------------------------------------
+    def _rows(self, port: int, keys, at: int) -> _Rows:
+        """The rows of input ``port`` under each query key, accumulated as of epoch ``at``."""
+        side = self.sides[port]
+        kv = side.kv
+        n = keys.shape[1]
+        if not n:
+            return _Rows(np.zeros(0, np.int64), np.zeros((kv, 0), np.int64), np.zeros(0, np.int64))
+        pkh, pkeys, inv = key_index(keys)
+        batches = [b for s in range(self.workers) for b in side.history(s)]
+        h = Cursor(batches, kv, 1).seek(pkh, pkeys)
+        probe = np.repeat(np.arange(len(pkh)), np.diff(h.off))
+        sel = h.times[:, 0] <= at
+        probe, vals, diffs = probe[sel], h.vals[:, sel], h.diffs[sel]
+        if len(diffs):  # consolidate per (probe, vals)
+            order = np.lexsort(tuple(vals[i] for i in range(kv - 1, -1, -1)) + (probe,))
+            probe, vals, diffs = probe[order], vals[:, order], diffs[order]
+            new = np.ones(len(diffs), bool)
+            new[1:] = (probe[1:] != probe[:-1]) | (vals[:, 1:] != vals[:, :-1]).any(axis=0)
+            starts = np.flatnonzero(new)
+            diffs = np.add.reduceat(diffs, starts)
+            probe, vals = probe[starts], vals[:, starts]
+            nz = diffs != 0
+            probe, vals, diffs = probe[nz], vals[:, nz], diffs[nz]
+        poff = np.zeros(len(pkh) + 1, np.int64)
+        np.cumsum(np.bincount(probe, minlength=len(pkh)), out=poff[1:])
+        lens = np.diff(poff)[inv]
+        q = np.repeat(np.arange(n), lens)
+        rows = np.arange(len(q)) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(poff[:-1][inv], lens)
+        return _Rows(q, vals[:, rows], diffs[rows])
+
+    def _stored(self, keys, q):
+        """(round, value) of each key's latest stored timeline entry at a round <= q (round -1: none)."""
+        n = keys.shape[1]
+        r, v = np.empty(n, np.int64), np.empty(n, np.int64)
+        if not n:
+            return r, v
+        pkh, pkeys, inv = key_index(keys)
+        h = Cursor(self.timeline.snapshot.all_batches(), 2, 1).seek(pkh, pkeys)
+        ik.timeline_at(h.off, np.ascontiguousarray(h.vals[0]), np.ascontiguousarray(h.vals[1]), h.diffs, inv,
+                       np.ascontiguousarray(q, dtype=np.int64), r, v)
+        return r, v
+
+    def _old(self, keys, q, e: int):
+        """The states at rounds q on the old timeline (the graph as of epoch e - 1); dropped entries are
+        recomputed."""
+        g, v = self._stored(keys, q)
+        v = np.where(g >= 0, v, ABSENT)
+        if self.tracker is not None and len(g):
+            d = self.tracker.latest(keys, hash_keys(np.ascontiguousarray(keys)), g, np.asarray(q, np.int64))
+            need = np.flatnonzero(d > g)
+            if len(need):
+                self.counters["recomputed"] += len(need)
+                sub = np.ascontiguousarray(keys[:, need])
+                v[need] = self._values(sub, d[need], e - 1, lambda k, qq: self._old(k, qq, e))
+        return v
+
+    # -- one round's aggregate, joined on demand ----------------------------------------------------
+    def _values(self, keys, rounds, at: int, prev):
+        """The aggregate at round rounds[i] for each key: its start rows as of ``at``, plus at rounds > 0
+        the messages along its in-edges (as of ``at``) from the senders' states at the round before,
+        which ``prev(sender keys, rounds)`` gives."""
+        spec = self.spec
+        ng, nn = spec.ng, spec.nn
+        n = keys.shape[1]
+        self.counters["evaluated"] += n
+        st = self._rows(0, keys, at)
+        qs, vs, cs = [st.q], [st.vals[0]], [st.counts]
+        later = np.flatnonzero(rounds > 0)
+        if len(later):
+            ed = self._rows(2, np.ascontiguousarray(keys[ng:, later]), at)
+            q = later[ed.q]
+            senders = np.concatenate([keys[:ng, q], ed.vals[:nn]], axis=0)
+            sv = prev(np.ascontiguousarray(senders), rounds[q] - 1)
+            live = (sv != ABSENT) & (ed.counts > 0) if spec.agg != "sum" else sv != ABSENT
+            q, sv, pay, cnt = q[live], sv[live], ed.vals[nn:, live], ed.counts[live]
+            self.counters["join_rows"] += len(q)
+            if len(q):
+                deg = None
+                if spec.degree:
+                    out = self._rows(1, np.ascontiguousarray(ed.vals[:nn, live]), at)
+                    deg = np.bincount(out.q, weights=out.counts, minlength=len(q)).astype(np.int64)
+                mv, keep = self._message(sv, pay, deg)
+                qs.append(q[keep]), vs.append(mv[keep]), cs.append(cnt[keep])
+        return self._aggregate(n, np.concatenate(qs), np.concatenate(vs), np.concatenate(cs))
+
+    def _message(self, sv, pay, deg):
+        spec = self.spec
+        fl = spec.value_float
+        res = spec.message(sv.view(np.float64) if fl else sv, pay, deg)
+        keep = np.ones(len(sv), bool)
+        if isinstance(res, tuple):
+            res, keep = res
+            keep = np.asarray(keep, bool)
+        res = np.asarray(res)
+        if res.shape != sv.shape:
+            res = np.broadcast_to(res, sv.shape)
+        if fl:
+            res = res.astype(np.float64) + 0.0  # canonical: no -0.0
+            return np.ascontiguousarray(res).view(np.int64), keep
+        return res.astype(np.int64), keep
+
+    def _aggregate(self, n, q, v, c):
+        """Per query: the aggregate of its rows (value, multiplicity), ABSENT where it has none."""
+        spec = self.spec
+        out = np.full(n, ABSENT, np.int64)
+        if spec.agg == "sum":
+            nz = c != 0
+            q, v, c = q[nz], v[nz], c[nz]
+        else:
+            pos = c > 0
+            q, v = q[pos], v[pos]
+        if not len(q):
+            return out
+        fl = spec.value_float
+        x = v.view(np.float64) if fl else v
+        order = np.lexsort((x, q))  # a fixed order: sums come out the same bits every time
+        q, x = q[order], x[order]
+        starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+        if spec.agg == "sum":
+            w = (x * c[order]) if not fl else x * c[order].astype(np.float64)
+            agg = np.add.reduceat(w, starts)
+        elif spec.agg == "min":
+            agg = x[starts]
+        else:
+            agg = x[np.r_[starts[1:], len(x)] - 1]
+        if fl:
+            agg = (np.asarray(agg, np.float64) + 0.0).view(np.int64)
+        out[q[starts]] = agg
+        return out
+
+    # -- one epoch --------------------------------------------------------------------------------
+    def _take(self, port: int, e: int):
+        """The updates of input ``port`` at epoch e (removed from the stash)."""
+        keys, vals, diffs, rest = [], [], [], []
+        for k, v, ep, d in self.stash[port]:
+            at = ep == e
+            if at.any():
+                keys.append(k[:, at]), vals.append(v[:, at]), diffs.append(d[at])
+            if not at.all():
+                later = ~at
+                rest.append((k[:, later], v[:, later], ep[later], d[later]))
+        self.stash[port] = rest
+        if not diffs:
+            return None
+        return np.concatenate(keys, axis=1), np.concatenate(vals, axis=1), np.concatenate(diffs)
+
+    def _groups(self, at: int):
+        """The group keys of every start row as of ``at`` or the epoch before (an empty key when the
+        state has no group columns)."""
+        ng = self.spec.ng
+        if not ng:
+            return np.zeros((0, 1), np.int64)
+        side = self.sides[0]
+        batches = [b for s in range(self.workers) for b in side.history(s)]
+        keys = Cursor(batches, side.kv, 1).keys()[1]
+        if not keys.shape[1]:
+            return np.zeros((ng, 0), np.int64)
+        g = np.unique(keys[:ng].T, axis=0).T
+        return np.ascontiguousarray(g)
+
+    @staticmethod
+    def _cross(groups, nodes):
+        """Every (group, node) pair as state keys."""
+        ng, G = groups.shape
+        n = nodes.shape[1]
+        if not ng:
+            return np.ascontiguousarray(nodes)
+        return np.ascontiguousarray(np.concatenate([np.repeat(groups, n, axis=1), np.tile(nodes, (1, G))], axis=0))
+
+    def _epoch(self, e: int, rt):
+        spec = self.spec
+        ng, nn = spec.ng, spec.nn
+        kk = ng + nn
+        self.pending.discard(e)
+        start = self._take(0, e)
+        srcd = self._take(1, e)
+        dstd = self._take(2, e)
+        s_keys = key_index(start[0])[1] if start is not None else np.zeros((kk, 0), np.int64)
+        # changed edges (sender node -> receiver node), and senders whose out-degree changed
+        if dstd is not None:
+            ch_u, ch_v = dstd[1][:nn], dstd[0]
+            pairs = np.unique(np.concatenate([ch_u, ch_v], axis=0).T, axis=0).T
+            ch_u, ch_v = np.ascontiguousarray(pairs[:nn]), np.ascontiguousarray(pairs[nn:])
+        else:
+            ch_u = ch_v = np.zeros((nn, 0), np.int64)
+        deg_u = (key_index(srcd[0])[1] if srcd is not None else np.zeros((nn, 0), np.int64)) if spec.degree \
+            else np.zeros((nn, 0), np.int64)
+        groups = self._groups(e) if (ch_u.shape[1] or deg_u.shape[1]) else np.zeros((ng, 0 if ng else 1), np.int64)
+        if self.tracker is not None and spec.drop.policy == "degree" and self.tau_max is None:
+            self.tau_max = self._degree_threshold(e)
+        static = bool(s_keys.shape[1] or ch_u.shape[1] or deg_u.shape[1])
+        old_max = self.max_round
+        t_keys, t_vals, t_diffs = [], [], []      # timeline updates (key, (round, value), diff)
+        m_keys, m_rounds, m_diffs = [], [], []    # dropped-pair updates
+        X = (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        r = 0
+        while True:
+            # candidates at round r
+            cand = [s_keys]
+            if r > 0:
+                xkeys = X[1]
+                if xkeys.shape[1]:  # (a vertex that lost its state changes its out-neighbours' inputs too)
+                    outs = self._rows(1, np.ascontiguousarray(xkeys[ng:]), e)
+                    cand.append(np.concatenate([xkeys[:ng, outs.q], outs.vals[:nn]], axis=0))
+                if ch_u.shape[1]:
+                    snd = self._cross(groups, ch_u)
+                    had = self._old(snd, np.full(snd.shape[1], r - 1), e) != ABSENT
+                    cand.append(self._cross(groups, ch_v)[:, had])
+                if deg_u.shape[1]:
+                    snd = self._cross(groups, deg_u)
+                    had = self._old(snd, np.full(snd.shape[1], r - 1), e) != ABSENT
+                    if had.any():
+                        outs = self._rows(1, np.ascontiguousarray(snd[ng:, had]), e)
+                        cand.append(np.concatenate([snd[:ng, had][:, outs.q], outs.vals[:nn]], axis=0))
+            ckh, ckeys, _ = key_index(np.concatenate(cand, axis=1))
+            n = len(ckh)
+            rr = np.full(n, r, np.int64)
+            prev_X = X
+            new = self._values(ckeys, rr, e, lambda k, qq: self._current(k, qq, prev_X, e)) if n else \
+                np.zeros(0, np.int64)
+            old = self._old(ckeys, rr, e) if n else np.zeros(0, np.int64)
+            ch = new != old
+            X = (ckh[ch], np.ascontiguousarray(ckeys[:, ch]), new[ch], old[ch])
+            # timeline entries at round r of every vertex in X_r or X_{r-1}
+            want_any = self._rewrite(r, X, prev_X, e, (t_keys, t_vals, t_diffs), (m_keys, m_rounds, m_diffs))
+            self.counters["rounds"] += 1
+            if _DEBUG and r > 60: print(self.spec.mode, e, r, old_max, len(X[0]), want_any, X[1][:, :5], X[2][:5], X[3][:5])
+            if spec.rounds is not None:
+                if r >= spec.rounds:
+                    break
+            elif r > old_max and not want_any:
+                break
+            if not len(X[0]) and not static and r > 0:
+                break  # nothing differs at round r and nothing else changed: every later state is the old one
+            r += 1
+        self.max_round = max(old_max, r)
+        self.counters["epochs"] += 1
+        self.done = e
+        self._commit(e, t_keys, t_vals, t_diffs, m_keys, m_rounds, m_diffs, rt)
+        # output: the final states that changed
+        xkh, xkeys, xnew, xold = X
+        parts_k, parts_v, parts_d = [], [], []
+        for vals, sign in ((xold, -1), (xnew, 1)):
+            has = vals != ABSENT
+            parts_k.append(xkeys[:, has]), parts_v.append(vals[has]), parts_d.append(np.full(int(has.sum()), sign))
+        keys = np.concatenate(parts_k, axis=1)
+        if not keys.shape[1]:
+            return None
+        data = np.concatenate([keys, np.concatenate(parts_v)[None, :]], axis=0)
+        d = np.concatenate(parts_d).astype(np.int64)
+        return UpdateBatch(np.ascontiguousarray(data), np.full((len(d), 1), e, np.int64), d)
+
+    def _current(self, keys, q, X, e):
+        """New states at rounds q (all one round, the one X describes): X's where it has them, else old."""
+        xkh, xkeys, xnew, _ = X
+        out = self._old(keys, q, e)
+        if len(xkh) and keys.shape[1]:
+            pkh, pkeys, inv = key_index(keys)
+            idx = seek_keys(xkh, xkeys, pkh, pkeys)[inv]
+            hit = idx >= 0
+            out[hit] = xnew[idx[hit]]
+        return out
+
+    def _rewrite(self, r, X, prev_X, e, tl, marks) -> bool:
+        """Queue the timeline changes at round r for the vertices in X (= X_r) and prev_X (X_{r-1});
+        returns whether any of them changes state at round r on the new timeline."""
+        ng = self.spec.ng
+        keys = np.concatenate([X[1], prev_X[1]], axis=1)
+        if not keys.shape[1]:
+            return False
+        pkh, keys, _ = key_index(keys)
+        n = len(pkh)
+        cur = self._current(keys, np.full(n, r, np.int64), X, e)
+        if r > 0:
+            before = self._current(keys, np.full(n, r - 1, np.int64), prev_X, e)
+        else:
+            before = np.full(n, ABSENT, np.int64)
+        want = cur != before
+        g, v = self._stored(keys, np.full(n, r, np.int64))
+        at_r = g == r
+        if at_r.any():  # retract the stored entry at r
+            tl[0].append(keys[:, at_r]), tl[1].append(np.stack([g[at_r], v[at_r]])), tl[2].append(np.full(int(at_r.sum()), -1))
+        if self.tracker is not None and self.tracker.kind == "exact":
+            d = self.tracker.latest(keys, pkh, np.full(n, r - 1, np.int64), np.full(n, r, np.int64))
+            gone = d == r
+            if gone.any():
+                marks[0].append(keys[:, gone]), marks[1].append(np.full(int(gone.sum()), r)), marks[2].append(np.full(int(gone.sum()), -1))
+        if want.any():
+            wk = keys[:, want]
+            drop = np.zeros(int(want.sum()), bool)
+            if self.tracker is not None:
+                deg = None
+                if self.spec.drop.policy == "degree":
+                    out = self._rows(1, np.ascontiguousarray(wk[ng:]), e)
+                    deg = np.bincount(out.q, weights=out.counts, minlength=wk.shape[1])
+                drop = self.spec.drop.choose(pkh[want], np.full(wk.shape[1], r), deg if deg is not None else
+                                             np.zeros(wk.shape[1]), self.tau_max if self.tau_max is not None else 0.0)
+            keep = ~drop
+            if keep.any():
+                tl[0].append(wk[:, keep]), tl[1].append(np.stack([np.full(int(keep.sum()), r), cur[want][keep]]))
+                tl[2].append(np.ones(int(keep.sum()), np.int64))
+            if drop.any():
+                marks[0].append(wk[:, drop]), marks[1].append(np.full(int(drop.sum()), r)), marks[2].append(np.ones(int(drop.sum()), np.int64))
+                self.counters["dropped"] += int(drop.sum())
+        return bool(want.any())
+
+    def _commit(self, e, t_keys, t_vals, t_diffs, m_keys, m_rounds, m_diffs, rt):
+        """Append the epoch's timeline (and dropped-pair) changes at time e and compact to e + 1: a
+        rewritten entry's retraction and its old insertion then merge away."""
+        kk = self.spec.ng + self.spec.nn
+        if t_diffs:
+            keys = np.ascontiguousarray(np.concatenate(t_keys, axis=1), np.int64)
+            vals = np.ascontiguousarray(np.concatenate(t_vals, axis=1), np.int64)
+            diffs = np.concatenate(t_diffs).astype(np.int64)
+        else:
+            keys, vals, diffs = np.zeros((kk, 0), np.int64), np.zeros((2, 0), np.int64), np.zeros(0, np.int64)
+        shards = form_shards(keys, vals, np.full((len(diffs), 1), e, np.int64), diffs, self.workers, rt.run)
+        lower, upper = Antichain([(self.t_upper,)]), Antichain([(e + 1,)])
+        self.timeline.insert([Batch(*s, lower, upper) for s in shards], rt.run)
+        self.t_upper = e + 1
+        self.h_timeline.set_logical_compaction(upper)
+        if self.tracker is not None and m_diffs:
+            mk = np.ascontiguousarray(np.concatenate(m_keys, axis=1), np.int64)
+            self.tracker.update(mk, np.concatenate(m_rounds).astype(np.int64),
+                                np.concatenate(m_diffs).astype(np.int64), e, rt.run)
+
+    def _degree_threshold(self, e) -> float:
+        """The degree policy's tau_max: the given percentile of the vertices' out-degrees."""
+        side = self.sides[1]
+        batches = [b for s in range(self.workers) for b in side.history(s)]
+        counts = [np.diff(b.koff) for b in batches if len(b)]
+        if not counts:
+            return 0.0
+        return float(np.percentile(np.concatenate(counts), self.spec.drop.tau_max_percentile))
+
+    # -- statistics --------------------------------------------------------------------------------
+    def report(self) -> dict:
+        """What this operator keeps, drops and recomputes (any thread: published snapshots and counters)."""
+        ts = self.timeline.stats()
+        out = {"operator": self.label(), "mode": self.spec.mode, "agg": self.spec.agg,
+               "state_differences": int(ts["records"]), "join_differences": 0,
+               "dropped": int(self.tracker.markers) if self.tracker is not None else 0,
+               "bytes": {"state": int(ts["bytes"]), "join": 0,
+                         "dropped_tracker": self.tracker.nbytes() if self.tracker is not None else 0}}
+        out.update({k: int(v) for k, v in self.counters.items() if k != "dropped"})
+        out["dropped_total"] = int(self.counters["dropped"])
+        return out
