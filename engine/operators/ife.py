@@ -46,7 +46,6 @@ from .reader import ArrangedInput
 
 ABSENT = np.iinfo(np.int64).min  # "no state": the bit pattern of -0.0, which canonical floats never have
 AGGS = ("min", "max", "sum")
-import os; _DEBUG = os.environ.get("IFE_DEBUG")
 
 
 @dataclass
@@ -95,7 +94,7 @@ class IfeOp(Operator):
         self.pending: set = set()   # epochs with updates not yet processed
         self.done = -1               # the last epoch processed
         self.t_upper = 0             # the timeline's upper (its next batch's lower)
-        self.max_round = -1          # the last round any timeline entry may have
+        self.hist = np.zeros(0, np.int64)  # per round: the timeline entries (kept or dropped) at it
         self.tau_max = None          # the degree policy's upper degree threshold (from the first epoch)
         self.counters = {"epochs": 0, "rounds": 0, "evaluated": 0, "recomputed": 0, "dropped": 0,
                          "join_rows": 0}
@@ -340,54 +339,40 @@ class IfeOp(Operator):
         if self.tracker is not None and spec.drop.policy == "degree" and self.tau_max is None:
             self.tau_max = self._degree_threshold(e)
         static = bool(s_keys.shape[1] or ch_u.shape[1] or deg_u.shape[1])
-        old_max = self.max_round
-        t_keys, t_vals, t_diffs = [], [], []      # timeline updates (key, (round, value), diff)
-        m_keys, m_rounds, m_diffs = [], [], []    # dropped-pair updates
-        X = (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        hist = self.hist
+        old_max = int(np.flatnonzero(hist)[-1]) if hist.any() else -1
+        quiet = lambda r: r >= len(hist) or hist[r] == 0  # noqa: E731 - no old entry at round r anywhere
+        tl, marks = ([], [], []), ([], [], [])   # timeline and dropped-pair updates: (keys, values, diffs)
+        none = np.zeros((kk, 0), np.int64)
+        # round 0: the start rows
+        n0 = s_keys.shape[1]
+        new = self._values(s_keys, np.zeros(n0, np.int64), e, None) if n0 else np.zeros(0, np.int64)
+        old = self._old(s_keys, np.zeros(n0, np.int64), e) if n0 else np.zeros(0, np.int64)
+        ckh = key_index(s_keys)[0] if n0 else np.zeros(0, np.int64)
+        ch = new != old
+        X = (ckh[ch], np.ascontiguousarray(s_keys[:, ch]), new[ch], old[ch])
+        empty_X = (np.zeros(0, np.int64), none, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        want_any, delta = self._rewrite(0, X, empty_X, e, tl, marks)
+        if quiet(0):  # nothing else had a state at round 0: the states present now are the round's changes
+            delta = np.ascontiguousarray(s_keys[:, new != ABSENT])
         r = 0
         while True:
-            # candidates at round r
-            cand = [s_keys]
-            if r > 0:
-                xkeys = X[1]
-                if xkeys.shape[1]:  # (a vertex that lost its state changes its out-neighbours' inputs too)
-                    outs = self._rows(1, np.ascontiguousarray(xkeys[ng:]), e)
-                    cand.append(np.concatenate([xkeys[:ng, outs.q], outs.vals[:nn]], axis=0))
-                if ch_u.shape[1]:
-                    snd = self._cross(groups, ch_u)
-                    had = self._old(snd, np.full(snd.shape[1], r - 1), e) != ABSENT
-                    cand.append(self._cross(groups, ch_v)[:, had])
-                if deg_u.shape[1]:
-                    snd = self._cross(groups, deg_u)
-                    had = self._old(snd, np.full(snd.shape[1], r - 1), e) != ABSENT
-                    if had.any():
-                        outs = self._rows(1, np.ascontiguousarray(snd[ng:, had]), e)
-                        cand.append(np.concatenate([snd[:ng, had][:, outs.q], outs.vals[:nn]], axis=0))
-            ckh, ckeys, _ = key_index(np.concatenate(cand, axis=1))
-            n = len(ckh)
-            rr = np.full(n, r, np.int64)
-            prev_X = X
-            new = self._values(ckeys, rr, e, lambda k, qq: self._current(k, qq, prev_X, e)) if n else \
-                np.zeros(0, np.int64)
-            old = self._old(ckeys, rr, e) if n else np.zeros(0, np.int64)
-            ch = new != old
-            X = (ckh[ch], np.ascontiguousarray(ckeys[:, ch]), new[ch], old[ch])
-            # timeline entries at round r of every vertex in X_r or X_{r-1}
-            want_any = self._rewrite(r, X, prev_X, e, (t_keys, t_vals, t_diffs), (m_keys, m_rounds, m_diffs))
             self.counters["rounds"] += 1
-            if _DEBUG and r > 60: print(self.spec.mode, e, r, old_max, len(X[0]), want_any, X[1][:, :5], X[2][:5], X[3][:5])
             if spec.rounds is not None:
                 if r >= spec.rounds:
                     break
             elif r > old_max and not want_any:
-                break
+                break  # a fixed point of the new graph, past the old timeline's last entry
             if not len(X[0]) and not static and r > 0:
                 break  # nothing differs at round r and nothing else changed: every later state is the old one
+            if delta is not None and quiet(r + 1):
+                X, want_any, delta = self._seminaive(r + 1, X, delta, e, tl, marks)
+            else:
+                X, want_any, delta = self._general(r + 1, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks)
             r += 1
-        self.max_round = max(old_max, r)
         self.counters["epochs"] += 1
         self.done = e
-        self._commit(e, t_keys, t_vals, t_diffs, m_keys, m_rounds, m_diffs, rt)
+        self._commit(e, tl, marks, rt)
         # output: the final states that changed
         xkh, xkeys, xnew, xold = X
         parts_k, parts_v, parts_d = [], [], []
@@ -401,6 +386,64 @@ class IfeOp(Operator):
         d = np.concatenate(parts_d).astype(np.int64)
         return UpdateBatch(np.ascontiguousarray(data), np.full((len(d), 1), e, np.int64), d)
 
+    def _out_keys(self, keys, e):
+        """The state keys of the out-neighbours (as of epoch e) of these state keys."""
+        ng, nn = self.spec.ng, self.spec.nn
+        outs = self._rows(1, np.ascontiguousarray(keys[ng:]), e)
+        return np.concatenate([keys[:ng, outs.q], outs.vals[:nn]], axis=0)
+
+    def _general(self, r, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks):
+        """Round r (>= 1) when the old timeline may change at r: recompute every vertex whose inputs at
+        round r - 1 may differ from the old ones (X-driven and static candidates)."""
+        ng = self.spec.ng
+        cand = [s_keys]
+        if X[1].shape[1]:  # (a vertex that lost its state changes its out-neighbours' inputs too)
+            cand.append(self._out_keys(X[1], e))
+        for senders, edge_driven in ((ch_u, True), (deg_u, False)):
+            if senders.shape[1]:
+                snd = self._cross(groups, senders)
+                had = self._old(snd, np.full(snd.shape[1], r - 1), e) != ABSENT
+                if edge_driven:
+                    cand.append(self._cross(groups, ch_v)[:, had])
+                elif had.any():
+                    cand.append(self._out_keys(snd[:, had], e))
+        ckh, ckeys, _ = key_index(np.concatenate(cand, axis=1))
+        n = len(ckh)
+        rr = np.full(n, r, np.int64)
+        new = self._values(ckeys, rr, e, lambda k, qq: self._current(k, qq, X, e)) if n else np.zeros(0, np.int64)
+        old = self._old(ckeys, rr, e) if n else np.zeros(0, np.int64)
+        ch = new != old
+        X_next = (ckh[ch], np.ascontiguousarray(ckeys[:, ch]), new[ch], old[ch])
+        want_any, delta = self._rewrite(r, X_next, X, e, tl, marks)
+        return X_next, want_any, delta
+
+    def _seminaive(self, r, X, delta, e, tl, marks):
+        """Round r (>= 1) when no vertex has an old entry at r and every change at r - 1 is known
+        (``delta``): only the out-neighbours of those changes can change now (semi-naive evaluation);
+        every other state stays what it was at r - 1."""
+        xkh, xkeys, xnew, xold = X
+        if not delta.shape[1]:
+            return X, False, delta
+        bkh, bkeys, _ = key_index(self._out_keys(delta, e))
+        n = len(bkh)
+        rr = np.full(n, r, np.int64)
+        new = self._values(bkeys, rr, e, lambda k, qq: self._current(k, qq, X, e)) if n else np.zeros(0, np.int64)
+        before = self._current(bkeys, rr - 1, X, e)
+        old = self._old(bkeys, rr, e)
+        moved = new != before
+        # X at r: X at r - 1 outside B (same states), and the recomputed ones that differ from old
+        stay = seek_keys(bkh, bkeys, xkh, xkeys) < 0 if len(xkh) else np.zeros(0, bool)
+        ch = new != old
+        kh = np.concatenate([xkh[stay], bkh[ch]])
+        keys = np.concatenate([xkeys[:, stay], bkeys[:, ch]], axis=1)
+        nv, ov = np.concatenate([xnew[stay], new[ch]]), np.concatenate([xold[stay], old[ch]])
+        okh, okeys, inv = key_index(keys) if len(kh) else (kh, keys, np.zeros(0, np.int64))
+        order = np.empty(len(okh), np.int64)
+        order[inv] = np.arange(len(inv))
+        X_next = (okh, okeys, nv[order], ov[order])
+        self._store(r, bkh[moved], np.ascontiguousarray(bkeys[:, moved]), new[moved], e, tl, marks)
+        return X_next, bool(moved.any()), np.ascontiguousarray(bkeys[:, moved])
+
     def _current(self, keys, q, X, e):
         """New states at rounds q (all one round, the one X describes): X's where it has them, else old."""
         xkh, xkeys, xnew, _ = X
@@ -412,57 +455,69 @@ class IfeOp(Operator):
             out[hit] = xnew[idx[hit]]
         return out
 
-    def _rewrite(self, r, X, prev_X, e, tl, marks) -> bool:
-        """Queue the timeline changes at round r for the vertices in X (= X_r) and prev_X (X_{r-1});
-        returns whether any of them changes state at round r on the new timeline."""
-        ng = self.spec.ng
+    def _rewrite(self, r, X, prev_X, e, tl, marks):
+        """Queue the timeline changes at round r for the vertices in X (= X_r) and prev_X (X_{r-1}), the
+        only ones whose entry at r can change. Returns whether any of them changes state at round r on
+        the new timeline, and the keys of every vertex that does (None when some vertex outside them
+        has an old entry at r: its change is unknown here)."""
         keys = np.concatenate([X[1], prev_X[1]], axis=1)
         if not keys.shape[1]:
-            return False
+            return False, (np.zeros((keys.shape[0], 0), np.int64) if self._quiet(r) else None)
         pkh, keys, _ = key_index(keys)
         n = len(pkh)
         cur = self._current(keys, np.full(n, r, np.int64), X, e)
-        if r > 0:
-            before = self._current(keys, np.full(n, r - 1, np.int64), prev_X, e)
-        else:
-            before = np.full(n, ABSENT, np.int64)
+        before = self._current(keys, np.full(n, r - 1, np.int64), prev_X, e) if r > 0 else np.full(n, ABSENT, np.int64)
         want = cur != before
         g, v = self._stored(keys, np.full(n, r, np.int64))
         at_r = g == r
-        if at_r.any():  # retract the stored entry at r
-            tl[0].append(keys[:, at_r]), tl[1].append(np.stack([g[at_r], v[at_r]])), tl[2].append(np.full(int(at_r.sum()), -1))
+        found = int(at_r.sum())
+        if found:  # retract the stored entry at r
+            tl[0].append(keys[:, at_r]), tl[1].append(np.stack([g[at_r], v[at_r]])), tl[2].append(np.full(found, -1))
         if self.tracker is not None and self.tracker.kind == "exact":
             d = self.tracker.latest(keys, pkh, np.full(n, r - 1, np.int64), np.full(n, r, np.int64))
             gone = d == r
             if gone.any():
-                marks[0].append(keys[:, gone]), marks[1].append(np.full(int(gone.sum()), r)), marks[2].append(np.full(int(gone.sum()), -1))
-        if want.any():
-            wk = keys[:, want]
-            drop = np.zeros(int(want.sum()), bool)
-            if self.tracker is not None:
-                deg = None
-                if self.spec.drop.policy == "degree":
-                    out = self._rows(1, np.ascontiguousarray(wk[ng:]), e)
-                    deg = np.bincount(out.q, weights=out.counts, minlength=wk.shape[1])
-                drop = self.spec.drop.choose(pkh[want], np.full(wk.shape[1], r), deg if deg is not None else
-                                             np.zeros(wk.shape[1]), self.tau_max if self.tau_max is not None else 0.0)
-            keep = ~drop
-            if keep.any():
-                tl[0].append(wk[:, keep]), tl[1].append(np.stack([np.full(int(keep.sum()), r), cur[want][keep]]))
-                tl[2].append(np.ones(int(keep.sum()), np.int64))
-            if drop.any():
-                marks[0].append(wk[:, drop]), marks[1].append(np.full(int(drop.sum()), r)), marks[2].append(np.ones(int(drop.sum()), np.int64))
-                self.counters["dropped"] += int(drop.sum())
-        return bool(want.any())
+                k = int(gone.sum())
+                found += k
+                marks[0].append(keys[:, gone]), marks[1].append(np.full(k, r)), marks[2].append(np.full(k, -1))
+        self._store(r, pkh[want], np.ascontiguousarray(keys[:, want]), cur[want], e, tl, marks)
+        complete = r >= len(self.hist) or found == self.hist[r]
+        return bool(want.any()), (np.ascontiguousarray(keys[:, want]) if complete else None)
 
-    def _commit(self, e, t_keys, t_vals, t_diffs, m_keys, m_rounds, m_diffs, rt):
+    def _quiet(self, r) -> bool:
+        return r >= len(self.hist) or self.hist[r] == 0
+
+    def _store(self, r, kh, keys, values, e, tl, marks):
+        """Queue new timeline entries (vertex, r, value), leaving out those the drop policy picks."""
+        n = keys.shape[1]
+        if not n:
+            return
+        drop = np.zeros(n, bool)
+        if self.tracker is not None:
+            deg = np.zeros(n)
+            if self.spec.drop.policy == "degree":
+                out = self._rows(1, np.ascontiguousarray(keys[self.spec.ng:]), e)
+                deg = np.bincount(out.q, weights=out.counts, minlength=n)
+            drop = self.spec.drop.choose(kh, np.full(n, r), deg, self.tau_max if self.tau_max is not None else 0.0)
+        keep = ~drop
+        k = int(keep.sum())
+        if k:
+            tl[0].append(keys[:, keep]), tl[1].append(np.stack([np.full(k, r), values[keep]])), tl[2].append(np.ones(k, np.int64))
+        if k < n:
+            marks[0].append(keys[:, drop]), marks[1].append(np.full(n - k, r)), marks[2].append(np.ones(n - k, np.int64))
+            self.counters["dropped"] += n - k
+
+    def _commit(self, e, tl, marks, rt):
         """Append the epoch's timeline (and dropped-pair) changes at time e and compact to e + 1: a
-        rewritten entry's retraction and its old insertion then merge away."""
+        rewritten entry's retraction and its old insertion then merge away. ``hist`` counts the entries
+        (kept or dropped) per round."""
         kk = self.spec.ng + self.spec.nn
+        t_keys, t_vals, t_diffs = tl
         if t_diffs:
             keys = np.ascontiguousarray(np.concatenate(t_keys, axis=1), np.int64)
             vals = np.ascontiguousarray(np.concatenate(t_vals, axis=1), np.int64)
             diffs = np.concatenate(t_diffs).astype(np.int64)
+            self._count(vals[0], diffs)
         else:
             keys, vals, diffs = np.zeros((kk, 0), np.int64), np.zeros((2, 0), np.int64), np.zeros(0, np.int64)
         shards = form_shards(keys, vals, np.full((len(diffs), 1), e, np.int64), diffs, self.workers, rt.run)
@@ -470,10 +525,18 @@ class IfeOp(Operator):
         self.timeline.insert([Batch(*s, lower, upper) for s in shards], rt.run)
         self.t_upper = e + 1
         self.h_timeline.set_logical_compaction(upper)
+        m_keys, m_rounds, m_diffs = marks
         if self.tracker is not None and m_diffs:
             mk = np.ascontiguousarray(np.concatenate(m_keys, axis=1), np.int64)
-            self.tracker.update(mk, np.concatenate(m_rounds).astype(np.int64),
-                                np.concatenate(m_diffs).astype(np.int64), e, rt.run)
+            mr, md = np.concatenate(m_rounds).astype(np.int64), np.concatenate(m_diffs).astype(np.int64)
+            self.tracker.update(mk, mr, md, e, rt.run)
+            self._count(mr, md if self.tracker.kind == "exact" else np.abs(md))
+
+    def _count(self, rounds, diffs):
+        top = int(rounds.max()) + 1 if len(rounds) else 0
+        if top > len(self.hist):
+            self.hist = np.concatenate([self.hist, np.zeros(top - len(self.hist), np.int64)])
+        np.add.at(self.hist, rounds, diffs)
 
     def _degree_threshold(self, e) -> float:
         """The degree policy's tau_max: the given percentile of the vertices' out-degrees."""
