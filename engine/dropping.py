@@ -2,8 +2,8 @@
 vertex's timeline to drop, and how to remember that one was dropped.
 
 - ``Drop`` is the user's knob: the probability ``p``, the ``policy`` choosing entries ("degree": always
-  drop vertices of in-degree below ``tau_min``, never those above the ``tau_max_percentile``-th percentile
-  of in-degrees, the rest with probability p; "random": every entry with probability p), and the
+  drop vertices of out-degree below ``tau_min``, never those above the ``tau_max_percentile``-th percentile
+  of out-degrees (hubs, whose states many vertices read), the rest with probability p; "random": every entry with probability p), and the
   ``tracker`` ("exact": the dropped (vertex, round) pairs in an arrangement of their own, DET-DROP;
   "bloom": a Bloom filter, PROB-DROP, a fixed ``bloom_bits`` whatever is dropped).
 - A tracker answers, for a vertex and a range of rounds (lo, hi], the latest round whose entry may have
@@ -56,7 +56,7 @@ class Drop:
             raise ValueError(f"Drop(bloom_hashes={self.bloom_hashes!r}): 1 to 16 hash functions")
 
     def choose(self, kh: np.ndarray, rounds: np.ndarray, degree: np.ndarray, tau_max: float) -> np.ndarray:
-        """Which of these entries (vertex key hash, round, the vertex's in-degree) to drop."""
+        """Which of these entries (vertex key hash, round, the vertex's out-degree) to drop."""
         u = _uniform(kh, rounds, self.seed)
         pick = u < self.p
         if self.policy == "degree":
