@@ -75,36 +75,94 @@ def _uniform(kh, rounds, seed) -> np.ndarray:
 
 
 class ExactTracker:
-    """DET-DROP: the dropped (vertex, round) pairs, as an arrangement keyed by vertex with the round as
-    value (a pair is forgotten when its vertex's entry at that round is rewritten)."""
+    """DET-DROP: the dropped (vertex, round) pairs, exactly, as an arrangement keyed by vertex whose values
+    are (block, mask): bit b of block k stands for round 64 k + b, so a vertex costs one record per 64
+    rounds however many of its entries are dropped. A pair is forgotten when its vertex's entry at that
+    round is rewritten."""
 
     kind = "exact"
 
     def __init__(self, kk: int, workers: int, name: str):
-        self.trace = Trace(kk, 1, 1, workers, name=name)
+        self.trace = Trace(kk, 2, 1, workers, name=name)
         self.handle = self.trace.handle(owner=name)
         self.upper = 0
         self.markers = 0
 
+    def _masks(self, keys):
+        """(history, inverse) of these keys' (block, mask) rows."""
+        pkh, pkeys, inv = key_index(keys)
+        return Cursor(self.trace.snapshot.all_batches(), 2, 1).seek(pkh, pkeys), inv
+
     def latest(self, keys, kh, lo, hi) -> np.ndarray:
-        return _latest(self.trace, keys, lo, hi)
+        n = keys.shape[1]
+        out = np.full(n, -1, np.int64)
+        if n:
+            h, inv = self._masks(keys)
+            ik.mask_latest(h.off, np.ascontiguousarray(h.vals[0]), np.ascontiguousarray(h.vals[1]), h.diffs, inv,
+                           np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64), out)
+        return out
 
     def update(self, keys, rounds, diffs, epoch: int, run):
-        """Add (+1) or forget (-1) pairs as of ``epoch``; called once per processed epoch."""
-        n = len(diffs)
-        shards = form_shards(keys, rounds[None, :], np.full((n, 1), epoch, np.int64), diffs,
-                             self.trace.workers, run)
+        """Remember (+1) or forget (-1) pairs as of ``epoch``; called once per processed epoch."""
+        kk = keys.shape[0]
+        block = rounds >> 6
+        bit = np.left_shift(np.int64(1), rounds & 63)
+        # one row per (vertex, block): the bits to set and to clear
+        kb = np.concatenate([keys, block[None, :]], axis=0)
+        _, ukeys, inv = key_index(kb)
+        m = ukeys.shape[1]
+        setb = np.zeros(m, np.int64)
+        clrb = np.zeros(m, np.int64)
+        np.bitwise_or.at(setb, inv[diffs > 0], bit[diffs > 0])
+        np.bitwise_or.at(clrb, inv[diffs < 0], bit[diffs < 0])
+        vkeys, vblock = np.ascontiguousarray(ukeys[:kk]), ukeys[kk]
+        old = np.zeros(m, np.int64)
+        h, hinv = self._masks(vkeys)
+        probe = np.repeat(np.arange(len(h.off) - 1), np.diff(h.off))
+        if len(h.diffs):
+            # live (probe, block, mask) rows: net positive multiplicity
+            order = np.lexsort((h.vals[1], h.vals[0], probe))
+            pb, bb, mb, db = probe[order], h.vals[0][order], h.vals[1][order], h.diffs[order]
+            new = np.r_[True, (pb[1:] != pb[:-1]) | (bb[1:] != bb[:-1]) | (mb[1:] != mb[:-1])]
+            starts = np.flatnonzero(new)
+            net = np.add.reduceat(db, starts)
+            live = starts[net > 0]
+            # match each (vertex, block) to its live row: (probe, block) as one sortable number
+            span = int(max(bb.max(), vblock.max())) + 1
+            code = pb[live] * span + bb[live]
+            want = hinv * span + vblock
+            at = np.searchsorted(code, want)
+            hit = at < len(code)
+            hit[hit] = code[at[hit]] == want[hit]
+            old[hit] = mb[live][at[hit]]
+        newm = (old & ~clrb) | setb  # (a pair forgotten and dropped again in one epoch stays)
+        out_keys, out_vals, out_diffs = [], [], []
+        had, has = old != 0, newm != 0
+        changed = old != newm
+        for sel, vals, sign in ((changed & had, old, -1), (changed & has, newm, 1)):
+            out_keys.append(vkeys[:, sel])
+            out_vals.append(np.stack([vblock[sel], vals[sel]]))
+            out_diffs.append(np.full(int(sel.sum()), sign, np.int64))
+        K = np.ascontiguousarray(np.concatenate(out_keys, axis=1))
+        V = np.ascontiguousarray(np.concatenate(out_vals, axis=1))
+        D = np.concatenate(out_diffs)
+        shards = form_shards(K, V, np.full((len(D), 1), epoch, np.int64), D, self.trace.workers, run)
         lower, upper = Antichain([(self.upper,)]), Antichain([(epoch + 1,)])
         self.trace.insert([Batch(*s, lower, upper) for s in shards], run)
         self.upper = epoch + 1
         self.handle.set_logical_compaction(upper)
-        self.markers += int(diffs.sum())
+        self.markers += int(_popcount(newm).sum() - _popcount(old).sum())
 
     def nbytes(self) -> int:
         return int(self.trace.stats()["bytes"])
 
     def close(self):
         self.handle.close()
+
+
+def _popcount(x: np.ndarray) -> np.ndarray:
+    x = x.view(np.uint64)
+    return np.unpackbits(x.view(np.uint8)).reshape(len(x), 64).sum(axis=1, dtype=np.int64) if len(x) else np.zeros(0, np.int64)
 
 
 class BloomTracker:
@@ -143,19 +201,3 @@ def make_tracker(drop: Drop, kk: int, workers: int, name: str):
     if drop.tracker == "exact":
         return ExactTracker(kk, workers, name)
     return BloomTracker(drop.bloom_bits, drop.bloom_hashes)
-
-
-def _latest(trace: Trace, keys, lo, hi) -> np.ndarray:
-    """Latest live round in (lo, hi] per query key in a (key -> round) trace, else -1."""
-    n = keys.shape[1]
-    out = np.full(n, -1, np.int64)
-    if not n:
-        return out
-    pkh, pkeys, inv = key_index(keys)
-    hist = Cursor(trace.snapshot.all_batches(), 1, 1).seek(pkh, pkeys)
-    r = np.empty(n, np.int64)
-    v = np.empty(n, np.int64)
-    ik.timeline_at(hist.off, np.ascontiguousarray(hist.vals[0]), np.zeros(len(hist), np.int64), hist.diffs,
-                   inv, np.ascontiguousarray(hi), r, v)
-    return np.where(r > lo, r, -1)
-

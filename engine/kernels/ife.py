@@ -70,3 +70,27 @@ def bloom_latest(bits, nhash, kh, lo, hi, out):
                 break
             d -= 1
         out[i] = found
+
+
+@kernel
+def mask_latest(off, blocks, masks, diffs, qprobe, lo, hi, out):
+    """For each query i: the latest round d in (lo[i], hi[i]] set in a live (block, mask) row of probe
+    qprobe[i] (bit b of block k's mask stands for round 64 k + b), or -1."""
+    for i in range(qprobe.shape[0]):
+        p = qprobe[i]
+        best = -1
+        for a in range(off[p], off[p + 1]):
+            net = 0
+            for b in range(off[p], off[p + 1]):
+                if blocks[b] == blocks[a] and masks[b] == masks[a]:
+                    net += diffs[b]
+            if net <= 0:
+                continue
+            base = blocks[a] * 64
+            r = min(hi[i], base + 63)
+            while r > lo[i] and r >= base and r > best:
+                if (masks[a] >> (r - base)) & 1:
+                    best = r
+                    break
+                r -= 1
+        out[i] = best
