@@ -38,7 +38,7 @@ from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
 from ..kernels import ife as ik
-from ..kernels.seek import seek_keys
+from ..kernels.seek import seek_keys, seek_rows
 from ..kernels.sort import hash_keys
 from ..lattice import Antichain
 from ..trace import Trace
@@ -96,6 +96,7 @@ class IfeOp(Operator):
         self.t_upper = 0             # the timeline's upper (its next batch's lower)
         self.hist = np.zeros(0, np.int64)  # per round: the timeline entries (kept or dropped) at it
         self.tau_max = None          # the degree policy's upper degree threshold (from the first epoch)
+        self._memo = None            # this epoch's recomputed old states: (hashes, keys + round, values)
         self.counters = {"epochs": 0, "rounds": 0, "evaluated": 0, "recomputed": 0, "dropped": 0,
                          "join_rows": 0}
 
@@ -182,10 +183,12 @@ class IfeOp(Operator):
         """(round, value) of each key's latest stored timeline entry at a round <= q (round -1: none)."""
         n = keys.shape[1]
         r, v = np.empty(n, np.int64), np.empty(n, np.int64)
-        if not n:
+        batches = [b for b in self.timeline.snapshot.all_batches() if len(b)]
+        if not n or not batches:
+            r[:] = -1
             return r, v
         pkh, pkeys, inv = key_index(keys)
-        h = Cursor(self.timeline.snapshot.all_batches(), 2, 1).seek(pkh, pkeys)
+        h = Cursor(batches, 2, 1).seek(pkh, pkeys)
         ik.timeline_at(h.off, np.ascontiguousarray(h.vals[0]), np.ascontiguousarray(h.vals[1]), h.diffs, inv,
                        np.ascontiguousarray(q, dtype=np.int64), r, v)
         return r, v
@@ -195,14 +198,31 @@ class IfeOp(Operator):
         recomputed."""
         g, v = self._stored(keys, q)
         v = np.where(g >= 0, v, ABSENT)
-        if self.tracker is not None and len(g):
+        if self.tracker is not None and self.tracker.markers and len(g):
             d = self.tracker.latest(keys, hash_keys(np.ascontiguousarray(keys)), g, np.asarray(q, np.int64))
             need = np.flatnonzero(d > g)
             if len(need):
-                self.counters["recomputed"] += len(need)
-                sub = np.ascontiguousarray(keys[:, need])
-                v[need] = self._values(sub, d[need], e - 1, lambda k, qq: self._old(k, qq, e))
+                v[need] = self._recomputed(np.ascontiguousarray(keys[:, need]), d[need], e)
         return v
+
+    def _recomputed(self, keys, rounds, e):
+        """Old states at these rounds, where the latest entry was dropped: recomputed from the old graph,
+        once per (vertex, round) and epoch (the old timeline does not change during an epoch)."""
+        pkh, pkeys, inv = key_index(np.concatenate([keys, rounds[None, :]], axis=0))
+        mkh, mkeys, mval = self._memo
+        idx = seek_keys(mkh, mkeys, pkh, pkeys) if len(mkh) else np.full(len(pkh), -1, np.int64)
+        out = np.where(idx >= 0, mval[np.maximum(idx, 0)] if len(mval) else 0, ABSENT)
+        miss = np.flatnonzero(idx < 0)
+        if len(miss):
+            self.counters["recomputed"] += len(miss)
+            mk = np.ascontiguousarray(pkeys[:-1, miss])
+            out[miss] = self._values(mk, pkeys[-1, miss], e - 1, lambda k, qq: self._old(k, qq, e))
+            _, mkeys, mval = self._memo  # (the recursion may have added to it meanwhile)
+            mkh, mkeys, minv = key_index(np.concatenate([mkeys, pkeys[:, miss]], axis=1))
+            vals = np.empty(len(mkh), np.int64)
+            vals[minv] = np.concatenate([mval, out[miss]])
+            self._memo = (mkh, mkeys, vals)
+        return out[inv]
 
     # -- one round's aggregate, joined on demand ----------------------------------------------------
     def _values(self, keys, rounds, at: int, prev):
@@ -322,6 +342,7 @@ class IfeOp(Operator):
         ng, nn = spec.ng, spec.nn
         kk = ng + nn
         self.pending.discard(e)
+        self._memo = (np.zeros(0, np.int64), np.zeros((kk + 1, 0), np.int64), np.zeros(0, np.int64))
         start = self._take(0, e)
         srcd = self._take(1, e)
         dstd = self._take(2, e)
@@ -494,10 +515,7 @@ class IfeOp(Operator):
             return
         drop = np.zeros(n, bool)
         if self.tracker is not None:
-            deg = np.zeros(n)
-            if self.spec.drop.policy == "degree":
-                out = self._rows(1, np.ascontiguousarray(keys[self.spec.ng:]), e)
-                deg = np.bincount(out.q, weights=out.counts, minlength=n)
+            deg = self._degrees(keys[self.spec.ng:]) if self.spec.drop.policy == "degree" else np.zeros(n)
             drop = self.spec.drop.choose(kh, np.full(n, r), deg, self.tau_max if self.tau_max is not None else 0.0)
         keep = ~drop
         k = int(keep.sum())
@@ -506,6 +524,19 @@ class IfeOp(Operator):
         if k < n:
             marks[0].append(keys[:, drop]), marks[1].append(np.full(n - k, r)), marks[2].append(np.ones(n - k, np.int64))
             self.counters["dropped"] += n - k
+
+    def _degrees(self, nodes):
+        """Out-degrees for the degree policy, from the edge rows' counts without consolidating them
+        (retracted edges count too: a policy needs a cheap estimate, and any choice is correct)."""
+        pkh, pkeys, inv = key_index(nodes)
+        counts = np.zeros(len(pkh), np.int64)
+        found = np.empty(len(pkh), np.int64)
+        side = self.sides[1]
+        for s in range(self.workers):
+            for b in side.history(s):
+                if len(b):
+                    seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found, counts)
+        return counts[inv]
 
     def _commit(self, e, tl, marks, rt):
         """Append the epoch's timeline (and dropped-pair) changes at time e and compact to e + 1: a
