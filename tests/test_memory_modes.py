@@ -298,3 +298,25 @@ def test_bad_arguments():
         assert eng.dataflows() == {} or "x" not in eng.dataflows()
     finally:
         eng.close()
+
+
+def test_dashboard_shows_memory_modes():
+    pytest.importorskip("ipywidgets")
+    from kpgnb.widgets.memorymodes import MemoryModes
+    from kpgnb.widgets.reading import Reading
+    eng = kp.Engine(workers=1)
+    try:
+        edges = eng.input("edges", ["src", "dst", "w"], rows=[(0, 1, 2), (1, 2, 2)])
+        srcs = eng.input("sources", ["source"], rows=[(0,)])
+        part = MemoryModes()
+        part.refresh(Reading.take(eng))
+        assert part.value == "" and part.rows == []
+        with eng.dataflow("q") as df:
+            v = graphs.sssp(df.input("edges"), df.input("sources"), memory="jod").view("d")
+        edges.advance_to(1), srcs.advance_to(1)
+        eng.wait(v, timeout=60)
+        part.refresh(Reading.take(eng))
+        assert [r["mode"] for r in part.rows] == ["jod"] and part.rows[0]["state_differences"] > 0
+        assert "Memory modes" in part.value and "jod" in part.value
+    finally:
+        eng.close()

@@ -8,6 +8,7 @@ from . import fmt
 from .arrangements import ArrangementTable
 from .frontiers import Frontiers
 from .latency import LatencyCCDF
+from .memorymodes import MemoryModes
 from .progress import Progress
 from .tracesizes import TraceSizes
 from .updater import Part, Updater
@@ -15,10 +16,12 @@ from .updater import Part, Updater
 
 class Dashboard(w.VBox):
     """A header line, a progress bar for the dataflow furthest behind its inputs, the dataflows'
-    frontiers, the arrangement table, and the latency CCDF beside the trace sizes. Made on the calling
+    frontiers, the arrangement table, the memory-modes table (while IFE operators run), and the latency CCDF
+    beside the trace sizes. Made on the calling
     thread with a first reading already shown; then the engine's updater thread refreshes it a few times
     a second until ``close()`` (which ends that thread when nothing else is live) or until the engine
-    closes. Its parts: ``header``, ``progress``, ``frontiers``, ``arrangements``, ``latency``, ``sizes``."""
+    closes. Its parts: ``header``, ``progress``, ``frontiers``, ``arrangements``, ``latency``, ``sizes``,
+    ``memory``."""
 
     def __init__(self, engine, **kwargs):
         self.engine = engine
@@ -28,12 +31,14 @@ class Dashboard(w.VBox):
         self.arrangements = ArrangementTable()
         self.latency = LatencyCCDF()
         self.sizes = TraceSizes()
-        self.parts = [self.header, self.progress, self.frontiers, self.arrangements, self.latency, self.sizes]
+        self.memory = MemoryModes()
+        self.parts = [self.header, self.progress, self.frontiers, self.arrangements, self.latency, self.sizes,
+                      self.memory]
         title = lambda t: w.HTML(f"<b>{t}</b>")  # noqa: E731
         super().__init__(children=[
             self.header, self.progress,
             title("Dataflows"), self.frontiers,
-            title("Arrangements"), self.arrangements,
+            title("Arrangements"), self.arrangements, self.memory,
             w.HBox([self.latency, self.sizes]),
         ], **kwargs)
         self.updater = Updater.of(engine)

@@ -1,7 +1,7 @@
 """One reading of the engine per refresh, shared by every widget the updater refreshes.
 
 Taken through the engine's public, thread-safe introspection only (``arrangements``,
-``dataflow_stats``, ``snapshot``): published snapshots and the readers' frontiers, never an engine lock
+``dataflow_stats``, ``snapshot``, ``ife_stats``): published snapshots and the readers' frontiers, never an engine lock
 held while anything renders. Each widget then renders from the same reading, so the table, the frontiers
 and the plots of one refresh agree with each other.
 """
@@ -21,6 +21,7 @@ class Reading:
     latency: dict = field(default_factory=dict)        # dataflow -> its published latency counts (read-only)
     workers: int = 0
     error: str | None = None           # the engine's own failure, if any
+    ife: list = field(default_factory=list)            # rows of Engine.ife_stats(): memory modes at work
 
     @classmethod
     def take(cls, engine) -> "Reading":
@@ -34,4 +35,4 @@ class Reading:
                 if info.latency_counts is not None:
                     latency[name] = info.latency_counts
         return cls(at, wall, False, engine.arrangements(), engine.dataflow_stats(retired=True), latency,
-                   engine.workers, None if snap.error is None else str(snap.error))
+                   engine.workers, None if snap.error is None else str(snap.error), engine.ife_stats())
