@@ -526,6 +526,8 @@ class Collection:
         is ``body`` applied n times to this collection (body(body(...(self)))), or the fixed point if the
         loop converges in fewer rounds: rounds from n on are dropped, whether or not it converged."""
         self._live()
+        if max_rounds == 0:
+            return self  # the body applied no times
         scope = self.scope.loop()
         var = Variable(scope, self)
         result = body(var)

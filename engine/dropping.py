@@ -66,11 +66,12 @@ class Drop:
 
 def _uniform(kh, rounds, seed) -> np.ndarray:
     """A deterministic uniform [0, 1) number per (key hash, round)."""
-    x = (kh.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (rounds.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9))
-    x ^= np.uint64(seed & 0xFFFFFFFF) * np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    x *= np.uint64(0xD6E8FEB86659FD93)
-    x ^= x >> np.uint64(32)
+    with np.errstate(over="ignore"):  # (multiplication modulo 2**64 is the point)
+        x = (kh.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (rounds.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9))
+        x ^= np.full(len(x), seed & 0xFFFFFFFF, np.uint64) * np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(31)
+        x *= np.uint64(0xD6E8FEB86659FD93)
+        x ^= x >> np.uint64(32)
     return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 

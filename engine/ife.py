@@ -123,6 +123,8 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     if memory == "full":
         return _full(state, edges_, groups, node, value, src, dst, payload, call, degree, agg, rounds,
                      start_rounds, name)
+    if start_rounds is not None:
+        raise SchemaError(f"{who}: start_rounds= (delayed entry of the start states) is for memory='full' only")
     if start.scope.parent is not None:
         raise SchemaError(f"{who}: memory={memory!r} runs on the top-level epochs (which it processes in "
                           f"order); inside a loop use memory='full'")
@@ -181,8 +183,11 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
         traces["state"] = [dk.op.owned_trace(), res.op.owned_trace()]
         return res
 
+    initial = getattr(state, agg)(by=key, col=value)  # D_0 = agg(start), as in the other modes
+    if rounds == 0:
+        return initial.as_collection()
     if start_rounds is None:
-        out = state.iterate(step, max_rounds=rounds)
+        out = initial.iterate(step, max_rounds=rounds)
     else:
         scope = state.scope.loop()
         var = Variable(scope, columns=list(state.schema.names), dtypes=list(state.schema.dtypes))

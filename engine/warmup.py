@@ -8,7 +8,8 @@ operator family:
   (inputs, arrange, map/filter/concat, iterate at any depth, views, exports);
 - ``join``: join products (join, semijoin, antijoin);
 - ``reduce``: the three reduce phases (count, sum, min/max, distinct, argmin/argmax, top_k, threshold);
-- ``views``: no kernels: imports pandas, which views read into.
+- ``views``: no kernels: imports pandas, which views read into;
+- ``ife``: the memory modes' timelines and dropped-pair trackers (``Collection.ife`` with jod or drop).
 
 Loop depth adds nothing: times are ``n x d`` matrices whatever d is, so a dataflow iterating three
 scopes deep runs the same machine code as a flat one. User reduce functions (``reduce(fn=...)``) compile
@@ -48,7 +49,7 @@ import sys
 import threading
 import time
 
-FAMILIES = ("core", "views", "reduce", "join")
+FAMILIES = ("core", "views", "reduce", "join", "ife")
 _MARK = "kpgnb-warm:"
 _lock = threading.Lock()
 _active: list = []  # started warmers that are not finished
@@ -92,6 +93,12 @@ def kernel_signatures(family: str) -> list:
                                 I1, I2, I2, I1, I2, I2, I1, I1, I1, I1, I2, I2, I2, I1))]
     if family == "views":
         return []
+    if family == "ife":
+        from .kernels import ife
+        return [(ife.timeline_at, (I1,) * 8),
+                (ife.mask_latest, (I1,) * 8),
+                (ife.bloom_add, (U1, i8, I1, I1)),
+                (ife.bloom_latest, (U1, i8, I1, I1, I1, I1))]
     raise ValueError(f"unknown kernel family {family!r}; families are {list(FAMILIES)}")
 
 

@@ -78,7 +78,7 @@ class _Rows:
 
 class IfeOp(Operator):
     kind = "ife"
-    family = "core"
+    family = "ife"
 
     def __init__(self, scope, start, by_src, by_dst, spec: IfeSpec, workers: int, site=None, name="ife"):
         super().__init__(scope, [start, by_src, by_dst], site)
@@ -92,6 +92,7 @@ class IfeOp(Operator):
         self.sides = [None, None, None]
         self.stash = [[], [], []]   # per input: (keys, vals, epochs, diffs) of updates not yet processed
         self.pending: set = set()   # epochs with updates not yet processed
+        self.job = None              # (epoch, generator): the epoch in progress, paused between rounds
         self.done = -1               # the last epoch processed
         self.t_upper = 0             # the timeline's upper (its next batch's lower)
         self.hist = np.zeros(0, np.int64)  # per round: the timeline entries (kept or dropped) at it
@@ -102,7 +103,8 @@ class IfeOp(Operator):
 
     # -- graph interface --------------------------------------------------------------------------
     def capabilities(self):
-        return Antichain([(min(self.pending),)]) if self.pending else Antichain()
+        held = set(self.pending) | ({self.job[0]} if self.job is not None else set())
+        return Antichain([(min(held),)]) if held else Antichain()
 
     def owned_trace(self):
         return self.timeline
@@ -120,6 +122,9 @@ class IfeOp(Operator):
         if self.tracker is not None:
             self.tracker.close()
 
+    def has_work(self):
+        return self.job is not None or super().has_work()
+
     def step(self, rt):
         for port in range(3):
             msgs = self.take(port)
@@ -133,20 +138,26 @@ class IfeOp(Operator):
             self.sides[port].acknowledge(msgs)
         F = self.frontier
         f = F.elements[0][0] if F.elements else None
-        ready = sorted(e for e in self.pending if f is None or e < f)
-        if ready:
-            out = [self._epoch(e, rt) for e in ready]
-            out = [o for o in out if o is not None]
-            if out:
-                data = np.concatenate([o.data for o in out], axis=1)
-                times = np.concatenate([o.times for o in out], axis=0)
-                diffs = np.concatenate([o.diffs for o in out])
-                self.send(Updates([UpdateBatch(data, times, diffs)] + [None] * (self.workers - 1),
-                                  Antichain([(ready[0],)])))
-        if self.done >= 0:
+        while True:
+            if self.job is None:
+                ready = [e for e in self.pending if f is None or e < f]
+                if not ready:
+                    break
+                self.job = (min(ready), self._epoch(min(ready), rt))
+            e, job = self.job
+            try:
+                next(job)
+                return  # paused between rounds: commands wait, or the time slice is over
+            except StopIteration as done:
+                out = done.value
+            self.job = None
+            if out is not None:
+                self.send(Updates([out] + [None] * (self.workers - 1), Antichain([(e,)])))
             for side in self.sides:
                 if side.open:
                     side.compact(Antichain([(self.done,)]))
+            if rt.interrupted():
+                break
 
     # -- reading inputs and the timeline ------------------------------------------------------------
     def _rows(self, port: int, keys, at: int) -> _Rows:
@@ -194,35 +205,79 @@ class IfeOp(Operator):
         return r, v
 
     def _old(self, keys, q, e: int):
-        """The states at rounds q on the old timeline (the graph as of epoch e - 1); dropped entries are
-        recomputed."""
-        g, v = self._stored(keys, q)
-        v = np.where(g >= 0, v, ABSENT)
-        if self.tracker is not None and self.tracker.markers and len(g):
-            d = self.tracker.latest(keys, hash_keys(np.ascontiguousarray(keys)), g, np.asarray(q, np.int64))
-            need = np.flatnonzero(d > g)
-            if len(need):
-                v[need] = self._recomputed(np.ascontiguousarray(keys[:, need]), d[need], e)
+        """The states at rounds q on the old timeline (the graph as of epoch e - 1); where the latest
+        entry may have been dropped, the state comes from this epoch's memo of recomputed states
+        (``_recompute`` fills it)."""
+        v, need, d = self._old_stored(keys, q)
+        if len(need):
+            sub = np.ascontiguousarray(keys[:, need])
+            got, hit = self._memo_get(sub, d[need])
+            if not hit.all():
+                self._recompute(np.ascontiguousarray(sub[:, ~hit]), d[need][~hit], e)
+                got, hit = self._memo_get(sub, d[need])
+            v[need] = got
         return v
 
-    def _recomputed(self, keys, rounds, e):
-        """Old states at these rounds, where the latest entry was dropped: recomputed from the old graph,
-        once per (vertex, round) and epoch (the old timeline does not change during an epoch)."""
-        pkh, pkeys, inv = key_index(np.concatenate([keys, rounds[None, :]], axis=0))
+    def _old_stored(self, keys, q):
+        """The states the stored entries give, the queries whose latest entry may be a dropped one, and
+        (for every query) the round of that dropped entry."""
+        g, v = self._stored(keys, q)
+        v = np.where(g >= 0, v, ABSENT)
+        none = np.zeros(0, np.int64)
+        if self.tracker is None or not self.tracker.markers or not len(g):
+            return v, none, none
+        d = self.tracker.latest(keys, hash_keys(np.ascontiguousarray(keys)), g, np.asarray(q, np.int64))
+        return v, np.flatnonzero(d > g), d
+
+    def _memo_get(self, keys, rounds):
+        """This epoch's recomputed old states of (key, round) pairs, and which were there."""
         mkh, mkeys, mval = self._memo
-        idx = seek_keys(mkh, mkeys, pkh, pkeys) if len(mkh) else np.full(len(pkh), -1, np.int64)
-        out = np.where(idx >= 0, mval[np.maximum(idx, 0)] if len(mval) else 0, ABSENT)
-        miss = np.flatnonzero(idx < 0)
-        if len(miss):
-            self.counters["recomputed"] += len(miss)
-            mk = np.ascontiguousarray(pkeys[:-1, miss])
-            out[miss] = self._values(mk, pkeys[-1, miss], e - 1, lambda k, qq: self._old(k, qq, e))
-            _, mkeys, mval = self._memo  # (the recursion may have added to it meanwhile)
-            mkh, mkeys, minv = key_index(np.concatenate([mkeys, pkeys[:, miss]], axis=1))
-            vals = np.empty(len(mkh), np.int64)
-            vals[minv] = np.concatenate([mval, out[miss]])
-            self._memo = (mkh, mkeys, vals)
-        return out[inv]
+        if not len(mkh) or not len(rounds):
+            return np.full(len(rounds), ABSENT, np.int64), np.zeros(len(rounds), bool)
+        pkh, pkeys, inv = key_index(np.concatenate([keys, rounds[None, :]], axis=0))
+        idx = seek_keys(mkh, mkeys, pkh, pkeys)[inv]
+        hit = idx >= 0
+        return np.where(hit, mval[np.maximum(idx, 0)], ABSENT), hit
+
+    def _recompute(self, keys, rounds, e):
+        """Recompute old states whose latest entries were dropped, from the old graph (as of e - 1): find
+        every (vertex, round) that needs, level by level down the rounds, then compute them from the lowest
+        round up, each once. Iterative, so a long chain neither recurses deeply nor repeats work along
+        every path to a state."""
+        ng, nn = self.spec.ng, self.spec.nn
+        todo = np.concatenate([keys, rounds[None, :]], axis=0)
+        wanted = [todo]
+        while todo.shape[1]:
+            k, r = np.ascontiguousarray(todo[:-1]), todo[-1]
+            later = np.flatnonzero(r > 0)
+            ed = self._rows(2, np.ascontiguousarray(k[ng:, later]), e - 1)
+            q = later[ed.q]
+            senders = np.ascontiguousarray(np.concatenate([k[:ng, q], ed.vals[:nn]], axis=0))
+            _, need, d = self._old_stored(senders, r[q] - 1)
+            nxt = np.ascontiguousarray(np.concatenate([senders[:, need], d[need][None, :]], axis=0))
+            _, hit = self._memo_get(np.ascontiguousarray(nxt[:-1]), nxt[-1])
+            nxt = nxt[:, ~hit]
+            if not nxt.shape[1]:
+                break
+            skh, skeys, _ = key_index(np.concatenate(wanted, axis=1))
+            nkh, nkeys, _ = key_index(nxt)
+            todo = np.ascontiguousarray(nkeys[:, seek_keys(skh, skeys, nkh, nkeys) < 0])
+            wanted.append(todo)
+        _, allk, _ = key_index(np.concatenate(wanted, axis=1))
+        allk = allk[:, np.argsort(allk[-1], kind="stable")]
+        cuts = np.flatnonzero(np.r_[True, allk[-1, 1:] != allk[-1, :-1], True])
+        for i in range(len(cuts) - 1):  # a round at a time, lowest first: whatever it reads is known by then
+            part = np.ascontiguousarray(allk[:, cuts[i]:cuts[i + 1]])
+            self.counters["recomputed"] += part.shape[1]
+            vals = self._values(np.ascontiguousarray(part[:-1]), part[-1], e - 1, lambda k, q: self._old(k, q, e))
+            self._memo_add(part, vals)
+
+    def _memo_add(self, keys_rounds, values):
+        mkh, mkeys, mval = self._memo
+        nkh, nkeys, inv = key_index(np.concatenate([mkeys, keys_rounds], axis=1))
+        vals = np.empty(len(nkh), np.int64)
+        vals[inv] = np.concatenate([mval, values])
+        self._memo = (nkh, nkeys, vals)
 
     # -- one round's aggregate, joined on demand ----------------------------------------------------
     def _values(self, keys, rounds, at: int, prev):
@@ -295,6 +350,9 @@ class IfeOp(Operator):
             agg = x[np.r_[starts[1:], len(x)] - 1]
         if fl:
             agg = (np.asarray(agg, np.float64) + 0.0).view(np.int64)
+        elif (agg == ABSENT).any():
+            raise ValueError(f"a state of {ABSENT} (the int64 minimum) cannot be kept: memory='jod' and 'drop' "
+                             f"reserve it for 'no state'; use memory='full' or another value")
         out[q[starts]] = agg
         return out
 
@@ -338,6 +396,8 @@ class IfeOp(Operator):
         return np.ascontiguousarray(np.concatenate([np.repeat(groups, n, axis=1), np.tile(nodes, (1, G))], axis=0))
 
     def _epoch(self, e: int, rt):
+        """Process epoch e, a round at a time (a generator: it pauses between rounds when the scheduler
+        has commands waiting); returns the output's updates, or None."""
         spec = self.spec
         ng, nn = spec.ng, spec.nn
         kk = ng + nn
@@ -391,6 +451,8 @@ class IfeOp(Operator):
             else:
                 X, want_any, delta = self._general(r + 1, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks)
             r += 1
+            if rt.interrupted():
+                yield  # the old timeline is untouched until _commit: the epoch resumes where it stopped
         self.counters["epochs"] += 1
         self.done = e
         self._commit(e, tl, marks, rt)
