@@ -372,19 +372,20 @@ class IfeOp(Operator):
             return None
         return np.concatenate(keys, axis=1), np.concatenate(vals, axis=1), np.concatenate(diffs)
 
-    def _groups(self, at: int):
-        """The group keys of every start row as of ``at`` or the epoch before (an empty key when the
-        state has no group columns)."""
+    def _groups(self, *ats):
+        """(hashes, keys) of the groups with start rows as of any of the epochs ``ats`` (one empty key
+        when the state has no group columns)."""
         ng = self.spec.ng
         if not ng:
-            return np.zeros((0, 1), np.int64)
+            return np.zeros(1, np.int64), np.zeros((0, 1), np.int64)
         side = self.sides[0]
         batches = [b for s in range(self.workers) for b in side.history(s)]
         keys = Cursor(batches, side.kv, 1).keys()[1]
-        if not keys.shape[1]:
-            return np.zeros((ng, 0), np.int64)
-        g = np.unique(keys[:ng].T, axis=0).T
-        return np.ascontiguousarray(g)
+        live = np.unique(np.concatenate([self._rows(0, keys, at).q for at in ats])) if keys.shape[1] else []
+        if not len(live):
+            return np.zeros(0, np.int64), np.zeros((ng, 0), np.int64)
+        kh, g, _ = key_index(np.ascontiguousarray(keys[:ng, live]))
+        return kh, g
 
     @staticmethod
     def _cross(groups, nodes):
@@ -397,7 +398,8 @@ class IfeOp(Operator):
 
     def _epoch(self, e: int, rt):
         """Process epoch e, a round at a time (a generator: it pauses between rounds when the scheduler
-        has commands waiting); returns the output's updates, or None."""
+        has commands waiting); returns the output's updates, or None. Groups (e.g. SPSP sources) new at e
+        have no old timeline: they run apart, as a first evaluation (semi-naive from round 0)."""
         spec = self.spec
         ng, nn = spec.ng, spec.nn
         kk = ng + nn
@@ -416,14 +418,47 @@ class IfeOp(Operator):
             ch_u = ch_v = np.zeros((nn, 0), np.int64)
         deg_u = (key_index(srcd[0])[1] if srcd is not None else np.zeros((nn, 0), np.int64)) if spec.degree \
             else np.zeros((nn, 0), np.int64)
-        groups = self._groups(e) if (ch_u.shape[1] or deg_u.shape[1]) else np.zeros((ng, 0 if ng else 1), np.int64)
         if self.tracker is not None and spec.drop.policy == "degree" and self.tau_max is None:
             self.tau_max = self._degree_threshold(e)
+        tl, marks = ([], [], []), ([], [], [])   # timeline and dropped-pair updates: (keys, values, diffs)
+        parts = [(s_keys, self.hist)]
+        if ng and s_keys.shape[1] and self.hist.any():
+            gkh, gkeys = self._groups(e - 1)
+            fresh = seek_keys(gkh, gkeys, *key_index(s_keys[:ng])[:2])[key_index(s_keys[:ng])[2]] < 0 \
+                if len(gkh) else np.ones(s_keys.shape[1], bool)
+            if fresh.any():
+                parts = [(np.ascontiguousarray(s_keys[:, ~fresh]), self.hist),
+                         (np.ascontiguousarray(s_keys[:, fresh]), np.zeros(0, np.int64))]
+        finals = []
+        for i, (keys, hist) in enumerate(parts):
+            changed = (ch_u, ch_v, deg_u) if i == 0 else (np.zeros((nn, 0), np.int64),) * 3
+            X = yield from self._rounds(e, rt, keys, hist, *changed, tl, marks)
+            finals.append(X)
+        self.counters["epochs"] += 1
+        self.done = e
+        self._commit(e, tl, marks, rt)
+        # output: the final states that changed
+        parts_k, parts_v, parts_d = [], [], []
+        for xkh, xkeys, xnew, xold in finals:
+            for vals, sign in ((xold, -1), (xnew, 1)):
+                has = vals != ABSENT
+                parts_k.append(xkeys[:, has]), parts_v.append(vals[has]), parts_d.append(np.full(int(has.sum()), sign))
+        keys = np.concatenate(parts_k, axis=1)
+        if not keys.shape[1]:
+            return None
+        data = np.concatenate([keys, np.concatenate(parts_v)[None, :]], axis=0)
+        d = np.concatenate(parts_d).astype(np.int64)
+        return UpdateBatch(np.ascontiguousarray(data), np.full((len(d), 1), e, np.int64), d)
+
+    def _rounds(self, e, rt, s_keys, hist, ch_u, ch_v, deg_u, tl, marks):
+        """The rounds of epoch e for the vertices whose old timeline entries ``hist`` counts per round;
+        returns the final X (the vertices whose final state changed: keys, new and old states)."""
+        spec = self.spec
+        kk = spec.ng + spec.nn
+        groups = self._groups(e - 1, e)[1] if (ch_u.shape[1] or deg_u.shape[1]) else np.zeros((spec.ng, 0 if spec.ng else 1), np.int64)
         static = bool(s_keys.shape[1] or ch_u.shape[1] or deg_u.shape[1])
-        hist = self.hist
         old_max = int(np.flatnonzero(hist)[-1]) if hist.any() else -1
         quiet = lambda r: r >= len(hist) or hist[r] == 0  # noqa: E731 - no old entry at round r anywhere
-        tl, marks = ([], [], []), ([], [], [])   # timeline and dropped-pair updates: (keys, values, diffs)
         none = np.zeros((kk, 0), np.int64)
         # round 0: the start rows
         n0 = s_keys.shape[1]
@@ -433,7 +468,7 @@ class IfeOp(Operator):
         ch = new != old
         X = (ckh[ch], np.ascontiguousarray(s_keys[:, ch]), new[ch], old[ch])
         empty_X = (np.zeros(0, np.int64), none, np.zeros(0, np.int64), np.zeros(0, np.int64))
-        want_any, delta = self._rewrite(0, X, empty_X, e, tl, marks)
+        want_any, delta = self._rewrite(0, X, empty_X, e, tl, marks, hist)
         if quiet(0):  # nothing else had a state at round 0: the states present now are the round's changes
             delta = np.ascontiguousarray(s_keys[:, new != ABSENT])
         r = 0
@@ -449,25 +484,11 @@ class IfeOp(Operator):
             if delta is not None and quiet(r + 1):
                 X, want_any, delta = self._seminaive(r + 1, X, delta, e, tl, marks)
             else:
-                X, want_any, delta = self._general(r + 1, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks)
+                X, want_any, delta = self._general(r + 1, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks, hist)
             r += 1
             if rt.interrupted():
                 yield  # the old timeline is untouched until _commit: the epoch resumes where it stopped
-        self.counters["epochs"] += 1
-        self.done = e
-        self._commit(e, tl, marks, rt)
-        # output: the final states that changed
-        xkh, xkeys, xnew, xold = X
-        parts_k, parts_v, parts_d = [], [], []
-        for vals, sign in ((xold, -1), (xnew, 1)):
-            has = vals != ABSENT
-            parts_k.append(xkeys[:, has]), parts_v.append(vals[has]), parts_d.append(np.full(int(has.sum()), sign))
-        keys = np.concatenate(parts_k, axis=1)
-        if not keys.shape[1]:
-            return None
-        data = np.concatenate([keys, np.concatenate(parts_v)[None, :]], axis=0)
-        d = np.concatenate(parts_d).astype(np.int64)
-        return UpdateBatch(np.ascontiguousarray(data), np.full((len(d), 1), e, np.int64), d)
+        return X
 
     def _out_keys(self, keys, e):
         """The state keys of the out-neighbours (as of epoch e) of these state keys."""
@@ -475,7 +496,7 @@ class IfeOp(Operator):
         outs = self._rows(1, np.ascontiguousarray(keys[ng:]), e)
         return np.concatenate([keys[:ng, outs.q], outs.vals[:nn]], axis=0)
 
-    def _general(self, r, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks):
+    def _general(self, r, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks, hist):
         """Round r (>= 1) when the old timeline may change at r: recompute every vertex whose inputs at
         round r - 1 may differ from the old ones (X-driven and static candidates)."""
         ng = self.spec.ng
@@ -497,7 +518,7 @@ class IfeOp(Operator):
         old = self._old(ckeys, rr, e) if n else np.zeros(0, np.int64)
         ch = new != old
         X_next = (ckh[ch], np.ascontiguousarray(ckeys[:, ch]), new[ch], old[ch])
-        want_any, delta = self._rewrite(r, X_next, X, e, tl, marks)
+        want_any, delta = self._rewrite(r, X_next, X, e, tl, marks, hist)
         return X_next, want_any, delta
 
     def _seminaive(self, r, X, delta, e, tl, marks):
@@ -538,14 +559,14 @@ class IfeOp(Operator):
             out[hit] = xnew[idx[hit]]
         return out
 
-    def _rewrite(self, r, X, prev_X, e, tl, marks):
+    def _rewrite(self, r, X, prev_X, e, tl, marks, hist):
         """Queue the timeline changes at round r for the vertices in X (= X_r) and prev_X (X_{r-1}), the
         only ones whose entry at r can change. Returns whether any of them changes state at round r on
         the new timeline, and the keys of every vertex that does (None when some vertex outside them
         has an old entry at r: its change is unknown here)."""
         keys = np.concatenate([X[1], prev_X[1]], axis=1)
         if not keys.shape[1]:
-            return False, (np.zeros((keys.shape[0], 0), np.int64) if self._quiet(r) else None)
+            return False, (np.zeros((keys.shape[0], 0), np.int64) if r >= len(hist) or hist[r] == 0 else None)
         pkh, keys, _ = key_index(keys)
         n = len(pkh)
         cur = self._current(keys, np.full(n, r, np.int64), X, e)
@@ -564,11 +585,8 @@ class IfeOp(Operator):
                 found += k
                 marks[0].append(keys[:, gone]), marks[1].append(np.full(k, r)), marks[2].append(np.full(k, -1))
         self._store(r, pkh[want], np.ascontiguousarray(keys[:, want]), cur[want], e, tl, marks)
-        complete = r >= len(self.hist) or found == self.hist[r]
+        complete = r >= len(hist) or found == hist[r]
         return bool(want.any()), (np.ascontiguousarray(keys[:, want]) if complete else None)
-
-    def _quiet(self, r) -> bool:
-        return r >= len(self.hist) or self.hist[r] == 0
 
     def _store(self, r, kh, keys, values, e, tl, marks):
         """Queue new timeline entries (vertex, r, value), leaving out those the drop policy picks."""
