@@ -82,7 +82,7 @@ def _message_adapter(message, value, payload, who):
 def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, agg="min", rounds=None,
         memory="full", drop=None, start_rounds=None, name="ife"):
     """See ``Collection.ife``."""
-    from .collection import Arranged, Collection, Variable, _names
+    from .collection import Collection, _names
     who = f"ife({name!r})"
     if memory not in MODES:
         raise SchemaError(f"{who}: memory={memory!r}; choose one of {list(MODES)}")

@@ -13,15 +13,21 @@ This operator (``"jod"`` and ``"drop"``) keeps none of them:
   vertex, so it is sharded, merged and reported like every other trace.
 - An epoch re-runs the rounds from 0. X_r is the set of vertices whose new state at round r differs from
   the old timeline's. A vertex is recomputed at round r+1 (join on demand: its in-edges, its
-  in-neighbours' round-r states, the aggregate) when its inputs at round r may differ: an in-neighbour is
-  in X_r; one of its in-edges changed (and the sender had a state); its start rows changed; or, for
-  messages that read the sender's out-degree, a sender's out-edges changed. Any other vertex keeps its old
-  state at r+1: nothing it depends on changed (the paper's direct and upper-bound rules, restated on
-  timelines). Without a round limit, the epoch ends at the first round past the old timeline's last round
-  where no state changes from the round before: a fixed point of the new graph.
-- ``"drop"`` leaves some timeline entries out (``engine/dropping.py`` chooses and remembers them). Reading
-  an old state whose latest entry may have been dropped recomputes it from the old graph, recursively,
-  and counts the recomputation.
+  in-neighbours' round-r states, the aggregate) when its inputs at round r may differ from the old ones:
+  an in-neighbour is in X_r; one of its in-edges changed (and the sender had a state); its start rows
+  changed; or, for messages that read the sender's out-degree, a sender's out-edges changed. Any other
+  vertex keeps its old state at r+1 (the paper's direct and upper-bound rules, restated on timelines).
+- Where no vertex has an old entry at round r+1 (``hist`` counts entries per round) and every change at r
+  is known, a vertex's state at r+1 can only differ from its state at r if an in-neighbour changed at r:
+  the round is semi-naive. A first load runs so throughout, and so do groups (e.g. SPSP sources) new at
+  an epoch, which run apart from the others.
+- Without a round limit, the epoch ends at the first round past the old timeline's last round where no
+  state changes from the round before: a fixed point of the new graph. It pauses between rounds when the
+  scheduler has commands waiting (the timeline is written only at its end), so a query that does not
+  converge can still be dropped.
+- ``"drop"`` leaves some timeline entries out (``engine/dropping.py`` chooses and remembers them). An old
+  state whose latest entry may have been dropped is recomputed from the old graph: every (vertex, round)
+  it needs is found level by level down the rounds, then computed from the lowest round up, once per epoch.
 
 Work is vectorized per round (NumPy plus kernels/ife.py); the operator runs on the scheduler thread and
 reads every shard of its inputs.
@@ -38,7 +44,7 @@ from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
 from ..kernels import ife as ik
-from ..kernels.seek import seek_keys, seek_rows
+from ..kernels.seek import seek_keys
 from ..kernels.sort import hash_keys
 from ..lattice import Antichain
 from ..trace import Trace
@@ -499,7 +505,6 @@ class IfeOp(Operator):
     def _general(self, r, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks, hist):
         """Round r (>= 1) when the old timeline may change at r: recompute every vertex whose inputs at
         round r - 1 may differ from the old ones (X-driven and static candidates)."""
-        ng = self.spec.ng
         cand = [s_keys]
         if X[1].shape[1]:  # (a vertex that lost its state changes its out-neighbours' inputs too)
             cand.append(self._out_keys(X[1], e))
@@ -595,7 +600,7 @@ class IfeOp(Operator):
             return
         drop = np.zeros(n, bool)
         if self.tracker is not None:
-            deg = self._degrees(keys[self.spec.ng:]) if self.spec.drop.policy == "degree" else np.zeros(n)
+            deg = self._degrees(keys[self.spec.ng:], e) if self.spec.drop.policy == "degree" else np.zeros(n)
             drop = self.spec.drop.choose(kh, np.full(n, r), deg, self.tau_max if self.tau_max is not None else 0.0)
         keep = ~drop
         k = int(keep.sum())
@@ -605,18 +610,10 @@ class IfeOp(Operator):
             marks[0].append(keys[:, drop]), marks[1].append(np.full(n - k, r)), marks[2].append(np.ones(n - k, np.int64))
             self.counters["dropped"] += n - k
 
-    def _degrees(self, nodes):
-        """Out-degrees for the degree policy, from the edge rows' counts without consolidating them
-        (retracted edges count too: a policy needs a cheap estimate, and any choice is correct)."""
-        pkh, pkeys, inv = key_index(nodes)
-        counts = np.zeros(len(pkh), np.int64)
-        found = np.empty(len(pkh), np.int64)
-        side = self.sides[1]
-        for s in range(self.workers):
-            for b in side.history(s):
-                if len(b):
-                    seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found, counts)
-        return counts[inv]
+    def _degrees(self, nodes, e):
+        """Out-degrees as of epoch e (edge multiplicities summed), for the degree policy."""
+        out = self._rows(1, np.ascontiguousarray(nodes), e)
+        return np.bincount(out.q, weights=out.counts, minlength=nodes.shape[1]).astype(np.int64)
 
     def _commit(self, e, tl, marks, rt):
         """Append the epoch's timeline (and dropped-pair) changes at time e and compact to e + 1: a
@@ -650,13 +647,13 @@ class IfeOp(Operator):
         np.add.at(self.hist, rounds, diffs)
 
     def _degree_threshold(self, e) -> float:
-        """The degree policy's tau_max: the given percentile of the vertices' out-degrees."""
+        """The degree policy's tau_max: the given percentile of the vertices' out-degrees (as of the first
+        epoch processed)."""
         side = self.sides[1]
-        batches = [b for s in range(self.workers) for b in side.history(s)]
-        counts = [np.diff(b.koff) for b in batches if len(b)]
-        if not counts:
+        nodes = Cursor([b for s in range(self.workers) for b in side.history(s)], side.kv, 1).keys()[1]
+        if not nodes.shape[1]:
             return 0.0
-        return float(np.percentile(np.concatenate(counts), self.spec.drop.tau_max_percentile))
+        return float(np.percentile(self._degrees(nodes, e), self.spec.drop.tau_max_percentile))
 
     # -- statistics --------------------------------------------------------------------------------
     def report(self) -> dict:
