@@ -129,7 +129,13 @@ class IfeOp(Operator):
             self.tracker.close()
 
     def has_work(self):
-        return self.job is not None or super().has_work()
+        return self.job is not None or bool(self._ready()) or super().has_work()
+
+    def _ready(self) -> list:
+        """The pending epochs the input frontier has passed (in any order)."""
+        F = self.frontier
+        f = F.elements[0][0] if F.elements else None
+        return [e for e in self.pending if f is None or e < f]
 
     def step(self, rt):
         for port in range(3):
@@ -142,11 +148,9 @@ class IfeOp(Operator):
                             self.stash[port].append((b.key_rows(), b.vals, ep, b.diffs))
                             self.pending.update(np.unique(ep).tolist())
             self.sides[port].acknowledge(msgs)
-        F = self.frontier
-        f = F.elements[0][0] if F.elements else None
         while True:
             if self.job is None:
-                ready = [e for e in self.pending if f is None or e < f]
+                ready = self._ready()
                 if not ready:
                     break
                 self.job = (min(ready), self._epoch(min(ready), rt))
