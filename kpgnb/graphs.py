@@ -66,6 +66,7 @@ def bit_length_rounds(label):
 def wcc(edges, memory: str = "full", drop=None):
     """Weakly connected components: every node labelled with the smallest node id of its component.
     ``memory`` (full, jod or drop) and ``drop`` as in ``Collection.ife``; the answer is the same."""
+    edges = edges.select("src", "dst")
     sym = edges.concat(edges.map(lambda src, dst: {"src": dst, "dst": src})).arrange_by("src")
     # the nodes are the keys of the one arrangement of the edges (a reduce over it re-sorts nothing)
     nodes = sym.min(by="src", col="dst").map(lambda src: {"node": src, "label": src})
