@@ -272,7 +272,9 @@ def compare(query: str, expected: dict, got: dict, rtol: float = 1e-9) -> dict:
         same_nodes = bool(np.array_equal(e["node"], g["node"]))
         close = np.isclose(g["rank"], e["rank"], rtol=rtol, atol=rtol)
         bad = int((~close).sum()) if same_nodes else ne
-        err = float(np.max(np.abs(g["rank"] - e["rank"]) / np.maximum(np.abs(e["rank"]), 1e-300))) if same_nodes and ne else 0.0
+        err = 0.0
+        if same_nodes and ne:
+            err = float(np.max(np.abs(g["rank"] - e["rank"]) / np.maximum(np.abs(e["rank"]), 1e-300)))
         return {"ok": same_nodes and bad == 0, "rows": ng, "mismatches": bad, "max_rel_err": err}
     bad = np.zeros(ne, bool)
     for c in names:
@@ -296,7 +298,10 @@ def scratch(cfg: dict, d: dict, query: str, batches: int, nsources: int | None =
         idx = np.flatnonzero(on)
         s, t, ww = src[idx], dst[idx], w[idx]
         t0 = time.perf_counter()
-        A = pagerank_matrix(n, s, t) if query == "pagerank" else csr(n, s, t, ww if query == "spsp" else np.ones(len(s)))
+        if query == "pagerank":
+            A = pagerank_matrix(n, s, t)
+        else:
+            A = csr(n, s, t, ww if query == "spsp" else np.ones(len(s)))
         t1 = time.perf_counter()
         if query == "spsp":
             dijkstra(A, directed=True, indices=sources)
@@ -524,7 +529,8 @@ def run_budget(cfg: dict, d: dict, label: str) -> tuple:
                 stop = "time"
                 break
         out = drv.output()
-        res = {"mode": label, "budget_bytes": budget, "bloom_bits": budget_bloom_bits(cfg) if "bloom" in label else None, "steps": steps, "stopped_by": stop, "batches_done": drv.batch,
+        res = {"mode": label, "budget_bytes": budget, "bloom_bits": budget_bloom_bits(cfg) if "bloom" in label else None,
+               "steps": steps, "stopped_by": stop, "batches_done": drv.batch,
                "final_queries": drv.nsources, "ife": drv.ife(), "rss_baseline": base, "peak_rss": peak_rss_bytes()}
         fit = [s["queries"] for s in steps if s["fits"]]
         res["largest_fitting"] = max(fit) if fit else 0
@@ -632,7 +638,8 @@ def bounded(cfg: dict, jobs: list, job_timeout: float, mem_limit: float) -> list
                         with open(os.path.join(d, "progress.json")) as f:
                             prog = json.load(f)
                         started = prog["started"]
-                        limit = job_timeout + (float(cfg["budget_seconds"]) if remaining[prog["index"]]["kind"] == "budget" else 0)
+                        budget_job = remaining[prog["index"]]["kind"] == "budget"
+                        limit = job_timeout + (float(cfg["budget_seconds"]) if budget_job else 0.0)
                     except (OSError, ValueError, KeyError, IndexError):
                         started = None
                     if rss > mem_limit:
@@ -672,8 +679,8 @@ def run_all(cfg: dict, jobs: list, isolate: str, job_timeout: float, mem_limit: 
         groups.setdefault(key, []).append(job)
     pairs = []
     for g in groups.values():
-        what = ", ".join((j["kind"] if j["kind"] == "budget" else j["query"]) + ("" if j.get("p") is None else f" (p={j['p']})")
-                         for j in g)
+        what = ", ".join((j["kind"] if j["kind"] == "budget" else j["query"])
+                         + ("" if j.get("p") is None else f" (p={j['p']})") for j in g)
         print(f"  {g[0]['mode']}: {what} ...", flush=True)
         got = bounded(cfg, g, job_timeout, mem_limit)
         for r, _ in got:
@@ -824,7 +831,8 @@ def summarize(P: dict) -> dict:
         f = runs.get((q, "full"))
         row.update({"load_s": r["load_s"], "trace_mb": r["trace_bytes_peak"]["total"] / 2**20,
                     "ife_mb": r["trace_bytes_peak"]["ife"] / 2**20,
-                    "peak_rss_mb": r["peak_rss"] / 2**20, "rss_above_base_mb": (r["peak_rss"] - r["rss_baseline"]) / 2**20,
+                    "peak_rss_mb": r["peak_rss"] / 2**20,
+                    "rss_above_base_mb": (r["peak_rss"] - r["rss_baseline"]) / 2**20,
                     "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"], "mean_ms": r["mean_ms"], "batches": r["batches"],
                     "state_diffs": r["ife"].get("state_differences"), "join_diffs": r["ife"].get("join_differences"),
                     "dropped": r["ife"].get("dropped"), "dropped_total": r["ife"].get("dropped_total"),
@@ -871,7 +879,8 @@ def summarize(P: dict) -> dict:
                       "ife_capped": bool(b["steps"]) and b["steps"][-1]["ife_bytes"] <= budget})
     full = next((x for x in brows if x["mode"] == "full"), None)
     for x in brows:
-        x["queries_vs_full"] = x["largest_fitting"] / full["largest_fitting"] if full and full["largest_fitting"] else None
+        x["queries_vs_full"] = (x["largest_fitting"] / full["largest_fitting"]
+                                if full and full["largest_fitting"] else None)
         x["queries_vs_full_ife"] = (x["largest_fitting_ife"] / full["largest_fitting_ife"]
                                     if full and full["largest_fitting_ife"] else None)
     drops = [x for x in brows if x["mode"].startswith("drop")]
@@ -952,7 +961,8 @@ def report(P: dict):
     g = S["goals"]
     print()
     yes = lambda v: "yes" if v else ""  # noqa: E731
-    print(table([{**x, "capped": yes(x["capped"]), "ife_capped": yes(x["ife_capped"])} for x in g["budget"]["per_mode"]], ["mode", "largest_fitting", "capped", "trace_mb", "ife_mb", "p50_ms",
+    print(table([{**x, "capped": yes(x["capped"]), "ife_capped": yes(x["ife_capped"])}
+                 for x in g["budget"]["per_mode"]], ["mode", "largest_fitting", "capped", "trace_mb", "ife_mb", "p50_ms",
                                           "scratch_ms", "speedup_vs_scratch", "queries_vs_full",
                                           "largest_fitting_ife", "ife_capped"]))
     print()
