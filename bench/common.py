@@ -58,3 +58,16 @@ def _fmt(v) -> str:
 def percentile(xs, q):
     import numpy as np
     return float(np.percentile(np.asarray(xs), q)) if len(xs) else None
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (VmHWM; getrusage where /proc is missing)."""
+    import resource
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

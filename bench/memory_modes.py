@@ -52,7 +52,6 @@ import ctypes
 import gc
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -60,7 +59,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, percentile, table, write_result
+from .common import parse_args, peak_rss_bytes, percentile, table, write_result
 
 QUICK = {"nodes": 512, "edges": 2000, "batches": 10, "budget_mb": 4.0, "budget_batches": 2,
          "budget_max": 160, "budget_seconds": 4.0, "run_seconds": 1.5, "bloom_bits": 1 << 16,
@@ -325,17 +324,6 @@ def scratch(cfg: dict, d: dict, query: str, batches: int, nsources: int | None =
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def trim():

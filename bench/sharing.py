@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -58,7 +57,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, percentile, table, write_result
+from .common import parse_args, peak_rss_bytes, percentile, table, write_result
 
 QUICK = {"nodes": 10_000, "edges": 100_000, "rate": 400.0, "duration": 6.0, "warmup": 1.0, "live": 20,
          "closed_queries": 20, "kuzu_queries": 40, "checks": 2}
@@ -373,17 +372,6 @@ def trim():
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def peak_rss_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def trace_bytes(eng) -> tuple:
