@@ -560,12 +560,16 @@ class IfeOp(Operator):
     def _current(self, keys, q, X, e):
         """New states at rounds q (all one round, the one X describes): X's where it has them, else old."""
         xkh, xkeys, xnew, _ = X
-        out = self._old(keys, q, e)
-        if len(xkh) and keys.shape[1]:
-            pkh, pkeys, inv = key_index(keys)
-            idx = seek_keys(xkh, xkeys, pkh, pkeys)[inv]
-            hit = idx >= 0
-            out[hit] = xnew[idx[hit]]
+        if not len(xkh) or not keys.shape[1]:
+            return self._old(keys, q, e)
+        pkh, pkeys, inv = key_index(keys)
+        idx = seek_keys(xkh, xkeys, pkh, pkeys)[inv]
+        hit = idx >= 0
+        out = np.empty(len(idx), np.int64)
+        out[hit] = xnew[idx[hit]]
+        miss = ~hit
+        if miss.any():  # (the old timeline is read, and dropped states recomputed, only where X is silent)
+            out[miss] = self._old(np.ascontiguousarray(keys[:, miss]), np.broadcast_to(q, len(idx))[miss], e)
         return out
 
     def _rewrite(self, r, X, prev_X, e, tl, marks, hist):
