@@ -89,15 +89,22 @@ def test_reference_evaluator_semantics():
 RANDOM_SEEDS = list(range(12)) + [17, 19, 27, 35]  # 17..35: a recursive stratum reading another one
 
 
-def run_random_program(eng, seed, epochs=4):
-    text, _ = random_program(seed)
-    init, steps = update_stream(seed, epochs)
+def load_inputs(eng, init):
+    """The random programs' input sessions, loaded with ``init`` and sealed at epoch 1, and their
+    contents as Counters (what the reference evaluator reads)."""
     state = {p: Counter() for p in INPUTS}
     sessions = {p: eng.input(p, ["a", "b"][:k]) for p, k in INPUTS.items()}
     for p, rows in init.items():
         sessions[p].insert(rows)
         state[p].update(rows)
     advance_all(sessions, 1)
+    return sessions, state
+
+
+def run_random_program(eng, seed, epochs=4):
+    text, _ = random_program(seed)
+    init, steps = update_stream(seed, epochs)
+    sessions, state = load_inputs(eng, init)
     prog = eng.datalog(text, name="rnd")
     check_program(eng, prog, text, state, f"seed {seed} epoch 0")
     for epoch, step in enumerate(steps, start=1):
@@ -311,12 +318,7 @@ def test_plain_programs_vs_clingo(engine_factory, seed):
     program = parse(text)
     init, steps = update_stream(1000 + seed, 2)
     eng = engine_factory(WORKERS[seed % 3])
-    state = {p: Counter() for p in INPUTS}
-    sessions = {p: eng.input(p, ["a", "b"][:k]) for p, k in INPUTS.items()}
-    for p, rows in init.items():
-        sessions[p].insert(rows)
-        state[p].update(rows)
-    advance_all(sessions, 1)
+    sessions, state = load_inputs(eng, init)
     prog = eng.datalog(text, name="plain")
     derived = {r.head.pred: r.head.arity for r in program.rules}
     for epoch in range(len(steps) + 1):
