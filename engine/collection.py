@@ -57,6 +57,8 @@ class Collection:
         self.schema = schema
         self.scope = scope
         self._entered: dict = {}
+        if op.schema is None:  # the recorded graph says what each operator outputs (kpgnb.spark.run reads it)
+            op.schema = schema
 
     # -- basics -------------------------------------------------------------------------------
     @property

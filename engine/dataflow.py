@@ -106,6 +106,7 @@ class Operator:
     arranged = False  # whether the output stream carries Batches messages
     lens = IDENTITY
     trace = None
+    schema = None  # the output's columns, positionally, as the first Collection over it names them
 
     def __init__(self, scope: Scope, inputs, site: Site | None = None):
         self.scope = scope

@@ -6,6 +6,7 @@ Arrow, Structured Streaming feeding a live input, and views going back out to Sp
     query = kpgnb.spark.follow(stream_df, input="edges", diff_col="diff")   # one epoch per micro-batch
     view.to_spark(spark)                                   # current contents, through Arrow
     w = kpgnb.spark.write_changes(view, spark, path)       # the view's changes appended to a sink; w.close()
+    out = kpgnb.spark.run(build, inputs={"edges": sdf}, spark=spark)   # the same dataflow as Spark jobs
 
 Importing this module imports neither pyspark nor pyarrow; each function imports what it needs.
 """
@@ -20,7 +21,7 @@ from .engine.columns import Schema
 from .engine.errors import SchemaError, UsageError
 from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table
 
-__all__ = ["session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
+__all__ = ["run", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
 
 # -- the session ------------------------------------------------------------------------------------------
 
@@ -394,3 +395,15 @@ def write_changes(view, spark, path, format: str = "parquet", **options) -> Chan
     epoch's changes, as rows of the view's columns plus ``time`` and ``diff`` (so summing ``diff`` by row
     gives the view). Returns a :class:`ChangeWriter` (``wait(epoch)``, ``close()``)."""
     return ChangeWriter(view, spark, path, format, options)
+
+
+def run(build, inputs: dict, spark=None, *, diff_col: str | None = None, diffs: bool = False,
+        compact_every: int = 8) -> dict:
+    """Evaluate a dataflow as Spark DataFrame jobs, for data one machine cannot hold: ``build(df)`` is the
+    function a user calls inside ``with eng.dataflow(...) as df`` (it defines views, or returns its
+    collections); ``inputs`` maps the input names it reads to Spark DataFrames. Returns view name -> Spark
+    DataFrame with the view's columns (rows repeated by multiplicity, or with ``diffs=True`` a ``diff``
+    column), equal to what the engine's views would hold. An operator Spark cannot run raises a
+    DataflowError naming it before any job starts. See kpgnb/spark_backend.py."""
+    from .spark_backend import run as run_on_spark
+    return run_on_spark(build, inputs, spark, diff_col=diff_col, diffs=diffs, compact_every=compact_every)

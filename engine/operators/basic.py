@@ -122,8 +122,9 @@ class FlatMapOp(UserFunctionOp):
         self.out_schema = out_schema
         self.repeat = repeat
 
-    def _rows(self, how: np.ndarray, n_in: int, n_out: int) -> np.ndarray:
-        repeat = self.repeat
+    @staticmethod
+    def output_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> np.ndarray:
+        """The input row of each output row, from the function's index or repeat counts."""
         if repeat is None:
             if len(how) == n_out and len(how) != n_in:
                 repeat = False
@@ -151,7 +152,7 @@ class FlatMapOp(UserFunctionOp):
                 how = np.asarray(how, dtype=np.int64).reshape(-1)
                 lengths = {len(np.atleast_1d(v)) for v in cols.values()}
                 n_out = max(lengths) if lengths else 0
-                idx = self._rows(how, len(b), n_out)
+                idx = self.output_rows(self.repeat, how, len(b), n_out)
                 data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function",
                                       self.inferred)
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])

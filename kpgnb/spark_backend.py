@@ -1,0 +1,773 @@
+"""Scale out on Spark: the operator graph a builder function records, evaluated as Spark DataFrame jobs
+(``kpgnb.spark.run``; DESIGN.md sections 4 and 6).
+
+The builder function is the one a user calls inside ``with eng.dataflow(...) as df``. It runs against a
+recording builder over empty inputs with the DataFrames' schemas, so every check the engine makes (column
+names, dtypes, user function outputs) happens here too, before any Spark job. The recorded operators are
+then translated one by one:
+
+- A collection is a DataFrame of its columns, named by position (``_c0``, ``_c1``, ...), and an int64
+  multiplicity ``_d``; rows are consolidated (``groupBy`` all columns, sum ``_d``, drop zeros) where an
+  operator's meaning depends on it (reductions, the loop's change test), so ``negate``, ``antijoin`` and
+  ``threshold`` mean what they mean in the engine.
+- map / filter / flat_map run the same vectorized user functions per Arrow batch (``mapInArrow``); join is
+  a DataFrame join whose multiplicity is the product; the reduce family is ``groupBy().agg`` or a window
+  (``top_k``, ``argmin``), and a user ``@njit`` reduce runs per group through ``applyInArrow``.
+- A loop is a driver loop of semi-naive rounds. In round r every collection in the loop has a change
+  (delta): linear operators map it, a join is bilinear (dA x B_old + A_new x dB), a reduction recomputes
+  only the keys whose input changed (and min/max over insert-only input just compare with the old
+  result). A variable's change in round r+1 is its result's change in round r (consolidated), plus its
+  initial value's; the loop ends when a round changes no variable (or at ``max_rounds``, which drops
+  feedback as the engine does). A loop nested in a loop body runs to its fixed point in every round of
+  the outer one. State kept across rounds (the changes, and the values joins and reductions read) is
+  ``localCheckpoint``-ed, so lineage never grows with the rounds; values are compacted every few rounds.
+
+Inputs are static: the result is what the engine's views hold once every input row is loaded.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .engine.builder import DataflowBuilder
+from .engine.collection import Collection
+from .engine.columns import Schema, SymbolTable, decode_column
+from .engine.errors import DataflowError, SchemaError
+from .engine.kernels import reduce as rk
+from .engine.operators.arrange import ArrangeOp, ExportOp, ImportOp, SinkOp, ViewOp
+from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp,
+                                     FilterOp, FlatMapOp, FlattenOp, LeaveOp, MapOp, NegateOp, ProjectOp,
+                                     VariableOp, encode_outputs)
+from .engine.operators.join import JoinOp
+from .engine.operators.reduce import USER, ReduceOp
+from .engine.view import View
+
+__all__ = ["run", "Plan", "record"]
+
+D = "_d"          # the multiplicity column
+RND = "_round"    # enter_at: the round a row enters at
+MARK = "[kpgnb] "  # how an error raised in a Spark worker is found again in the driver's exception
+
+
+def _c(i: int) -> str:
+    return f"_c{i}"
+
+
+def _spark_type(dtype: str):
+    from pyspark.sql import types as T
+    return {"int64": T.LongType(), "float64": T.DoubleType(), "bool": T.BooleanType(),
+            "str": T.StringType()}[dtype]
+
+
+def _struct(dtypes, extra=(D,)):
+    from pyspark.sql import types as T
+    return T.StructType([T.StructField(_c(i), _spark_type(d)) for i, d in enumerate(dtypes)]
+                        + [T.StructField(e, T.LongType()) for e in extra])
+
+
+# -- recording the graph ----------------------------------------------------------------------------------
+
+class _Recorder(DataflowBuilder):
+    """A builder that records and never installs. Spark has no catalog: ``df.use(name)`` reads the input
+    of that name."""
+
+    def use(self, name: str):
+        return self.input(name)
+
+
+@dataclass
+class Plan:
+    """A recorded dataflow: its operators in build order and its views (name -> View)."""
+    ops: list
+    views: dict
+    inputs: dict  # input name -> Schema
+
+
+def record(build, schemas: dict, name: str = "spark") -> Plan:
+    """Call ``build(df)`` on a recording builder whose inputs have ``schemas`` (name -> Schema). A
+    Collection (or a dict of them) returned instead of views becomes views (named ``result`` or by key)."""
+    from .engine.runtime import Engine
+    with Engine(workers=1) as eng:  # scratch: the builder reads input schemas and the symbol table from it
+        for n, s in schemas.items():
+            eng.input(n, list(s.names), list(s.dtypes))
+        b = _Recorder(eng, name, install=lambda b: None)
+        with b:
+            ret = build(b)
+            if isinstance(ret, Collection):
+                ret = {"result": ret}
+            if isinstance(ret, dict):
+                for k, v in ret.items():
+                    if isinstance(v, Collection) and not isinstance(v, View):
+                        v.view(str(k))
+    if not b.views:
+        raise SchemaError("the builder function defined no view: call .view(name) on the collections to "
+                          "compute (or return them)")
+    plan = Plan(list(b.graph.ops), dict(b.views), dict(schemas))
+    _check(plan)
+    return plan
+
+
+_TRANSLATED = (ImportOp, ArrangeOp, FlattenOp, MapOp, FilterOp, FlatMapOp, ProjectOp, ConcatOp, NegateOp,
+               JoinOp, ReduceOp, EnterOp, EnterArrangedOp, EnterAtOp, LeaveOp, VariableOp, FeedbackOp,
+               EmptyOp, SinkOp)
+
+
+def _label(op) -> str:
+    return f"{op.kind}" + (f" (defined at {op.site})" if op.site is not None else "")
+
+
+def _check(plan: Plan):
+    """Refuse, before any job runs, an operator the backend cannot translate."""
+    for op in _needed(plan):
+        if not isinstance(op, _TRANSLATED):
+            hint = {"inspect": "it calls a function with every batch on the driver's side; Spark runs "
+                               "functions on its executors, so drop .inspect() for Spark",
+                    "ife": "memory modes are the in-kernel engine's; build it with memory=\"full\" (the "
+                           "same collection), which Spark runs as a loop"}.get(op.kind, "")
+            raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator"
+                                + (f": {hint}" if hint else ""))
+
+
+def _needed(plan: Plan) -> list:
+    """The operators the views depend on, in build order (a Variable's feedback included)."""
+    seen = set()
+    stack = [v.op for v in plan.views.values()]
+    while stack:
+        op = stack.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        stack.extend(op.inputs)
+    return [op for op in plan.ops if id(op) in seen]
+
+
+def _dtypes(op) -> list:
+    while op.schema is None:  # a flattened arrangement, a feedback edge, a sink: their input's columns
+        op = op.inputs[0]
+    return list(op.schema.dtypes)
+
+
+def _kk(op) -> int:
+    """The number of key columns of an arranged operator's output."""
+    while isinstance(op, EnterArrangedOp):
+        op = op.inputs[0]
+    if isinstance(op, ArrangeOp):
+        return len(op.key_idx)
+    if isinstance(op, ReduceOp):
+        return op.out_trace.kk
+    return op.trace.kk
+
+
+# -- worker-side functions (pickled to Spark's Python workers) ----------------------------------------------
+
+def _arrow_col(col, dtype):
+    """An Arrow column as the NumPy array a user function sees."""
+    arr = col.to_numpy(zero_copy_only=False)
+    if dtype == "str":
+        return arr.astype(object)
+    return arr
+
+
+def _arrow_array(values, dtype):
+    import pyarrow as pa
+    return pa.array(values, type={"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
+                                  "str": pa.string()}[dtype])
+
+
+def _fail(label, err):
+    from .engine.errors import KpgnbError
+    raise KpgnbError(f"{MARK}{label}: {type(err).__name__}: {err}") from err
+
+
+def _encode(result, schema: Schema, n: int, who: str, inferred: bool) -> list:
+    """The engine's checks of a user function's output columns, then the columns in their dtypes."""
+    symbols = SymbolTable()
+    data = encode_outputs(result, schema, n, symbols, who, inferred)
+    return [decode_column(data[i], d, symbols) for i, d in enumerate(schema.dtypes)]
+
+
+class _UserBatches:
+    """The ``mapInArrow`` function of a map, filter, flat_map or enter_at operator."""
+
+    def __init__(self, op):
+        self.kind = op.kind
+        self.fn = op.fn
+        self.params = op.params
+        self.in_schema = op.in_schema
+        self.out_schema = getattr(op, "out_schema", None)
+        self.inferred = getattr(op, "inferred", False)
+        self.repeat = getattr(op, "repeat", None)
+        self.label = _label(op)
+
+    def __call__(self, batches):
+        import pyarrow as pa
+        names = list(self.in_schema.names)
+        for rb in batches:
+            try:
+                n = rb.num_rows
+                cols = {nm: _arrow_col(rb.column(i), self.in_schema.dtypes[i]) for i, nm in enumerate(names)
+                        if self.params is None or nm in self.params}
+                d = rb.column(len(names))
+                with np.errstate(all="ignore"):
+                    res = self.fn(**cols)
+                if self.kind == "filter":
+                    keep = np.asarray(res)
+                    if keep.ndim == 0:
+                        keep = np.broadcast_to(keep, (n,))
+                    if keep.shape != (n,) or keep.dtype.kind != "b":
+                        raise SchemaError(f"the filter function must return a boolean array of length {n}, "
+                                          f"got dtype {keep.dtype} and shape {keep.shape}")
+                    yield rb.filter(pa.array(keep))
+                elif self.kind == "enter_at":
+                    rounds = np.asarray(res)
+                    if rounds.shape != (n,) or rounds.dtype.kind not in "iub":
+                        raise SchemaError(f"the enter_at function must return an integer array of length {n} "
+                                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+                    if n and rounds.min() < 0:
+                        raise SchemaError(f"the enter_at function returned a negative round "
+                                          f"({int(rounds.min())}); rounds start at 0")
+                    yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds.astype(np.int64))],
+                                                     names=list(rb.schema.names) + [RND])
+                elif self.kind == "map":
+                    out = _encode(res, self.out_schema, n, "the map function", self.inferred)
+                    yield self._batch(out, d)
+                else:  # flat_map
+                    if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
+                        raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
+                    cols_out, how = res
+                    how = np.asarray(how, dtype=np.int64).reshape(-1)
+                    lengths = {len(np.atleast_1d(v)) for v in cols_out.values()}
+                    idx = FlatMapOp.output_rows(self.repeat, how, n, max(lengths) if lengths else 0)
+                    out = _encode(cols_out, self.out_schema, len(idx), "the flat_map function", self.inferred)
+                    yield self._batch(out, d.take(pa.array(idx)))
+            except Exception as err:  # noqa: BLE001 - named after the operator, read back by the driver
+                _fail(self.label, err)
+
+    def _batch(self, cols, d):
+        import pyarrow as pa
+        arrays = [_arrow_array(c, t) for c, t in zip(cols, self.out_schema.dtypes)] + [d]
+        return pa.RecordBatch.from_arrays(arrays, names=[_c(i) for i in range(len(cols))] + [D])
+
+
+class _Threshold:
+    """Per Arrow batch of (keys, net count): the multiplicity the threshold function gives each count."""
+
+    def __init__(self, op):
+        self.fn = op.spec.fn
+        self.label = _label(op)
+
+    def __call__(self, batches):
+        import pyarrow as pa
+        for rb in batches:
+            try:
+                cnt = rb.column(rb.num_columns - 1).to_numpy()
+                out = np.asarray(self.fn(cnt))
+                if out.shape != cnt.shape:
+                    raise SchemaError(f"the threshold function must return one count per input count "
+                                      f"({cnt.shape}), got shape {out.shape}")
+                yield pa.RecordBatch.from_arrays(list(rb.columns[:-1]) + [pa.array(out.astype(np.int64))],
+                                                 names=list(rb.schema.names))
+            except Exception as err:  # noqa: BLE001
+                _fail(self.label, err)
+
+
+class _UserReduce:
+    """The ``applyInArrow`` function of a user reduce: one group's consolidated rows (keys, values, net
+    count), sorted by value as the engine passes them (strings as ids that follow their order), to
+    ``fn(values, counts)``; its rows come back with the group's keys."""
+
+    def __init__(self, op, kk, in_dtypes, out_dtypes):
+        self.fn = op.spec.fn
+        self.kk = kk
+        self.in_dtypes = in_dtypes
+        self.out_dtypes = out_dtypes
+        self.user_float = op.spec.user_float
+        self.label = _label(op)
+
+    def __call__(self, table):
+        import pyarrow as pa
+        try:
+            kk, kv = self.kk, len(self.in_dtypes)
+            n = table.num_rows
+            raw = [table.column(kk + j).to_numpy(zero_copy_only=False) for j in range(kv)]
+            text = [r.astype(str) for r, dt in zip(raw, self.in_dtypes) if dt == "str"]
+            strings = np.unique(np.concatenate(text)) if text else np.zeros(0, str)
+            cols = [np.searchsorted(strings, r.astype(str)) if dt == "str" else r
+                    for r, dt in zip(raw, self.in_dtypes)]
+            kind = np.float64 if self.user_float else np.int64
+            order = np.lexsort([np.asarray(c, kind) for c in cols[::-1]]) if kv else np.arange(n)
+            vals = np.empty((n, kv), kind)
+            for j, c in enumerate(cols):
+                vals[:, j] = np.asarray(c, kind)[order]
+            counts = table.column(kk + kv).to_numpy().astype(np.int64)[order]
+            out, cnt = self.fn(vals, counts)
+            out, cnt = np.asarray(out), np.asarray(cnt, np.int64)
+            p = len(cnt)
+            arrays = [table.column(i).take(pa.array(np.zeros(p, np.int64))) for i in range(kk)]
+            for j, dt in enumerate(self.out_dtypes):
+                col = out[:, j]
+                if dt == "str":
+                    ids = col.astype(np.int64)
+                    if p and (ids.min() < 0 or ids.max() >= len(strings)):
+                        raise SchemaError(f"output column {j} holds strings, but the reduce function returned "
+                                          f"ids that are none of its group's strings")
+                    col = strings[ids].astype(object)
+                else:
+                    col = col.astype({"bool": bool, "int64": np.int64, "float64": np.float64}[dt])
+                arrays.append(_arrow_array(col, dt))
+            arrays.append(pa.array(cnt))
+            return pa.Table.from_arrays(arrays, names=_cols(kk + len(self.out_dtypes)) + [D])
+        except Exception as err:  # noqa: BLE001
+            _fail(self.label, err)
+
+
+# -- the driver ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Delta:
+    """A collection's change in one round: its DataFrame, whether every multiplicity in it is known to be
+    positive (insertions only: what lets min/max skip re-reading their input), and whether it is
+    checkpointed (then it is also consolidated, and not empty)."""
+    df: object
+    positive: bool
+    materialized: bool = False
+
+
+def _union(parts):
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    df = parts[0].df
+    for p in parts[1:]:
+        df = df.unionAll(p.df)
+    return Delta(df, all(p.positive for p in parts))
+
+
+def _cols(n) -> list:
+    return [_c(i) for i in range(n)]
+
+
+def _consolidate(df, n):
+    from pyspark.sql import functions as F
+    g = df.groupBy(*_cols(n)) if n else df.groupBy()
+    return g.agg(F.sum(D).alias(D)).filter(F.col(D) != 0)
+
+
+class _Runner:
+    """Evaluates a Plan on a SparkSession."""
+
+    def __init__(self, spark, plan: Plan, frames: dict, positive: dict, compact_every: int):
+        self.spark = spark
+        self.plan = plan
+        self.frames = frames          # input name -> DataFrame (_c0.., _d)
+        self.positive = positive      # input name -> whether its multiplicities are all 1
+        self.compact_every = compact_every
+        self.partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        ops = _needed(plan)
+        self.by_scope: dict = {}
+        for op in ops:
+            self.by_scope.setdefault(op.scope, []).append(op)
+        self.valued = set()  # operators whose value (not just change) someone reads
+        for op in ops:
+            if isinstance(op, JoinOp):
+                self.valued.update(id(i) for i in op.inputs)
+            elif isinstance(op, (ReduceOp, LeaveOp)):
+                self.valued.update((id(op), id(op.inputs[0])))
+            elif isinstance(op, (EnterOp, EnterArrangedOp, EnterAtOp, SinkOp)):
+                self.valued.add(id(op.inputs[0]))
+        consumers: dict = {}
+        for op in ops:
+            for i in op.inputs:
+                consumers[id(i)] = consumers.get(id(i), 0) + 1
+        self.consumers = consumers
+        self.rounds = 0
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def materialize(self, df, n, op=None) -> Delta | None:
+        """Consolidate and checkpoint a change; None if it is empty. An arrangement's rows are partitioned
+        by its keys, so that joins on them (every round of a loop, for an arrangement entering it) do not
+        shuffle it again."""
+        from pyspark.sql import functions as F
+        if op is not None and op.arranged and _kk(op):  # hash-partitioned by keys, which also clusters
+            df = df.repartition(self.partitions, *_cols(_kk(op)))  # the consolidation: one shuffle
+        df = _consolidate(df, n).localCheckpoint(eager=False)
+        # one job fills the checkpoint and tells whether the change is empty, or insertions only
+        row = self.first(df.agg(F.count(F.lit(1)).alias("n"), F.min(D).alias("m")), op)
+        if row["n"] == 0:
+            return None
+        return Delta(df, bool(row["m"] > 0), True)
+
+    def first(self, df, op=None):
+        """``df.first()``; a failed job becomes a DataflowError naming the operator that failed."""
+        try:
+            return df.first()
+        except Exception as err:  # noqa: BLE001 - a user function failed in a worker: name it
+            raise _driver_error(err, op) from None
+
+    def empty(self, dtypes):
+        return self.spark.createDataFrame([], _struct(dtypes))
+
+    # -- scopes -------------------------------------------------------------------------------------------
+    def run_scope(self, scope, outer: dict) -> "_ScopeRun":
+        s = _ScopeRun(self, scope, outer)
+        s.run()
+        return s
+
+
+class _ScopeRun:
+    """One scope evaluated round by round (the top level: one round)."""
+
+    def __init__(self, runner: _Runner, scope, outer: dict):
+        self.r = runner
+        self.scope = scope
+        self.ops = runner.by_scope.get(scope, [])
+        self.outer = outer            # id(op of the parent scope) -> its value (Delta) this parent round
+        self.delta: dict = {}         # id(op) -> Delta | None, this round
+        self.pieces: dict = {}        # id(op) -> [Delta]: its value before this round is their sum
+        self.fed: dict = {}           # id(FeedbackOp) -> Delta | None: what it feeds into the next round
+        self.tagged: dict = {}        # id(EnterAtOp) -> (DataFrame with its rows' rounds, last round)
+        self.children: dict = {}      # child scope -> its _ScopeRun for this round
+        self.round = 0
+
+    def run(self):
+        root = self.scope.parent is None
+        while True:
+            self.children = {}
+            for op in self.ops:
+                d = self.step(op)
+                if d is not None and not d.materialized and isinstance(op, (ReduceOp, LeaveOp)):
+                    d = self.r.materialize(d.df, len(_dtypes(op)), op)  # read as a change and as a value
+                self.delta[id(op)] = d
+            for op in self.ops:
+                if id(op) in self.r.valued and self.delta[id(op)] is not None:
+                    self.pieces.setdefault(id(op), []).append(self.delta[id(op)])
+                    if len(self.pieces[id(op)]) > self.r.compact_every:
+                        self.pieces[id(op)] = [p for p in [self.value_delta(op, compact=True)] if p is not None]
+            if root:
+                return
+            self.r.rounds += 1
+            nxt = self.round + 1
+            for op in self.ops:
+                if isinstance(op, FeedbackOp):
+                    d = self.delta[id(op.inputs[0])]
+                    if op.max_rounds is not None and nxt >= op.max_rounds:
+                        d = None
+                    if d is not None and not d.materialized:
+                        d = self.r.materialize(d.df, len(_dtypes(op)), op)
+                    self.fed[id(op)] = d
+            pending = any(d is not None for d in self.fed.values()) or \
+                any(last >= nxt for _, last in self.tagged.values())
+            if not pending:
+                return
+            self.round = nxt
+
+    # -- values -------------------------------------------------------------------------------------------
+    def value_delta(self, op, compact=False) -> Delta | None:
+        """The op's value before this round (the sum of its pieces) as one Delta. Changes kept unevaluated
+        are checkpointed together when first read; ``compact`` makes every piece one."""
+        parts = self.pieces.get(id(op), [])
+        lazy = [p for p in parts if not p.materialized]
+        if lazy or compact and len(parts) > 1:
+            merge = parts if compact else lazy
+            m = self.r.materialize(_union(merge).df, len(_dtypes(op)), op)
+            parts = [p for p in parts if not any(p is q for q in merge)] + ([m] if m is not None else [])
+            self.pieces[id(op)] = parts
+        return _union(parts)
+
+    def value_new(self, op) -> Delta | None:
+        """The op's value including this round's change."""
+        return _union([self.value_delta(op), self.delta.get(id(op))])
+
+    # -- one operator, one round --------------------------------------------------------------------------
+    def step(self, op) -> Delta | None:
+        from pyspark.sql import functions as F
+        ins = [self.delta.get(id(i)) for i in op.inputs]
+        if isinstance(op, ImportOp):
+            if self.round:
+                return None
+            return Delta(self.r.frames[op.name], self.r.positive[op.name])
+        if isinstance(op, (EnterOp, EnterArrangedOp)):
+            return self.outer.get(id(op.inputs[0])) if self.round == 0 else None
+        if isinstance(op, EnterAtOp):
+            return self.enter_at(op)
+        if isinstance(op, EmptyOp) or isinstance(op, SinkOp):
+            return None
+        if isinstance(op, VariableOp):
+            fb = self.fed.get(id(op.inputs[1])) if self.round and len(op.inputs) > 1 else None
+            return _union([ins[0], fb])
+        if isinstance(op, FeedbackOp):
+            return None  # what it feeds is taken at the end of the round
+        if isinstance(op, LeaveOp):
+            return self.leave(op)
+        if isinstance(op, JoinOp):
+            return self.join(op)
+        if isinstance(op, ReduceOp):
+            return self.reduce(op)
+        if isinstance(op, ConcatOp):
+            parts = []
+            for d, perm in zip(ins, op.perms):
+                if d is not None and perm is not None:
+                    d = Delta(d.df.select(*[_c(int(j)) for j in perm], D)
+                              .toDF(*_cols(len(perm)), D), d.positive)
+                parts.append(d)
+            return _union(parts)
+        d = ins[0]
+        if d is None:
+            return None
+        if isinstance(op, FlattenOp):
+            return d
+        if isinstance(op, NegateOp):
+            return Delta(d.df.withColumn(D, -F.col(D)), False)
+        if isinstance(op, (ProjectOp, ArrangeOp)):
+            idx = [int(j) for j in (op.cols if isinstance(op, ProjectOp) else list(op.key_idx) + list(op.val_idx))]
+            if idx == list(range(len(_dtypes(op.inputs[0])))):
+                return d
+            permuted = sorted(idx) == list(range(len(_dtypes(op.inputs[0]))))  # still consolidated
+            return Delta(d.df.select(*[F.col(_c(j)).alias(_c(k)) for k, j in enumerate(idx)], D),
+                         d.positive, d.materialized and permuted)
+        if isinstance(op, (MapOp, FilterOp, FlatMapOp)):
+            schema = _struct(_dtypes(op))
+            return Delta(d.df.mapInArrow(_UserBatches(op), schema), d.positive)
+        raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator")  # _check refused it
+
+    def enter_at(self, op) -> Delta | None:
+        from pyspark.sql import functions as F
+        if id(op) not in self.tagged:
+            src = self.outer.get(id(op.inputs[0]))
+            if src is None:
+                self.tagged[id(op)] = (None, -1)
+            else:
+                schema = _struct(_dtypes(op), (D, RND))
+                tagged = src.df.mapInArrow(_UserBatches(op), schema).localCheckpoint(eager=False)
+                last = self.r.first(tagged.agg(F.max(RND)), op)[0]
+                self.tagged[id(op)] = (tagged, -1 if last is None else int(last))
+        tagged, last = self.tagged[id(op)]
+        if tagged is None or self.round > last:
+            return None
+        src = self.outer.get(id(op.inputs[0]))
+        return Delta(tagged.filter(F.col(RND) == self.round).drop(RND), src.positive)
+
+    def leave(self, op) -> Delta | None:
+        child_scope = op.inputs[0].scope
+        changed = self.round == 0 or any(self.delta.get(id(e.inputs[0])) is not None
+                                         for e in self.r.by_scope.get(child_scope, [])
+                                         if isinstance(e, (EnterOp, EnterArrangedOp, EnterAtOp)))
+        if not changed:
+            return None
+        child = self.children.get(child_scope)
+        if child is None:
+            outer = {}
+            for e in self.r.by_scope.get(child_scope, []):
+                if isinstance(e, (EnterOp, EnterArrangedOp, EnterAtOp)):
+                    src = e.inputs[0]
+                    v = self.value_new(src)
+                    if v is not None and not v.materialized:
+                        v = self.r.materialize(v.df, len(_dtypes(src)), src)
+                    outer[id(src)] = v
+            child = self.r.run_scope(child_scope, outer)
+            self.children[child_scope] = child
+        result = child.value_delta(op.inputs[0])
+        old = self.value_delta(op)
+        n = len(_dtypes(op))
+        if old is None:
+            return result
+        from pyspark.sql import functions as F
+        parts = [result, Delta(old.df.withColumn(D, -F.col(D)), False)]
+        return Delta(_consolidate(_union(parts).df, n), False)
+
+    def join(self, op) -> Delta | None:
+        a, b = op.inputs
+        da, db = self.delta.get(id(a)), self.delta.get(id(b))
+        terms = []
+        if da is not None:
+            vb = self.value_delta(b)
+            if vb is not None:
+                terms.append(self._join(op, da, vb))
+        if db is not None:
+            va = self.value_new(a)
+            if va is not None:
+                terms.append(self._join(op, va, db))
+        return _union(terms)
+
+    def _join(self, op, left: Delta, right: Delta) -> Delta:
+        from pyspark.sql import functions as F
+        a, b = op.inputs
+        kk, na, nb = _kk(a), len(_dtypes(a)), len(_dtypes(b))
+        L = left.df.toDF(*[f"l{i}" for i in range(na)], "ld")
+        R = right.df.toDF(*[f"r{i}" for i in range(nb)], "rd")
+        if kk:
+            j = L.join(R, on=[F.col(f"l{i}") == F.col(f"r{i}") for i in range(kk)])
+        else:
+            j = L.crossJoin(R)
+        out = [F.col(f"l{i}") for i in range(na)] + [F.col(f"r{i}") for i in range(kk, nb)]
+        j = j.select(*[c.alias(_c(k)) for k, c in enumerate(out)], (F.col("ld") * F.col("rd")).alias(D))
+        return Delta(j, left.positive and right.positive)
+
+    def reduce(self, op) -> Delta | None:
+        from pyspark.sql import functions as F
+        src = op.inputs[0]
+        d = self.delta.get(id(src))
+        if d is None:
+            return None
+        kk = _kk(op)
+        n_out = len(_dtypes(op))
+        kept = self.pieces.get(id(src), [])
+        if not kept:
+            return Delta(self.r_apply(op, d.df), op.spec.op in (rk.COUNT, rk.DISTINCT, rk.SUM, rk.MIN, rk.MAX,
+                                                               rk.ARGMIN, rk.ARGMAX, rk.TOPK))
+        old_out = self.value_delta(op)
+        keys = _cols(kk)
+        if op.spec.op in (rk.MIN, rk.MAX) and d.positive and all(p.positive for p in kept) and kk:
+            # insert-only input: the new extreme of a key is the better of its old one and the change's
+            agg = F.min if op.spec.op == rk.MIN else F.max
+            cand = d.df.groupBy(*keys).agg(agg(_c(kk)).alias("new"))
+            if old_out is None:
+                return Delta(cand.select(*keys, F.col("new").alias(_c(kk)), F.lit(1).cast("long").alias(D)), True)
+            old = old_out.df if old_out.materialized else _consolidate(old_out.df, n_out)
+            old = old.select(*keys, F.col(_c(kk)).alias("old"))
+            j = cand.join(old, on=keys, how="left")
+            better = (F.col("new") < F.col("old")) if op.spec.op == rk.MIN else (F.col("new") > F.col("old"))
+            j = j.filter(F.col("old").isNull() | better)
+            plus = j.select(*keys, F.col("new").alias(_c(kk)), F.lit(1).cast("long").alias(D))
+            minus = j.filter(F.col("old").isNotNull()).select(*keys, F.col("old").alias(_c(kk)),
+                                                               F.lit(-1).cast("long").alias(D))
+            return Delta(plus.unionAll(minus), False)
+        old_in = self.value_delta(src)
+        touched = d.df.select(*keys).distinct() if kk else None
+        new_in = _union([old_in, d]).df
+        if kk:
+            new_in = new_in.join(touched, on=keys, how="left_semi")
+        new_out = self.r_apply(op, new_in)
+        parts = [Delta(new_out, False)]
+        if old_out is not None:
+            o = old_out.df if not kk else old_out.df.join(touched, on=keys, how="left_semi")
+            parts.append(Delta(o.withColumn(D, -F.col(D)), False))
+        return Delta(_consolidate(_union(parts).df, n_out), False)
+
+    def r_apply(self, op, df):
+        """The reduction of ``df`` (rows of key and value columns, any multiplicities) from scratch."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        spec = op.spec
+        kk = _kk(op)
+        in_dt = _dtypes(op.inputs[0])
+        n_in = len(in_dt)
+        keys = _cols(kk)
+        one = F.lit(1).cast("long").alias(D)
+        g = (lambda x: x.groupBy(*keys)) if kk else (lambda x: x.groupBy())
+        if spec.op == rk.COUNT:
+            c = g(df).agg(F.sum(D).alias("n")).filter(F.col("n") != 0)
+            return c.select(*keys, F.col("n").alias(_c(kk)), one)
+        if spec.op == rk.DISTINCT:
+            return _consolidate(df, n_in).filter(F.col(D) > 0).select(*keys, one)
+        if spec.op == rk.THRESHOLD:
+            c = _consolidate(df, n_in)
+            return c.mapInArrow(_Threshold(op), _struct(in_dt)).filter(F.col(D) != 0)
+        c = _consolidate(df, n_in)
+        if spec.op == rk.SUM:
+            v = F.col(_c(kk))
+            v = v * F.col(D).cast("double") if spec.float_out else v * F.col(D)
+            return g(c).agg(F.sum(v).alias(_c(kk))).select(*keys, _c(kk), one)
+        if spec.op in (rk.MIN, rk.MAX):
+            agg = F.min if spec.op == rk.MIN else F.max
+            return g(c.filter(F.col(D) > 0)).agg(agg(_c(kk)).alias(_c(kk))).select(*keys, _c(kk), one)
+        if spec.op in (rk.ARGMIN, rk.ARGMAX, rk.TOPK):
+            first = F.col(_c(kk + spec.col))
+            desc = spec.op == rk.ARGMAX or (spec.op == rk.TOPK and spec.desc)
+            order = [first.desc() if desc else first.asc()] + [F.col(c).asc() for c in _cols(n_in)[kk:]]
+            w = (Window.partitionBy(*keys) if kk else Window.partitionBy()).orderBy(*order)
+            pos = c.filter(F.col(D) > 0)
+            if spec.op != rk.TOPK:
+                return pos.withColumn("_rn", F.row_number().over(w)).filter(F.col("_rn") == 1) \
+                    .select(*_cols(n_in), one)
+            run = F.sum(D).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+            m = F.least(F.col(D), F.lit(spec.k) - (F.col("_run") - F.col(D)))
+            return pos.withColumn("_run", run).withColumn("_m", m).filter(F.col("_m") > 0) \
+                .select(*_cols(n_in), F.col("_m").alias(D))
+        if spec.op == USER:
+            out_dt = _dtypes(op)[kk:]
+            fn = _UserReduce(op, kk, in_dt[kk:], out_dt)
+            schema = _struct(in_dt[:kk] + out_dt)
+            if kk:
+                res = c.groupBy(*keys).applyInArrow(lambda table: fn(table), schema)
+            else:  # one group of everything
+                res = c.withColumn("_g", F.lit(0)).groupBy("_g").applyInArrow(
+                    lambda table: fn(table.drop_columns(["_g"])), schema)
+            return _consolidate(res, kk + len(out_dt))
+        raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator")
+
+
+def _driver_error(err, op):
+    """A failed Spark job as a DataflowError naming the operator whose function failed."""
+    text = str(err)
+    m = re.search(re.escape(MARK) + r"(.*)", text)
+    if m:
+        return DataflowError(f"on Spark, {m.group(1).strip()}")
+    where = f" while computing the {_label(op)} operator" if op is not None else ""
+    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    return DataflowError(f"a Spark job failed{where}: {first}")
+
+
+# -- the public entry ---------------------------------------------------------------------------------------
+
+def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: bool = False,
+        compact_every: int = 8, name: str = "spark") -> dict:
+    """Evaluate ``build`` (the function a user calls inside ``with eng.dataflow(...) as df``) as Spark jobs.
+
+    ``inputs`` maps each input name the builder reads (``df.input(name)`` or ``df.use(name)``) to a Spark
+    DataFrame (a pandas DataFrame is converted with ``spark``). With ``diff_col``, an input that has that
+    column takes it as each row's multiplicity (retractions included) instead of 1. Returns a dict, view
+    name -> Spark DataFrame with the view's columns: rows repeated by multiplicity, or with ``diffs`` one row
+    per distinct row and its ``diff``. The returned DataFrames are lazy over checkpointed state: the loops
+    have run, the final projections run when they are read. ``compact_every``: a loop's kept values are
+    consolidated every this many rounds."""
+    from pyspark.sql import functions as F
+    from . import spark as bridge
+    if not isinstance(inputs, dict):
+        raise SchemaError("inputs= must map input names to Spark (or pandas) DataFrames")
+    frames, schemas, positive = {}, {}, {}
+    for n, df in inputs.items():
+        if not hasattr(df, "sparkSession"):
+            if spark is None:
+                raise SchemaError(f"input {n!r} is a {type(df).__name__}, not a Spark DataFrame; pass spark= "
+                                  f"to convert it")
+            df = spark.createDataFrame(df)
+        spark = spark or df.sparkSession
+        dt = bridge.dtypes_of(df)
+        has_diff = diff_col is not None and diff_col in dt
+        if has_diff and dt[diff_col] != "int64":
+            raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} must be an integer column, "
+                              f"got {dt[diff_col]}")
+        names = [c for c in dt if not (has_diff and c == diff_col)]
+        schemas[n] = Schema.of(names, [dt[c] for c in names])
+        d = F.col(diff_col).cast("long") if has_diff else F.lit(1).cast("long")
+        frames[n] = df.select(*[F.col(f"`{c}`").alias(_c(i)) for i, c in enumerate(names)], d.alias(D))
+        positive[n] = not has_diff
+    if spark is None:
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise SchemaError("no SparkSession: pass spark= (kpgnb.spark.session() makes a local one)")
+    plan = record(build, schemas, name)
+    runner = _Runner(spark, plan, frames, positive, max(1, int(compact_every)))
+    top = runner.run_scope(plan.ops[0].graph.root, {}) if plan.ops else None
+    out = {}
+    for vname, view in plan.views.items():
+        src = view.op.inputs[0]
+        dts = list(view.schema.dtypes)
+        val = top.value_delta(src, compact=True)  # computed here, so that a failing function is named
+        df = val.df if val is not None else runner.empty(dts)
+        cols = [F.col(_c(i)).alias(nm) for i, nm in enumerate(view.schema.names)]
+        if diffs:
+            out[vname] = df.select(*cols, F.col(D).alias("diff"))
+        else:
+            neg = F.raise_error(F.lit(f"view {vname!r} holds rows with negative multiplicity; run with "
+                                      f"diffs=True"))
+            checked = df.withColumn(D, F.when(F.col(D) < 0, neg.cast("long")).otherwise(F.col(D)))
+            out[vname] = checked.select(*cols, F.explode(F.array_repeat(F.lit(0), F.col(D).cast("int")))
+                                        .alias("_rep")).drop("_rep")
+    return out
