@@ -29,30 +29,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from .engine.builder import DataflowBuilder
 from .engine.collection import Collection
-from .engine.columns import Schema, SymbolTable, decode_column
+from .engine.columns import Schema
 from .engine.errors import DataflowError, SchemaError
 from .engine.kernels import reduce as rk
-from .engine.operators.arrange import ArrangeOp, ExportOp, ImportOp, SinkOp, ViewOp
+from .engine.operators.arrange import ArrangeOp, ImportOp, SinkOp
 from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp,
                                      FilterOp, FlatMapOp, FlattenOp, LeaveOp, MapOp, NegateOp, ProjectOp,
-                                     VariableOp, encode_outputs)
+                                     VariableOp)
 from .engine.operators.join import JoinOp
 from .engine.operators.reduce import USER, ReduceOp
 from .engine.view import View
+from .spark_workers import D, MARK, RND, Threshold, UserBatches, UserReduce, c as _c, cols as _cols
 
 __all__ = ["run", "Plan", "record"]
-
-D = "_d"          # the multiplicity column
-RND = "_round"    # enter_at: the round a row enters at
-MARK = "[kpgnb] "  # how an error raised in a Spark worker is found again in the driver's exception
-
-
-def _c(i: int) -> str:
-    return f"_c{i}"
 
 
 def _spark_type(dtype: str):
@@ -160,169 +151,6 @@ def _kk(op) -> int:
     return op.trace.kk
 
 
-# -- worker-side functions (pickled to Spark's Python workers) ----------------------------------------------
-
-def _arrow_col(col, dtype):
-    """An Arrow column as the NumPy array a user function sees."""
-    arr = col.to_numpy(zero_copy_only=False)
-    if dtype == "str":
-        return arr.astype(object)
-    return arr
-
-
-def _arrow_array(values, dtype):
-    import pyarrow as pa
-    return pa.array(values, type={"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
-                                  "str": pa.string()}[dtype])
-
-
-def _fail(label, err):
-    from .engine.errors import KpgnbError
-    raise KpgnbError(f"{MARK}{label}: {type(err).__name__}: {err}") from err
-
-
-def _encode(result, schema: Schema, n: int, who: str, inferred: bool) -> list:
-    """The engine's checks of a user function's output columns, then the columns in their dtypes."""
-    symbols = SymbolTable()
-    data = encode_outputs(result, schema, n, symbols, who, inferred)
-    return [decode_column(data[i], d, symbols) for i, d in enumerate(schema.dtypes)]
-
-
-class _UserBatches:
-    """The ``mapInArrow`` function of a map, filter, flat_map or enter_at operator."""
-
-    def __init__(self, op):
-        self.kind = op.kind
-        self.fn = op.fn
-        self.params = op.params
-        self.in_schema = op.in_schema
-        self.out_schema = getattr(op, "out_schema", None)
-        self.inferred = getattr(op, "inferred", False)
-        self.repeat = getattr(op, "repeat", None)
-        self.label = _label(op)
-
-    def __call__(self, batches):
-        import pyarrow as pa
-        names = list(self.in_schema.names)
-        for rb in batches:
-            try:
-                n = rb.num_rows
-                cols = {nm: _arrow_col(rb.column(i), self.in_schema.dtypes[i]) for i, nm in enumerate(names)
-                        if self.params is None or nm in self.params}
-                d = rb.column(len(names))
-                with np.errstate(all="ignore"):
-                    res = self.fn(**cols)
-                if self.kind == "filter":
-                    keep = np.asarray(res)
-                    if keep.ndim == 0:
-                        keep = np.broadcast_to(keep, (n,))
-                    if keep.shape != (n,) or keep.dtype.kind != "b":
-                        raise SchemaError(f"the filter function must return a boolean array of length {n}, "
-                                          f"got dtype {keep.dtype} and shape {keep.shape}")
-                    yield rb.filter(pa.array(keep))
-                elif self.kind == "enter_at":
-                    rounds = np.asarray(res)
-                    if rounds.shape != (n,) or rounds.dtype.kind not in "iub":
-                        raise SchemaError(f"the enter_at function must return an integer array of length {n} "
-                                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
-                    if n and rounds.min() < 0:
-                        raise SchemaError(f"the enter_at function returned a negative round "
-                                          f"({int(rounds.min())}); rounds start at 0")
-                    yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds.astype(np.int64))],
-                                                     names=list(rb.schema.names) + [RND])
-                elif self.kind == "map":
-                    out = _encode(res, self.out_schema, n, "the map function", self.inferred)
-                    yield self._batch(out, d)
-                else:  # flat_map
-                    if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
-                        raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
-                    cols_out, how = res
-                    how = np.asarray(how, dtype=np.int64).reshape(-1)
-                    lengths = {len(np.atleast_1d(v)) for v in cols_out.values()}
-                    idx = FlatMapOp.output_rows(self.repeat, how, n, max(lengths) if lengths else 0)
-                    out = _encode(cols_out, self.out_schema, len(idx), "the flat_map function", self.inferred)
-                    yield self._batch(out, d.take(pa.array(idx)))
-            except Exception as err:  # noqa: BLE001 - named after the operator, read back by the driver
-                _fail(self.label, err)
-
-    def _batch(self, cols, d):
-        import pyarrow as pa
-        arrays = [_arrow_array(c, t) for c, t in zip(cols, self.out_schema.dtypes)] + [d]
-        return pa.RecordBatch.from_arrays(arrays, names=[_c(i) for i in range(len(cols))] + [D])
-
-
-class _Threshold:
-    """Per Arrow batch of (keys, net count): the multiplicity the threshold function gives each count."""
-
-    def __init__(self, op):
-        self.fn = op.spec.fn
-        self.label = _label(op)
-
-    def __call__(self, batches):
-        import pyarrow as pa
-        for rb in batches:
-            try:
-                cnt = rb.column(rb.num_columns - 1).to_numpy()
-                out = np.asarray(self.fn(cnt))
-                if out.shape != cnt.shape:
-                    raise SchemaError(f"the threshold function must return one count per input count "
-                                      f"({cnt.shape}), got shape {out.shape}")
-                yield pa.RecordBatch.from_arrays(list(rb.columns[:-1]) + [pa.array(out.astype(np.int64))],
-                                                 names=list(rb.schema.names))
-            except Exception as err:  # noqa: BLE001
-                _fail(self.label, err)
-
-
-class _UserReduce:
-    """The ``applyInArrow`` function of a user reduce: one group's consolidated rows (keys, values, net
-    count), sorted by value as the engine passes them (strings as ids that follow their order), to
-    ``fn(values, counts)``; its rows come back with the group's keys."""
-
-    def __init__(self, op, kk, in_dtypes, out_dtypes):
-        self.fn = op.spec.fn
-        self.kk = kk
-        self.in_dtypes = in_dtypes
-        self.out_dtypes = out_dtypes
-        self.user_float = op.spec.user_float
-        self.label = _label(op)
-
-    def __call__(self, table):
-        import pyarrow as pa
-        try:
-            kk, kv = self.kk, len(self.in_dtypes)
-            n = table.num_rows
-            raw = [table.column(kk + j).to_numpy(zero_copy_only=False) for j in range(kv)]
-            text = [r.astype(str) for r, dt in zip(raw, self.in_dtypes) if dt == "str"]
-            strings = np.unique(np.concatenate(text)) if text else np.zeros(0, str)
-            cols = [np.searchsorted(strings, r.astype(str)) if dt == "str" else r
-                    for r, dt in zip(raw, self.in_dtypes)]
-            kind = np.float64 if self.user_float else np.int64
-            order = np.lexsort([np.asarray(c, kind) for c in cols[::-1]]) if kv else np.arange(n)
-            vals = np.empty((n, kv), kind)
-            for j, c in enumerate(cols):
-                vals[:, j] = np.asarray(c, kind)[order]
-            counts = table.column(kk + kv).to_numpy().astype(np.int64)[order]
-            out, cnt = self.fn(vals, counts)
-            out, cnt = np.asarray(out), np.asarray(cnt, np.int64)
-            p = len(cnt)
-            arrays = [table.column(i).take(pa.array(np.zeros(p, np.int64))) for i in range(kk)]
-            for j, dt in enumerate(self.out_dtypes):
-                col = out[:, j]
-                if dt == "str":
-                    ids = col.astype(np.int64)
-                    if p and (ids.min() < 0 or ids.max() >= len(strings)):
-                        raise SchemaError(f"output column {j} holds strings, but the reduce function returned "
-                                          f"ids that are none of its group's strings")
-                    col = strings[ids].astype(object)
-                else:
-                    col = col.astype({"bool": bool, "int64": np.int64, "float64": np.float64}[dt])
-                arrays.append(_arrow_array(col, dt))
-            arrays.append(pa.array(cnt))
-            return pa.Table.from_arrays(arrays, names=_cols(kk + len(self.out_dtypes)) + [D])
-        except Exception as err:  # noqa: BLE001
-            _fail(self.label, err)
-
-
 # -- the driver ---------------------------------------------------------------------------------------------
 
 @dataclass
@@ -345,10 +173,6 @@ def _union(parts):
     for p in parts[1:]:
         df = df.unionAll(p.df)
     return Delta(df, all(p.positive for p in parts))
-
-
-def _cols(n) -> list:
-    return [_c(i) for i in range(n)]
 
 
 def _consolidate(df, n):
@@ -439,8 +263,10 @@ class _ScopeRun:
             self.children = {}
             for op in self.ops:
                 d = self.step(op)
-                if d is not None and not d.materialized and isinstance(op, (ReduceOp, LeaveOp)):
-                    d = self.r.materialize(d.df, len(_dtypes(op)), op)  # read as a change and as a value
+                if d is not None and not d.materialized and (
+                        self.r.consumers.get(id(op), 0) > 1  # else each reader recomputes it
+                        or not root and isinstance(op, (ReduceOp, LeaveOp))):  # read again next round
+                    d = self.r.materialize(d.df, len(_dtypes(op)), op)
                 self.delta[id(op)] = d
             for op in self.ops:
                 if id(op) in self.r.valued and self.delta[id(op)] is not None:
@@ -531,7 +357,7 @@ class _ScopeRun:
                          d.positive, d.materialized and permuted)
         if isinstance(op, (MapOp, FilterOp, FlatMapOp)):
             schema = _struct(_dtypes(op))
-            return Delta(d.df.mapInArrow(_UserBatches(op), schema), d.positive)
+            return Delta(d.df.mapInArrow(UserBatches(op, _label(op)), schema), d.positive)
         raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator")  # _check refused it
 
     def enter_at(self, op) -> Delta | None:
@@ -542,7 +368,7 @@ class _ScopeRun:
                 self.tagged[id(op)] = (None, -1)
             else:
                 schema = _struct(_dtypes(op), (D, RND))
-                tagged = src.df.mapInArrow(_UserBatches(op), schema).localCheckpoint(eager=False)
+                tagged = src.df.mapInArrow(UserBatches(op, _label(op)), schema).localCheckpoint(eager=False)
                 last = self.r.first(tagged.agg(F.max(RND)), op)[0]
                 self.tagged[id(op)] = (tagged, -1 if last is None else int(last))
         tagged, last = self.tagged[id(op)]
@@ -666,7 +492,7 @@ class _ScopeRun:
             return _consolidate(df, n_in).filter(F.col(D) > 0).select(*keys, one)
         if spec.op == rk.THRESHOLD:
             c = _consolidate(df, n_in)
-            return c.mapInArrow(_Threshold(op), _struct(in_dt)).filter(F.col(D) != 0)
+            return c.mapInArrow(Threshold(op.spec.fn, _label(op)), _struct(in_dt)).filter(F.col(D) != 0)
         c = _consolidate(df, n_in)
         if spec.op == rk.SUM:
             v = F.col(_c(kk))
@@ -690,7 +516,7 @@ class _ScopeRun:
                 .select(*_cols(n_in), F.col("_m").alias(D))
         if spec.op == USER:
             out_dt = _dtypes(op)[kk:]
-            fn = _UserReduce(op, kk, in_dt[kk:], out_dt)
+            fn = UserReduce(op.spec.fn, op.spec.user_float, kk, in_dt[kk:], out_dt, _label(op))
             schema = _struct(in_dt[:kk] + out_dt)
             if kk:
                 res = c.groupBy(*keys).applyInArrow(lambda table: fn(table), schema)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..columns import SchemaError, UpdateBatch, decode_column, encode_column, infer_dtype
+from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
 from ..scope import enter, enter_at_times, enter_times, leave, leave_times, next_round
@@ -39,40 +39,6 @@ class UserFunctionOp(Operator):
 
     def call(self, batch: UpdateBatch):
         return self.fn(**self.user_columns(batch))
-
-
-def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = False) -> np.ndarray:
-    """Turn a user function's dict of output columns into the engine's int64 column matrix. ``inferred``:
-    the schema was learnt from a trial call (no out=), which the errors say."""
-    if not isinstance(result, dict):
-        raise SchemaError(f"{who} must return a dict of columns, got {type(result).__name__}")
-    missing = [c for c in schema.names if c not in result]
-    extra = [c for c in result if c not in schema.names]
-    if missing or extra:
-        raise SchemaError(f"{who} returned columns {list(result)}; the dataflow was built with "
-                          f"{list(schema.names)}")
-    data = np.empty((len(schema), n), np.int64)
-    for i, (name, dtype) in enumerate(zip(schema.names, schema.dtypes)):
-        col = result[name]
-        arr = np.asarray(col)
-        if arr.ndim == 0:
-            raise SchemaError(f"{who} returned a scalar ({col!r}) for column {name!r}; expected a column array "
-                              f"of length {n} (one value per row); for a constant use np.full({n}, value)")
-        if arr.shape != (n,):
-            raise SchemaError(f"{who} returned column {name!r} of shape {arr.shape}; expected ({n},)")
-        got = infer_dtype(arr) if arr.size else dtype
-        if got != dtype and not (dtype == "float64" and got in ("int64", "bool")) \
-                and not (dtype == "int64" and got == "bool"):
-            if inferred:
-                hint = ", ".join(f"{c!r}: {got if c == name else d!r}" for c, d in zip(schema.names, schema.dtypes))
-                hint = hint.replace(f"{name!r}: {got}", f"{name!r}: {got!r}")
-                raise SchemaError(f"{who} returned {got} values for column {name!r}, but no dtype was declared "
-                                  f"for it: {dtype} was inferred from a trial call on an empty batch; pass "
-                                  f"out={{{hint}}} to declare the output columns")
-            raise SchemaError(f"{who} returned {got} values for column {name!r}, which the dataflow declared "
-                              f"{dtype}; pass out={{'{name}': '{got}'}} to declare it")
-        data[i] = encode_column(arr, dtype, symbols, name)
-    return data
 
 
 class MapOp(UserFunctionOp):
@@ -122,26 +88,6 @@ class FlatMapOp(UserFunctionOp):
         self.out_schema = out_schema
         self.repeat = repeat
 
-    @staticmethod
-    def output_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> np.ndarray:
-        """The input row of each output row, from the function's index or repeat counts."""
-        if repeat is None:
-            if len(how) == n_out and len(how) != n_in:
-                repeat = False
-            elif len(how) == n_in and len(how) != n_out:
-                repeat = True
-            else:
-                repeat = bool(len(how)) and bool((how == 1).all())
-        if repeat:
-            if how.shape != (n_in,) or (how < 0).any() or how.sum() != n_out:
-                raise SchemaError(f"flat_map repeat counts must be {n_in} non-negative integers summing to the "
-                                  f"{n_out} output rows")
-            return np.repeat(np.arange(n_in), how)
-        if len(how) != n_out or (len(how) and (how.min() < 0 or how.max() >= n_in)):
-            raise SchemaError(f"a flat_map index must give, for each of the {n_out} output rows, its input row "
-                              f"in [0, {n_in})")
-        return how
-
     def step(self, rt):
         for msg in self.take():
             def one(b):
@@ -152,7 +98,7 @@ class FlatMapOp(UserFunctionOp):
                 how = np.asarray(how, dtype=np.int64).reshape(-1)
                 lengths = {len(np.atleast_1d(v)) for v in cols.values()}
                 n_out = max(lengths) if lengths else 0
-                idx = self.output_rows(self.repeat, how, len(b), n_out)
+                idx = flat_map_rows(self.repeat, how, len(b), n_out)
                 data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function",
                                       self.inferred)
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])

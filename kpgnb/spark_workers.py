@@ -1,0 +1,182 @@
+"""What Spark's Python workers run for ``kpgnb.spark.run`` (kpgnb/spark_backend.py): the user functions of
+map, filter, flat_map, enter_at, threshold and reduce over Arrow batches. Pickled by the driver; kept apart
+so that a worker imports NumPy, pyarrow and the engine's column checks only, not the engine."""
+from __future__ import annotations
+
+import numpy as np
+
+from .engine.columns import Schema, SymbolTable, decode_column, encode_outputs, flat_map_rows
+from .engine.errors import KpgnbError, SchemaError
+
+D = "_d"           # the multiplicity column
+RND = "_round"     # enter_at: the round a row enters at
+MARK = "[kpgnb] "  # how an error raised in a worker is found again in the driver's exception
+
+
+def c(i: int) -> str:
+    """The positional name of column i."""
+    return f"_c{i}"
+
+
+def cols(n: int) -> list:
+    return [c(i) for i in range(n)]
+
+
+def _arrow_col(col, dtype):
+    """An Arrow column as the NumPy array a user function sees."""
+    arr = col.to_numpy(zero_copy_only=False)
+    if dtype == "str":
+        return arr.astype(object)
+    return arr
+
+
+def _arrow_array(values, dtype):
+    import pyarrow as pa
+    return pa.array(values, type={"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
+                                  "str": pa.string()}[dtype])
+
+
+def _fail(label, err):
+    raise KpgnbError(f"{MARK}{label}: {type(err).__name__}: {err}") from err
+
+
+def _encode(result, schema: Schema, n: int, who: str, inferred: bool) -> list:
+    """The engine's checks of a user function's output columns, then the columns in their dtypes."""
+    symbols = SymbolTable()
+    data = encode_outputs(result, schema, n, symbols, who, inferred)
+    return [decode_column(data[i], d, symbols) for i, d in enumerate(schema.dtypes)]
+
+
+class UserBatches:
+    """The ``mapInArrow`` function of a map, filter, flat_map or enter_at operator."""
+
+    def __init__(self, op, label: str):
+        self.kind = op.kind
+        self.fn = op.fn
+        self.params = op.params
+        self.in_schema = op.in_schema
+        self.out_schema = getattr(op, "out_schema", None)
+        self.inferred = getattr(op, "inferred", False)
+        self.repeat = getattr(op, "repeat", None)
+        self.label = label
+
+    def __call__(self, batches):
+        import pyarrow as pa
+        names = list(self.in_schema.names)
+        for rb in batches:
+            try:
+                n = rb.num_rows
+                args = {nm: _arrow_col(rb.column(i), self.in_schema.dtypes[i]) for i, nm in enumerate(names)
+                        if self.params is None or nm in self.params}
+                d = rb.column(len(names))
+                with np.errstate(all="ignore"):
+                    res = self.fn(**args)
+                if self.kind == "filter":
+                    keep = np.asarray(res)
+                    if keep.ndim == 0:
+                        keep = np.broadcast_to(keep, (n,))
+                    if keep.shape != (n,) or keep.dtype.kind != "b":
+                        raise SchemaError(f"the filter function must return a boolean array of length {n}, "
+                                          f"got dtype {keep.dtype} and shape {keep.shape}")
+                    yield rb.filter(pa.array(keep))
+                elif self.kind == "enter_at":
+                    rounds = np.asarray(res)
+                    if rounds.shape != (n,) or rounds.dtype.kind not in "iub":
+                        raise SchemaError(f"the enter_at function must return an integer array of length {n} "
+                                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+                    if n and rounds.min() < 0:
+                        raise SchemaError(f"the enter_at function returned a negative round "
+                                          f"({int(rounds.min())}); rounds start at 0")
+                    yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds.astype(np.int64))],
+                                                     names=list(rb.schema.names) + [RND])
+                elif self.kind == "map":
+                    out = _encode(res, self.out_schema, n, "the map function", self.inferred)
+                    yield self._batch(out, d)
+                else:  # flat_map
+                    if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
+                        raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
+                    cols_out, how = res
+                    how = np.asarray(how, dtype=np.int64).reshape(-1)
+                    lengths = {len(np.atleast_1d(v)) for v in cols_out.values()}
+                    idx = flat_map_rows(self.repeat, how, n, max(lengths) if lengths else 0)
+                    out = _encode(cols_out, self.out_schema, len(idx), "the flat_map function", self.inferred)
+                    yield self._batch(out, d.take(pa.array(idx)))
+            except Exception as err:  # noqa: BLE001 - named after the operator, read back by the driver
+                _fail(self.label, err)
+
+    def _batch(self, columns, d):
+        import pyarrow as pa
+        arrays = [_arrow_array(x, t) for x, t in zip(columns, self.out_schema.dtypes)] + [d]
+        return pa.RecordBatch.from_arrays(arrays, names=cols(len(columns)) + [D])
+
+
+class Threshold:
+    """Per Arrow batch of (keys, net count): the multiplicity the threshold function gives each count."""
+
+    def __init__(self, fn, label: str):
+        self.fn = fn
+        self.label = label
+
+    def __call__(self, batches):
+        import pyarrow as pa
+        for rb in batches:
+            try:
+                cnt = rb.column(rb.num_columns - 1).to_numpy()
+                out = np.asarray(self.fn(cnt))
+                if out.shape != cnt.shape:
+                    raise SchemaError(f"the threshold function must return one count per input count "
+                                      f"({cnt.shape}), got shape {out.shape}")
+                yield pa.RecordBatch.from_arrays(list(rb.columns[:-1]) + [pa.array(out.astype(np.int64))],
+                                                 names=list(rb.schema.names))
+            except Exception as err:  # noqa: BLE001
+                _fail(self.label, err)
+
+
+class UserReduce:
+    """The ``applyInArrow`` function of a user reduce: one group's consolidated rows (keys, values, net
+    count), sorted by value as the engine passes them (strings as ids that follow their order), to
+    ``fn(values, counts)``; its rows come back with the group's keys."""
+
+    def __init__(self, fn, user_float: bool, kk: int, in_dtypes, out_dtypes, label: str):
+        self.fn = fn
+        self.kk = kk
+        self.in_dtypes = in_dtypes
+        self.out_dtypes = out_dtypes
+        self.user_float = user_float
+        self.label = label
+
+    def __call__(self, table):
+        import pyarrow as pa
+        try:
+            kk, kv = self.kk, len(self.in_dtypes)
+            n = table.num_rows
+            raw = [table.column(kk + j).to_numpy(zero_copy_only=False) for j in range(kv)]
+            text = [r.astype(str) for r, dt in zip(raw, self.in_dtypes) if dt == "str"]
+            strings = np.unique(np.concatenate(text)) if text else np.zeros(0, str)
+            columns = [np.searchsorted(strings, r.astype(str)) if dt == "str" else r
+                       for r, dt in zip(raw, self.in_dtypes)]
+            kind = np.float64 if self.user_float else np.int64
+            order = np.lexsort([np.asarray(x, kind) for x in columns[::-1]]) if kv else np.arange(n)
+            vals = np.empty((n, kv), kind)
+            for j, x in enumerate(columns):
+                vals[:, j] = np.asarray(x, kind)[order]
+            counts = table.column(kk + kv).to_numpy().astype(np.int64)[order]
+            out, cnt = self.fn(vals, counts)
+            out, cnt = np.asarray(out), np.asarray(cnt, np.int64)
+            p = len(cnt)
+            arrays = [table.column(i).take(pa.array(np.zeros(p, np.int64))) for i in range(kk)]
+            for j, dt in enumerate(self.out_dtypes):
+                col = out[:, j]
+                if dt == "str":
+                    ids = col.astype(np.int64)
+                    if p and (ids.min() < 0 or ids.max() >= len(strings)):
+                        raise SchemaError(f"output column {j} holds strings, but the reduce function returned "
+                                          f"ids that are none of its group's strings")
+                    col = strings[ids].astype(object)
+                else:
+                    col = col.astype({"bool": bool, "int64": np.int64, "float64": np.float64}[dt])
+                arrays.append(_arrow_array(col, dt))
+            arrays.append(pa.array(cnt))
+            return pa.Table.from_arrays(arrays, names=cols(kk + len(self.out_dtypes)) + [D])
+        except Exception as err:  # noqa: BLE001
+            _fail(self.label, err)
