@@ -405,18 +405,21 @@ class _ScopeRun:
         parts = [result, Delta(old.df.withColumn(D, -F.col(D)), False)]
         return Delta(_consolidate(_union(parts).df, n), False)
 
+    def parts(self, op) -> list:
+        """The op's value before this round as checkpointed pieces, each partitioned by the op's keys when
+        it is an arrangement: a join or a key restriction then shuffles only the other side."""
+        self.value_delta(op)
+        return list(self.pieces.get(id(op), []))
+
     def join(self, op) -> Delta | None:
+        """d(A x B) = dA x B_old + A_new x dB, piece by piece."""
         a, b = op.inputs
         da, db = self.delta.get(id(a)), self.delta.get(id(b))
         terms = []
         if da is not None:
-            vb = self.value_delta(b)
-            if vb is not None:
-                terms.append(self._join(op, da, vb))
+            terms += [self._join(op, da, p) for p in self.parts(b)]
         if db is not None:
-            va = self.value_new(a)
-            if va is not None:
-                terms.append(self._join(op, va, db))
+            terms += [self._join(op, p, db) for p in self.parts(a) + ([da] if da is not None else [])]
         return _union(terms)
 
     def _join(self, op, left: Delta, right: Delta) -> Delta:
@@ -433,7 +436,15 @@ class _ScopeRun:
         j = j.select(*[c.alias(_c(k)) for k, c in enumerate(out)], (F.col("ld") * F.col("rd")).alias(D))
         return Delta(j, left.positive and right.positive)
 
+    def restricted(self, op, keys_df) -> Delta | None:
+        """The op's value before this round, restricted to the keys in ``keys_df`` (unconsolidated)."""
+        kk = _kk(op)
+        return _union([Delta(p.df.join(keys_df, on=_cols(kk), how="left_semi") if kk else p.df, p.positive)
+                       for p in self.parts(op)])
+
     def reduce(self, op) -> Delta | None:
+        """The output changes only at keys whose input changed: recompute those from the input's new
+        value, minus their old output. Min and max over insertions only just compare with the old output."""
         from pyspark.sql import functions as F
         src = op.inputs[0]
         d = self.delta.get(id(src))
@@ -445,33 +456,27 @@ class _ScopeRun:
         if not kept:
             return Delta(self.r_apply(op, d.df), op.spec.op in (rk.COUNT, rk.DISTINCT, rk.SUM, rk.MIN, rk.MAX,
                                                                rk.ARGMIN, rk.ARGMAX, rk.TOPK))
-        old_out = self.value_delta(op)
         keys = _cols(kk)
+        one = F.lit(1).cast("long")
         if op.spec.op in (rk.MIN, rk.MAX) and d.positive and all(p.positive for p in kept) and kk:
-            # insert-only input: the new extreme of a key is the better of its old one and the change's
             agg = F.min if op.spec.op == rk.MIN else F.max
             cand = d.df.groupBy(*keys).agg(agg(_c(kk)).alias("new"))
-            if old_out is None:
-                return Delta(cand.select(*keys, F.col("new").alias(_c(kk)), F.lit(1).cast("long").alias(D)), True)
-            old = old_out.df if old_out.materialized else _consolidate(old_out.df, n_out)
-            old = old.select(*keys, F.col(_c(kk)).alias("old"))
+            old = self.restricted(op, cand.select(*keys))
+            if old is None:
+                return Delta(cand.select(*keys, F.col("new").alias(_c(kk)), one.alias(D)), True)
+            old = _consolidate(old.df, n_out).select(*keys, F.col(_c(kk)).alias("old"))
             j = cand.join(old, on=keys, how="left")
             better = (F.col("new") < F.col("old")) if op.spec.op == rk.MIN else (F.col("new") > F.col("old"))
             j = j.filter(F.col("old").isNull() | better)
-            plus = j.select(*keys, F.col("new").alias(_c(kk)), F.lit(1).cast("long").alias(D))
-            minus = j.filter(F.col("old").isNotNull()).select(*keys, F.col("old").alias(_c(kk)),
-                                                               F.lit(-1).cast("long").alias(D))
+            plus = j.select(*keys, F.col("new").alias(_c(kk)), one.alias(D))
+            minus = j.filter(F.col("old").isNotNull()).select(*keys, F.col("old").alias(_c(kk)), (-one).alias(D))
             return Delta(plus.unionAll(minus), False)
-        old_in = self.value_delta(src)
         touched = d.df.select(*keys).distinct() if kk else None
-        new_in = _union([old_in, d]).df
-        if kk:
-            new_in = new_in.join(touched, on=keys, how="left_semi")
-        new_out = self.r_apply(op, new_in)
-        parts = [Delta(new_out, False)]
+        new_in = _union([self.restricted(src, touched), d])
+        parts = [Delta(self.r_apply(op, new_in.df), False)]
+        old_out = self.restricted(op, touched)
         if old_out is not None:
-            o = old_out.df if not kk else old_out.df.join(touched, on=keys, how="left_semi")
-            parts.append(Delta(o.withColumn(D, -F.col(D)), False))
+            parts.append(Delta(old_out.df.withColumn(D, -F.col(D)), False))
         return Delta(_consolidate(_union(parts).df, n_out), False)
 
     def r_apply(self, op, df):
