@@ -21,7 +21,7 @@ from .engine.columns import Schema
 from .engine.errors import SchemaError, UsageError
 from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table
 
-__all__ = ["run", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
+__all__ = ["run", "datalog", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
 
 # -- the session ------------------------------------------------------------------------------------------
 
@@ -407,3 +407,11 @@ def run(build, inputs: dict, spark=None, *, diff_col: str | None = None, diffs: 
     DataflowError naming it before any job starts. See kpgnb/spark_backend.py."""
     from .spark_backend import run as run_on_spark
     return run_on_spark(build, inputs, spark, diff_col=diff_col, diffs=diffs, compact_every=compact_every)
+
+
+def datalog(text: str, inputs: dict, spark=None, *, diffs: bool = False) -> dict:
+    """A Datalog program (the language of ``eng.datalog``) evaluated as Spark jobs: ``inputs`` maps each
+    input predicate to a Spark (or pandas) DataFrame, columns by position. Returns derived predicate ->
+    Spark DataFrame, equal to the engine's ``prog[pred]`` on the same inputs."""
+    from .datalog.program import run_on_spark
+    return run_on_spark(text, inputs, spark, diffs=diffs)

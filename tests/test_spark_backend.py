@@ -94,3 +94,37 @@ def test_nested_loops_mutual_recursion_and_delays(spark):
     capped = ("iterate", ("input", "A"), ("concat", ("var", 0), ("mix", ("var", 0))), 3)
     for prog in (nested, mutual, delayed, capped):
         both_ways(prog, 3, spark, positive=True)
+
+
+DATALOG = """
+.decl edge(src: int, dst: int)
+node(x) :- edge(x, _).
+node(y) :- edge(_, y).
+root(0).
+reach(y) :- root(y).
+reach(y) :- reach(x), edge(x, y).
+unreached(x) :- node(x), !reach(x).
+sp(y, min<d>) :- root(y), d = 0.
+sp(y, min<d>) :- sp(x, d1), edge(x, y), d = d1 + 1.
+cc(x, min<l>) :- node(x), l = x.
+cc(y, min<l>) :- cc(x, l), edge(x, y).
+size(l, count<x>) :- cc(x, l).
+seven(x) :- x = 7.
+"""
+
+
+def test_datalog_program(spark):
+    """kp.spark.datalog: the same program (recursion, negation, recursive min, count, facts, a rule with no
+    atom) gives every derived relation the engine's program gives."""
+    rng = np.random.default_rng(3)
+    edge = pd.DataFrame({"src": rng.integers(0, 25, 40), "dst": rng.integers(0, 25, 40)})
+    out = kp.spark.datalog(DATALOG, {"edge": spark.createDataFrame(edge)})
+    with kp.Engine(workers=2) as eng:
+        prog = eng.datalog(DATALOG, inputs={"edge": edge})
+        assert sorted(out) == sorted(prog.relations)
+        for pred, sdf in out.items():
+            eng.wait(prog[pred])
+            want = prog[pred].to_pandas()
+            got = sdf.toPandas()
+            assert list(got.columns) == list(want.columns), pred
+            assert sorted(map(tuple, got.values.tolist())) == sorted(map(tuple, want.values.tolist())), pred

@@ -121,10 +121,7 @@ class Program:
                 comp = Compiler(df, a, rel, unit, {p: df.input(n) for p, n in facts.items()})
                 comp.strata(a.strata)
                 for pred in (a.derived if view_preds is None else view_preds):
-                    cols = a.columns[pred]
-                    final = rel.top[pred]
-                    if not (hasattr(final, "key_names") and list(final.schema.names) == cols):
-                        final = final.select(cols).arrange_by(*cols)
+                    final = final_relation(rel, a, pred)
                     if export:
                         final.export(f"{self.name}.{pred}")
                     self.views[pred] = final.view(pred)
@@ -143,18 +140,14 @@ class Program:
 
     def _fact_inputs(self) -> dict:
         a, out = self.analysis, {}
-        for pred in a.derived:
-            rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
-                    if r.head.pred == pred and not r.body]
-            if rows:
-                name = f"{self.name}#facts.{pred}"
-                self._helpers.append(self.engine.input(name, a.columns[pred], a.dtypes[pred], rows=rows))
-                out[pred] = name
+        for pred, rows in fact_rows(a).items():
+            name = f"{self.name}#facts.{pred}"
+            self._helpers.append(self.engine.input(name, a.columns[pred], a.dtypes[pred], rows=rows))
+            out[pred] = name
         return out
 
     def _needs_unit(self) -> bool:
-        return any(r.body and not any(st.kind == "atom" for st in self.analysis.plans[id(r)].steps)
-                   for r in self.analysis.program.rules)
+        return needs_unit(self.analysis)
 
     def _unit_input(self) -> str:
         name = f"{self.name}#unit"
@@ -335,6 +328,78 @@ class Goal:
     def __repr__(self):
         args = ", ".join(str(x) for x in self.pattern.args)
         return f"<goal {self.pattern.pred}({args}) of {self.program.name!r}: dataflow {self.name!r}>"
+
+
+def fact_rows(a) -> dict:
+    """Derived predicate -> the rows of its ground facts (rules with no body), for those that have some."""
+    out = {}
+    for pred in a.derived:
+        rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
+                if r.head.pred == pred and not r.body]
+        if rows:
+            out[pred] = rows
+    return out
+
+
+def needs_unit(a) -> bool:
+    """Whether some rule with a body reads no atom (``p(x) :- x = 1.``): it reads a one-row unit input."""
+    return any(r.body and not any(st.kind == "atom" for st in a.plans[id(r)].steps) for r in a.program.rules)
+
+
+def final_relation(rel, a, pred):
+    """The derived relation ``pred`` arranged by all its columns, in its declared order (its view)."""
+    cols = a.columns[pred]
+    final = rel.top[pred]
+    if not (hasattr(final, "key_names") and list(final.schema.names) == cols):
+        final = final.select(cols).arrange_by(*cols)
+    return final
+
+
+def run_on_spark(text: str, inputs: dict, spark=None, diffs: bool = False) -> dict:
+    """Evaluate a Datalog program as Spark jobs (``kpgnb.spark.datalog``): the same parse, checks and
+    compilation as ``eng.datalog``, recorded and run by ``kpgnb.spark.run``. ``inputs`` maps every input
+    predicate to a Spark (or pandas) DataFrame, columns by position. Returns derived predicate -> DataFrame
+    with the relation's columns."""
+    import pandas as pd
+    from .. import spark as bridge
+    from ..engine.columns import Schema
+    program = parse(text)
+    frames = dict(inputs or {})
+    if spark is None:
+        spark = next((f.sparkSession for f in frames.values() if hasattr(f, "sparkSession")), None)
+    schemas = {}
+    for pred, f in frames.items():
+        if not hasattr(f, "sparkSession"):
+            if spark is None:
+                raise UsageError(f"input {pred!r} is a {type(f).__name__}, not a Spark DataFrame; pass spark=")
+            frames[pred] = f = spark.createDataFrame(f)
+        dt = bridge.dtypes_of(f)
+        schemas[pred] = (list(dt), list(dt.values()))
+    a = analyze(program, schemas.get, set(frames))
+    facts = fact_rows(a)
+    for pred, rows in facts.items():
+        schema = Schema.of(a.columns[pred], a.dtypes[pred])
+        frames[f"#facts.{pred}"] = spark.createDataFrame(pd.DataFrame(rows, columns=list(schema.names)),
+                                                         _spark_schema(schema))
+    unit = needs_unit(a)
+    if unit:
+        frames["#unit"] = spark.createDataFrame(pd.DataFrame({"unit": [0]}))
+
+    def build(df):
+        rel = Relations(df, a, None)
+        for pred in a.inputs:
+            rel.top[pred] = df.input(pred)
+        comp = Compiler(df, a, rel, df.input("#unit") if unit else None,
+                        {p: df.input(f"#facts.{p}") for p in facts})
+        comp.strata(a.strata)
+        for pred in a.derived:
+            final_relation(rel, a, pred).view(pred)
+    return bridge.run(build, frames, spark, diffs=diffs)
+
+
+def _spark_schema(schema):
+    names = {"int64": "long", "float64": "double", "bool": "boolean", "str": "string"}
+    return ", ".join(f"`{n}` {names[d]}" for n, d in zip(schema.names, schema.dtypes))
 
 
 def _join_columns(a, pred) -> list:
