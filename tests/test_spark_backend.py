@@ -94,3 +94,19 @@ def test_nested_loops_mutual_recursion_and_delays(spark):
     capped = ("iterate", ("input", "A"), ("concat", ("var", 0), ("mix", ("var", 0))), 3)
     for prog in (nested, mutual, delayed, capped):
         both_ways(prog, 3, spark, positive=True)
+
+
+def test_a_failing_user_function_is_named(spark):
+    """A user function that raises in a Spark worker is a DataflowError naming its operator and line,
+    whichever Spark call first runs it: with adaptive execution on (Spark's default),
+    localCheckpoint(eager=False) already runs the shuffle stages below it."""
+    def build(df):
+        def fails(src):
+            if len(src):  # the empty trial batch that learns the output columns passes
+                raise ZeroDivisionError("boom")
+            return {"x": src}
+        return df.input("edges").map(fails).view("x")
+
+    edges = spark.createDataFrame([(1, 2), (2, 3)], "src long, dst long")
+    with pytest.raises(kp.DataflowError, match=r"on Spark, map \(defined at .*\): ZeroDivisionError: boom"):
+        kp.spark.run(build, inputs={"edges": edges}, spark=spark)["x"].collect()
