@@ -27,6 +27,7 @@ Inputs are static: the result is what the engine's views hold once every input r
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .engine.builder import DataflowBuilder
@@ -109,6 +110,11 @@ def _label(op) -> str:
     return f"{op.kind}" + (f" (defined at {op.site})" if op.site is not None else "")
 
 
+def _refused(op) -> DataflowError:
+    where = f" (defined at {op.site})" if op.site is not None else ""
+    return DataflowError(f"the Spark backend cannot translate the {op.kind} operator{where}")
+
+
 def _check(plan: Plan):
     """Refuse, before any job runs, an operator the backend cannot translate."""
     for op in _needed(plan):
@@ -117,8 +123,8 @@ def _check(plan: Plan):
                                "functions on its executors, so drop .inspect() for Spark",
                     "ife": "memory modes are the in-kernel engine's; build it with memory=\"full\" (the "
                            "same collection), which Spark runs as a loop"}.get(op.kind, "")
-            raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator"
-                                + (f": {hint}" if hint else ""))
+            err = _refused(op)
+            raise DataflowError(f"{err}: {hint}" if hint else str(err))
 
 
 def _needed(plan: Plan) -> list:
@@ -218,19 +224,13 @@ class _Runner:
         from pyspark.sql import functions as F
         if op is not None and op.arranged and _kk(op):  # hash-partitioned by keys, which also clusters
             df = df.repartition(self.partitions, *_cols(_kk(op)))  # the consolidation: one shuffle
-        df = _consolidate(df, n).localCheckpoint(eager=False)
-        # one job fills the checkpoint and tells whether the change is empty, or insertions only
-        row = self.first(df.agg(F.count(F.lit(1)).alias("n"), F.min(D).alias("m")), op)
+        with _named(op):  # (adaptive execution runs the shuffle stages below a checkpoint at once)
+            df = _consolidate(df, n).localCheckpoint(eager=False)
+            # filling the checkpoint tells whether the change is empty, or insertions only
+            row = df.agg(F.count(F.lit(1)).alias("n"), F.min(D).alias("m")).first()
         if row["n"] == 0:
             return None
         return Delta(df, bool(row["m"] > 0), True)
-
-    def first(self, df, op=None):
-        """``df.first()``; a failed job becomes a DataflowError naming the operator that failed."""
-        try:
-            return df.first()
-        except Exception as err:  # noqa: BLE001 - a user function failed in a worker: name it
-            raise _driver_error(err, op) from None
 
     def empty(self, dtypes):
         return self.spark.createDataFrame([], _struct(dtypes))
@@ -358,7 +358,7 @@ class _ScopeRun:
         if isinstance(op, (MapOp, FilterOp, FlatMapOp)):
             schema = _struct(_dtypes(op))
             return Delta(d.df.mapInArrow(UserBatches(op, _label(op)), schema), d.positive)
-        raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator")  # _check refused it
+        raise _refused(op)  # _check refused it before any job
 
     def enter_at(self, op) -> Delta | None:
         from pyspark.sql import functions as F
@@ -368,8 +368,9 @@ class _ScopeRun:
                 self.tagged[id(op)] = (None, -1)
             else:
                 schema = _struct(_dtypes(op), (D, RND))
-                tagged = src.df.mapInArrow(UserBatches(op, _label(op)), schema).localCheckpoint(eager=False)
-                last = self.r.first(tagged.agg(F.max(RND)), op)[0]
+                with _named(op):
+                    tagged = src.df.mapInArrow(UserBatches(op, _label(op)), schema).localCheckpoint(eager=False)
+                    last = tagged.agg(F.max(RND)).first()[0]
                 self.tagged[id(op)] = (tagged, -1 if last is None else int(last))
         tagged, last = self.tagged[id(op)]
         if tagged is None or self.round > last:
@@ -529,18 +530,23 @@ class _ScopeRun:
                 res = c.withColumn("_g", F.lit(0)).groupBy("_g").applyInArrow(
                     lambda table: fn(table.drop_columns(["_g"])), schema)
             return _consolidate(res, kk + len(out_dt))
-        raise DataflowError(f"the Spark backend cannot translate the {_label(op)} operator")
+        raise _refused(op)
 
 
-def _driver_error(err, op):
-    """A failed Spark job as a DataflowError naming the operator whose function failed."""
-    text = str(err)
-    m = re.search(re.escape(MARK) + r"(.*)", text)
-    if m:
-        return DataflowError(f"on Spark, {m.group(1).strip()}")
-    where = f" while computing the {_label(op)} operator" if op is not None else ""
-    first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
-    return DataflowError(f"a Spark job failed{where}: {first}")
+@contextmanager
+def _named(op):
+    """A failed Spark job as a DataflowError naming the operator whose function failed (the worker put its
+    name after MARK), or else the operator being computed."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - Py4J and PySpark errors alike
+        text = str(err)
+        m = re.search(re.escape(MARK) + r"(.*)", text)
+        if m:
+            raise DataflowError(f"on Spark, {m.group(1).strip()}") from None
+        where = f" while computing the {_label(op)} operator" if op is not None else ""
+        first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+        raise DataflowError(f"a Spark job failed{where}: {first}") from None
 
 
 # -- the public entry ---------------------------------------------------------------------------------------

@@ -128,3 +128,19 @@ def test_datalog_program(spark):
             got = sdf.toPandas()
             assert list(got.columns) == list(want.columns), pred
             assert sorted(map(tuple, got.values.tolist())) == sorted(map(tuple, want.values.tolist())), pred
+
+
+def test_a_failing_user_function_is_named(spark):
+    """A user function that raises in a Spark worker is a DataflowError naming its operator and line,
+    whichever Spark call first runs it: with adaptive execution on (Spark's default),
+    localCheckpoint(eager=False) already runs the shuffle stages below it."""
+    def build(df):
+        def fails(src):
+            if len(src):  # the empty trial batch that learns the output columns passes
+                raise ZeroDivisionError("boom")
+            return {"x": src}
+        return df.input("edges").map(fails).view("x")
+
+    edges = spark.createDataFrame([(1, 2), (2, 3)], "src long, dst long")
+    with pytest.raises(kp.DataflowError, match=r"on Spark, map \(defined at .*\): ZeroDivisionError: boom"):
+        kp.spark.run(build, inputs={"edges": edges}, spark=spark)["x"].collect()
