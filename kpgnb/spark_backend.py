@@ -469,9 +469,11 @@ class _ScopeRun:
             j = cand.join(old, on=keys, how="left")
             better = (F.col("new") < F.col("old")) if op.spec.op == rk.MIN else (F.col("new") > F.col("old"))
             j = j.filter(F.col("old").isNull() | better)
-            plus = j.select(*keys, F.col("new").alias(_c(kk)), one.alias(D))
-            minus = j.filter(F.col("old").isNotNull()).select(*keys, F.col("old").alias(_c(kk)), (-one).alias(D))
-            return Delta(plus.unionAll(minus), False)
+            # +new and -old in one pass over j (a union of two branches would compute j, the join, twice)
+            pm = F.array(F.struct(F.col("new").alias("v"), one.alias("d")),
+                         F.struct(F.col("old").alias("v"), (-one).alias("d")))
+            rows = j.select(*keys, F.explode(F.filter(pm, lambda x: x["v"].isNotNull())).alias("_pm"))
+            return Delta(rows.select(*keys, F.col("_pm.v").alias(_c(kk)), F.col("_pm.d").alias(D)), False)
         touched = d.df.select(*keys).distinct() if kk else None
         new_in = _union([self.restricted(src, touched), d])
         parts = [Delta(self.r_apply(op, new_in.df), False)]
