@@ -289,11 +289,17 @@ def _spark_collect(df, *cols):
 
 def _spark_frontier_loop(state, roots, with_dist: bool):
     """Semi-naive BFS: the frontier (nodes first found in the last round) joins the edges; the targets not
-    yet visited form the next frontier. Lineage is cut with localCheckpoint every few rounds."""
+    yet visited form the next frontier. Lineage is cut with localCheckpoint every few rounds. ``roots``:
+    an array, or a Spark DataFrame with a ``node`` column (bench.spark_scaleout's, shared with
+    kp.spark.run)."""
     from pyspark.sql import functions as F
     spark, edges = state
     e = edges.select(F.col("src").alias("node"), F.col("dst"))
-    frontier = _spark_frame(spark, node=roots).withColumn("dist", F.lit(0).cast("long")).localCheckpoint()
+    if hasattr(roots, "sparkSession"):
+        start = roots.select(F.col("node").cast("long"))
+    else:
+        start = _spark_frame(spark, node=roots)
+    frontier = start.withColumn("dist", F.lit(0).cast("long")).localCheckpoint()
     visited = frontier
     d = 0
     while True:
