@@ -412,10 +412,22 @@ class _ScopeRun:
         self.value_delta(op)
         return list(self.pieces.get(id(op), []))
 
+    def checkpointed(self, op) -> Delta | None:
+        """This round's change of ``op``, checkpointed (and kept so) before a second read of it, which would
+        otherwise recompute it (its join, its user functions)."""
+        d = self.delta.get(id(op))
+        if d is not None and not d.materialized:
+            d = self.delta[id(op)] = self.r.materialize(d.df, len(_dtypes(op)), op)
+        return d
+
     def join(self, op) -> Delta | None:
         """d(A x B) = dA x B_old + A_new x dB, piece by piece."""
         a, b = op.inputs
         da, db = self.delta.get(id(a)), self.delta.get(id(b))
+        if da is not None and db is not None or da is not None and len(self.parts(b)) > 1:
+            da = self.checkpointed(a)
+        if db is not None and len(self.parts(a)) + (da is not None) > 1:
+            db = self.checkpointed(b)
         terms = []
         if da is not None:
             terms += [self._join(op, da, p) for p in self.parts(b)]
@@ -462,10 +474,11 @@ class _ScopeRun:
         if op.spec.op in (rk.MIN, rk.MAX) and d.positive and all(p.positive for p in kept) and kk:
             agg = F.min if op.spec.op == rk.MIN else F.max
             cand = d.df.groupBy(*keys).agg(agg(_c(kk)).alias("new"))
-            old = self.restricted(op, cand.select(*keys))
+            old = self.value_delta(op)  # whole, not restricted to cand's keys: cand is read once
             if old is None:
                 return Delta(cand.select(*keys, F.col("new").alias(_c(kk)), one.alias(D)), True)
-            old = _consolidate(old.df, n_out).select(*keys, F.col(_c(kk)).alias("old"))
+            old = (old.df if old.materialized else _consolidate(old.df, n_out)).select(
+                *keys, F.col(_c(kk)).alias("old"))
             j = cand.join(old, on=keys, how="left")
             better = (F.col("new") < F.col("old")) if op.spec.op == rk.MIN else (F.col("new") > F.col("old"))
             j = j.filter(F.col("old").isNull() | better)
@@ -474,6 +487,9 @@ class _ScopeRun:
                          F.struct(F.col("old").alias("v"), (-one).alias("d")))
             rows = j.select(*keys, F.explode(F.filter(pm, lambda x: x["v"].isNotNull())).alias("_pm"))
             return Delta(rows.select(*keys, F.col("_pm.v").alias(_c(kk)), F.col("_pm.d").alias(D)), False)
+        d = self.checkpointed(src)  # read three times below
+        if d is None:
+            return None
         touched = d.df.select(*keys).distinct() if kk else None
         new_in = _union([self.restricted(src, touched), d])
         parts = [Delta(self.r_apply(op, new_in.df), False)]

@@ -3,6 +3,7 @@
 The oracle suite's random programs (every operator, loops, nested loops, mutual recursion, delayed entry,
 max_rounds) run on both with the same inputs, multiplicities and retractions included; kpgnb.graphs'
 algorithms run on both over random graphs; an operator Spark cannot run is refused before any job."""
+import sys
 from collections import Counter
 
 import numpy as np
@@ -17,6 +18,7 @@ from reference import COLS, build, evaluate, random_program, random_updates
 
 cloudpickle = pytest.importorskip("pyspark.cloudpickle")
 cloudpickle.register_pickle_by_value(reference)  # Spark's workers cannot import the tests' modules
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _inputs(seed: int, n: int = 14, positive: bool = False):
@@ -144,3 +146,31 @@ def test_a_failing_user_function_is_named(spark):
     edges = spark.createDataFrame([(1, 2), (2, 3)], "src long, dst long")
     with pytest.raises(kp.DataflowError, match=r"on Spark, map \(defined at .*\): ZeroDivisionError: boom"):
         kp.spark.run(build, inputs={"edges": edges}, spark=spark)["x"].collect()
+
+
+def counting_bfs(log_path):
+    """BFS whose hop map appends the number of rows it is given to ``log_path`` (from Spark's workers)."""
+    def hop(dst, dist):
+        with open(log_path, "a") as f:
+            f.write(f"{len(dst)}\n")
+        return {"node": dst, "dist": dist + 1}
+
+    def build(df):
+        edges, roots = df.input("edges"), df.input("roots")
+        start = roots.map(lambda node: {"node": node, "dist": node * 0})
+        return start.iterate(lambda d: d.join(edges, left_on="node", right_on="src").map(hop)
+                             .concat(start).min(by="node", col="dist")).view("bfs")
+    return build
+
+
+def test_a_loop_body_map_sees_each_row_once(spark, tmp_path):
+    """Work counted, not timed: each round's rows reach a loop body's user function once."""
+    # a path 0 -> 1 -> 2 -> 3 -> 4 from root 0: the join gives one row in each of rounds 0-3, none in round 4
+    log = tmp_path / "hop.log"
+    edges = spark.createDataFrame(pd.DataFrame({"src": [0, 1, 2, 3], "dst": [1, 2, 3, 4]}).astype("int64"))
+    roots = spark.createDataFrame(pd.DataFrame({"node": [0]}).astype("int64"))
+    out = kp.spark.run(counting_bfs(str(log)), {"edges": edges, "roots": roots}, spark=spark)
+    got = out["bfs"].toPandas().sort_values("node")
+    assert got["node"].tolist() == [0, 1, 2, 3, 4] and got["dist"].tolist() == [0, 1, 2, 3, 4]
+    rows = np.array([int(x) for x in log.read_text().split()]) if log.exists() else np.zeros(0, int)
+    assert rows.sum() == 4, f"the hop map saw {rows.sum()} rows in {len(rows)} batches; 4 rows reach it"
