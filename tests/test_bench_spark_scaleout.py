@@ -20,7 +20,7 @@ def test_program_end_to_end(spark, tmp_path, monkeypatch):
     monkeypatch.setattr(bench.common, "RESULTS", str(tmp_path))
     # a dense little graph: few BFS levels and WCC rounds (the backend's cost is per round, not per row);
     # one scale (the growth between scales: test_growth_... below)
-    out = S.main(["--quick", "--nodes", "6", "--edges", "40", "--doublings", "0", "--partitions", "2",
+    out = S.main(["--quick", "--nodes", "6", "--edges", "40", "--doublings", "0", "--partitions", "2", "--queries", "bfs,wcc",
                   "--no-warmup"])
     saved = json.load(open(os.path.join(tmp_path, "spark_scaleout-quick.json")))
     assert saved["quick"] and saved["benchmark"] == "spark_scaleout"
