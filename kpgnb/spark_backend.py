@@ -224,10 +224,12 @@ class _Runner:
         from pyspark.sql import functions as F
         if op is not None and op.arranged and _kk(op):  # hash-partitioned by keys, which also clusters
             df = df.repartition(self.partitions, *_cols(_kk(op)))  # the consolidation: one shuffle
-        with _named(op):  # (adaptive execution runs the shuffle stages below a checkpoint at once)
-            df = _consolidate(df, n).localCheckpoint(eager=False)
-            # filling the checkpoint tells whether the change is empty, or insertions only
-            row = df.agg(F.count(F.lit(1)).alias("n"), F.min(D).alias("m")).first()
+        from pyspark.sql import Observation
+        seen = Observation()  # filling the checkpoint also tells whether the change is empty, or insertions only
+        with _named(op):
+            df = _consolidate(df, n).observe(seen, F.count(F.lit(1)).alias("n"), F.min(D).alias("m")) \
+                .localCheckpoint(eager=True)
+            row = seen.get
         if row["n"] == 0:
             return None
         return Delta(df, bool(row["m"] > 0), True)
