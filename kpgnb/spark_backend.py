@@ -42,7 +42,7 @@ from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAt
 from .engine.operators.join import JoinOp
 from .engine.operators.reduce import USER, ReduceOp
 from .engine.view import View
-from .spark_workers import D, MARK, RND, Threshold, UserBatches, UserReduce, c as _c, cols as _cols
+from .spark_workers import D, MARK, RND, SCHEMA_MARK, Threshold, UserBatches, UserReduce, c as _c, cols as _cols
 
 __all__ = ["run", "Plan", "record"]
 
@@ -181,6 +181,33 @@ def _union(parts):
     return Delta(df, all(p.positive for p in parts))
 
 
+def _sized(df, rows: int, width: int):
+    """A checkpointed DataFrame whose size estimate is its own: ``rows`` rows of ``width`` 8-byte columns.
+
+    A checkpoint keeps the estimate of the plan it replaced, and Spark estimates a join as the product of
+    its inputs' sizes. Kept across a loop's rounds, estimates compound (squaring where both sides of a join
+    change every round: transitive closure, scc) until planning a round spends minutes multiplying
+    BigIntegers of millions of bits. An honest estimate also lets Spark broadcast a small change."""
+    import warnings
+    from pyspark.sql import DataFrame
+    try:
+        plan = df._jdf.logicalPlan()
+        if plan.getClass().getSimpleName() != "LogicalRDD":
+            return df
+        session, _, constraints, from_checkpoint = (plan.otherCopyArgs().apply(i) for i in range(4))
+        # Spark's Statistics takes a scala BigInt, which Py4J cannot hand over: take a Range's, 8 bytes a row
+        stats = session.range(0, max(1, rows) * width).queryExecution().optimizedPlan().stats()
+        jvm = df.sparkSession._jvm
+        plan = plan.copy(plan.output(), plan.rdd(), plan.outputPartitioning(), plan.outputOrdering(),
+                         plan.isStreaming(), plan.stream(), session, jvm.scala.Some(stats), constraints,
+                         from_checkpoint)
+        return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, plan), df.sparkSession)
+    except Exception as err:  # noqa: BLE001 - a Spark whose internals differ: plan with its own estimate
+        warnings.warn(f"kpgnb.spark.run cannot set a checkpoint's size estimate on this Spark "
+                      f"({type(err).__name__}); a loop whose joins change on both sides may plan slowly")
+        return df
+
+
 def _consolidate(df, n):
     from pyspark.sql import functions as F
     g = df.groupBy(*_cols(n)) if n else df.groupBy()
@@ -232,7 +259,7 @@ class _Runner:
             row = seen.get
         if row["n"] == 0:
             return None
-        return Delta(df, bool(row["m"] > 0), True)
+        return Delta(_sized(df, row["n"], n + 1), bool(row["m"] > 0), True)
 
     def empty(self, dtypes):
         return self.spark.createDataFrame([], _struct(dtypes))
@@ -520,13 +547,16 @@ class _ScopeRun:
             c = _consolidate(df, n_in)
             return c.mapInArrow(Threshold(op.spec.fn, _label(op)), _struct(in_dt)).filter(F.col(D) != 0)
         c = _consolidate(df, n_in)
-        if spec.op == rk.SUM:
+        if spec.op in (rk.SUM, rk.MIN, rk.MAX):
             v = F.col(_c(kk))
-            v = v * F.col(D).cast("double") if spec.float_out else v * F.col(D)
-            return g(c).agg(F.sum(v).alias(_c(kk))).select(*keys, _c(kk), one)
-        if spec.op in (rk.MIN, rk.MAX):
-            agg = F.min if spec.op == rk.MIN else F.max
-            return g(c.filter(F.col(D) > 0)).agg(agg(_c(kk)).alias(_c(kk))).select(*keys, _c(kk), one)
+            if spec.op == rk.SUM:
+                v = v * F.col(D).cast("double") if spec.float_out else v.cast("long") * F.col(D)  # bools: 0/1
+                agg = g(c).agg(F.sum(v).alias(_c(kk)))
+            else:
+                fn = F.min if spec.op == rk.MIN else F.max
+                agg = g(c.filter(F.col(D) > 0)).agg(fn(v).alias(_c(kk)))
+            # a group has a row only if it has rows; Spark's global aggregate of nothing is one row of null
+            return agg.filter(F.col(_c(kk)).isNotNull()).select(*keys, _c(kk), one)
         if spec.op in (rk.ARGMIN, rk.ARGMAX, rk.TOPK):
             first = F.col(_c(kk + spec.col))
             desc = spec.op == rk.ARGMAX or (spec.op == rk.TOPK and spec.desc)
@@ -561,12 +591,46 @@ def _named(op):
         yield
     except Exception as err:  # noqa: BLE001 - Py4J and PySpark errors alike
         text = str(err)
+        m = re.search(re.escape(SCHEMA_MARK) + r"(.*)", text)
+        if m:
+            raise SchemaError(m.group(1).strip()) from None
         m = re.search(re.escape(MARK) + r"(.*)", text)
         if m:
             raise DataflowError(f"on Spark, {m.group(1).strip()}") from None
         where = f" while computing the {_label(op)} operator" if op is not None else ""
         first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
         raise DataflowError(f"a Spark job failed{where}: {first}") from None
+
+
+# -- inputs -------------------------------------------------------------------------------------------------
+
+def _arrow_of(name: str, frame):
+    """A pandas frame as an Arrow table of what the engine would take from it: NaN stays a float value
+    (Spark's own conversion of pandas makes it null), None in a str column is a null (refused later)."""
+    import pyarrow as pa
+    cols = {}
+    for c in frame.columns:
+        v = frame[c].to_numpy()
+        try:
+            cols[str(c)] = pa.array(v, type=pa.string(), from_pandas=True) if v.dtype == object else \
+                pa.array(v, from_pandas=False)
+        except (pa.ArrowException, TypeError, ValueError) as err:
+            raise SchemaError(f"input {name!r}: column {c!r} ({v.dtype}) is not int, float, bool or str: "
+                              f"{err}") from None
+    return pa.table(cols)
+
+
+def _input_column(name: str, col: str, dtype: str, nullable: bool):
+    """An input column in its engine dtype (a tinyint is int64 to user functions, as in the engine), a null
+    in it failing the job with a SchemaError naming it."""
+    from pyspark.sql import functions as F
+    x = F.col(f"`{col}`")
+    cast = x.cast(_spark_type(dtype).simpleString())
+    if not nullable:
+        return cast
+    err = F.raise_error(F.lit(f"{SCHEMA_MARK}input {name!r}: column {col!r} holds a null; kpgnb columns "
+                              f"cannot hold nulls: drop or fill them first (df.na.drop() or df.na.fill(...))"))
+    return F.when(x.isNull(), err).otherwise(cast)
 
 
 # -- the public entry ---------------------------------------------------------------------------------------
@@ -592,7 +656,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
             if spark is None:
                 raise SchemaError(f"input {n!r} is a {type(df).__name__}, not a Spark DataFrame; pass spark= "
                                   f"to convert it")
-            df = spark.createDataFrame(df)
+            df = spark.createDataFrame(_arrow_of(n, df))
         spark = spark or df.sparkSession
         dt = bridge.dtypes_of(df)
         has_diff = diff_col is not None and diff_col in dt
@@ -601,8 +665,10 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
                               f"got {dt[diff_col]}")
         names = [c for c in dt if not (has_diff and c == diff_col)]
         schemas[n] = Schema.of(names, [dt[c] for c in names])
-        d = F.col(diff_col).cast("long") if has_diff else F.lit(1).cast("long")
-        frames[n] = df.select(*[F.col(f"`{c}`").alias(_c(i)) for i, c in enumerate(names)], d.alias(D))
+        nullable = {f.name: f.nullable for f in df.schema.fields}
+        d = _input_column(n, diff_col, "int64", nullable[diff_col]) if has_diff else F.lit(1).cast("long")
+        frames[n] = df.select(*[_input_column(n, c, dt[c], nullable[c]).alias(_c(i)) for i, c in enumerate(names)],
+                              d.alias(D))
         positive[n] = not has_diff
     if spark is None:
         from pyspark.sql import SparkSession

@@ -11,6 +11,7 @@ from .engine.errors import KpgnbError, SchemaError
 D = "_d"           # the multiplicity column
 RND = "_round"     # enter_at: the round a row enters at
 MARK = "[kpgnb] "  # how an error raised in a worker is found again in the driver's exception
+SCHEMA_MARK = "[kpgnb schema] "  # likewise for bad input data (a null), raised again as a SchemaError
 
 
 def c(i: int) -> str:
