@@ -10,7 +10,9 @@ then translated one by one:
   multiplicity ``_d``; rows are consolidated (``groupBy`` all columns, sum ``_d``, drop zeros) where an
   operator's meaning depends on it (reductions, the loop's change test), so ``negate``, ``antijoin`` and
   ``threshold`` mean what they mean in the engine.
-- map / filter / flat_map run the same vectorized user functions per Arrow batch (``mapInArrow``); join is
+- map / filter / flat_map run the same vectorized user functions per Arrow batch (``mapInArrow``), except
+  that a map or filter function of plain arithmetic becomes a Spark expression (``spark_expressions``,
+  traced once on the driver) and its rows stay in the JVM; join is
   a DataFrame join whose multiplicity is the product; the reduce family is ``groupBy().agg`` or a window
   (``top_k``, ``argmin``), and a user ``@njit`` reduce runs per group through ``applyInArrow``.
 - A loop is a driver loop of semi-naive rounds. In round r every collection in the loop has a change
@@ -20,7 +22,9 @@ then translated one by one:
   initial value's; the loop ends when a round changes no variable (or at ``max_rounds``, which drops
   feedback as the engine does). A loop nested in a loop body runs to its fixed point in every round of
   the outer one. State kept across rounds (the changes, and the values joins and reductions read) is
-  ``localCheckpoint``-ed, so lineage never grows with the rounds; values are compacted every few rounds.
+  ``localCheckpoint``-ed, so lineage never grows with the rounds; a value read with many pieces is merged
+  into one. A checkpoint gets its real size as Spark's estimate (so small changes are broadcast) and its
+  partitioning by keys when it has one.
 
 Inputs are static: the result is what the engine's views hold once every input row is loaded.
 """
@@ -42,6 +46,7 @@ from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAt
 from .engine.operators.join import JoinOp
 from .engine.operators.reduce import USER, ReduceOp
 from .engine.view import View
+from .spark_expressions import trace
 from .spark_workers import D, MARK, RND, SCHEMA_MARK, Threshold, UserBatches, UserReduce, c as _c, cols as _cols
 
 __all__ = ["run", "Plan", "record"]
@@ -181,13 +186,16 @@ def _union(parts):
     return Delta(df, all(p.positive for p in parts))
 
 
-def _sized(df, rows: int, width: int):
-    """A checkpointed DataFrame whose size estimate is its own: ``rows`` rows of ``width`` 8-byte columns.
+def _checkpointed(df, rows: int, width: int, keys: int = 0, partitions: int = 0):
+    """A checkpointed DataFrame with its own size estimate (``rows`` rows of ``width`` 8-byte columns) and,
+    when it was hash-partitioned by its first ``keys`` columns into ``partitions``, that partitioning.
 
     A checkpoint keeps the estimate of the plan it replaced, and Spark estimates a join as the product of
     its inputs' sizes. Kept across a loop's rounds, estimates compound (squaring where both sides of a join
     change every round: transitive closure, scc) until planning a round spends minutes multiplying
-    BigIntegers of millions of bits. An honest estimate also lets Spark broadcast a small change."""
+    BigIntegers of millions of bits. An honest estimate also lets Spark broadcast a small change. And a
+    checkpoint forgets how its rows are partitioned (under adaptive execution): declared again, a join or
+    an aggregation by those keys does not shuffle them again."""
     import warnings
     from pyspark.sql import DataFrame
     try:
@@ -195,12 +203,15 @@ def _sized(df, rows: int, width: int):
         if plan.getClass().getSimpleName() != "LogicalRDD":
             return df
         session, _, constraints, from_checkpoint = (plan.otherCopyArgs().apply(i) for i in range(4))
+        jvm = df.sparkSession._jvm
         # Spark's Statistics takes a scala BigInt, which Py4J cannot hand over: take a Range's, 8 bytes a row
         stats = session.range(0, max(1, rows) * width).queryExecution().optimizedPlan().stats()
-        jvm = df.sparkSession._jvm
-        plan = plan.copy(plan.output(), plan.rdd(), plan.outputPartitioning(), plan.outputOrdering(),
-                         plan.isStreaming(), plan.stream(), session, jvm.scala.Some(stats), constraints,
-                         from_checkpoint)
+        partitioning = plan.outputPartitioning()
+        if keys and plan.rdd().getNumPartitions() == partitions:
+            partitioning = jvm.org.apache.spark.sql.catalyst.plans.physical.HashPartitioning(
+                plan.output().take(keys), partitions)
+        plan = plan.copy(plan.output(), plan.rdd(), partitioning, plan.outputOrdering(), plan.isStreaming(),
+                         plan.stream(), session, jvm.scala.Some(stats), constraints, from_checkpoint)
         return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, plan), df.sparkSession)
     except Exception as err:  # noqa: BLE001 - a Spark whose internals differ: plan with its own estimate
         warnings.warn(f"kpgnb.spark.run cannot set a checkpoint's size estimate on this Spark "
@@ -242,16 +253,18 @@ class _Runner:
                 consumers[id(i)] = consumers.get(id(i), 0) + 1
         self.consumers = consumers
         self.rounds = 0
+        self.traced: dict = {}  # id(map or filter op) -> its Spark expressions, or None
 
     # -- helpers ------------------------------------------------------------------------------------------
     def materialize(self, df, n, op=None) -> Delta | None:
         """Consolidate and checkpoint a change; None if it is empty. An arrangement's rows are partitioned
         by its keys, so that joins on them (every round of a loop, for an arrangement entering it) do not
         shuffle it again."""
-        from pyspark.sql import functions as F
-        if op is not None and op.arranged and _kk(op):  # hash-partitioned by keys, which also clusters
-            df = df.repartition(self.partitions, *_cols(_kk(op)))  # the consolidation: one shuffle
         from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+        keys = _kk(op) if op is not None and op.arranged else 0
+        if keys:  # hash-partitioned by keys, which also clusters the consolidation: one shuffle
+            df = df.repartition(self.partitions, *_cols(keys))
         seen = Observation()  # filling the checkpoint also tells whether the change is empty, or insertions only
         with _named(op):
             df = _consolidate(df, n).observe(seen, F.count(F.lit(1)).alias("n"), F.min(D).alias("m")) \
@@ -259,7 +272,15 @@ class _Runner:
             row = seen.get
         if row["n"] == 0:
             return None
-        return Delta(_sized(df, row["n"], n + 1), bool(row["m"] > 0), True)
+        return Delta(_checkpointed(df, row["n"], n + 1, keys, self.partitions), bool(row["m"] > 0), True)
+
+    def expressions(self, op):
+        """A map's or filter's function as Spark expressions, when it is plain arithmetic (traced once);
+        else None, and it runs in Python workers."""
+        from pyspark.sql import functions as F
+        if id(op) not in self.traced:
+            self.traced[id(op)] = None if isinstance(op, FlatMapOp) else trace(op, lambda i: F.col(_c(i)))
+        return self.traced[id(op)]
 
     def empty(self, dtypes):
         return self.spark.createDataFrame([], _struct(dtypes))
@@ -299,9 +320,7 @@ class _ScopeRun:
                 self.delta[id(op)] = d
             for op in self.ops:
                 if id(op) in self.r.valued and self.delta[id(op)] is not None:
-                    self.pieces.setdefault(id(op), []).append(self.delta[id(op)])
-                    if len(self.pieces[id(op)]) > self.r.compact_every:
-                        self.pieces[id(op)] = [p for p in [self.value_delta(op, compact=True)] if p is not None]
+                    self.keep(op, self.delta[id(op)])
             if root:
                 return
             self.r.rounds += 1
@@ -321,11 +340,22 @@ class _ScopeRun:
             self.round = nxt
 
     # -- values -------------------------------------------------------------------------------------------
+    def keep(self, op, d: Delta):
+        """Add a change to the op's value. Pieces are merged when the value is read (a loop's variable is
+        often never read again after its first round, and a min over insertions never reads its input's
+        value, whose pieces are every round's join), or when there are very many of them."""
+        parts = self.pieces.setdefault(id(op), [])
+        parts.append(d)
+        if len(parts) > 8 * self.r.compact_every:
+            self.value_delta(op, compact=True)
+
     def value_delta(self, op, compact=False) -> Delta | None:
         """The op's value before this round (the sum of its pieces) as one Delta. Changes kept unevaluated
-        are checkpointed together when first read; ``compact`` makes every piece one."""
+        are checkpointed together when first read; more than ``compact_every`` pieces, or ``compact``,
+        make every piece one."""
         parts = self.pieces.get(id(op), [])
         lazy = [p for p in parts if not p.materialized]
+        compact = compact or len(parts) > self.r.compact_every
         if lazy or compact and len(parts) > 1:
             merge = parts if compact else lazy
             m = self.r.materialize(_union(merge).df, len(_dtypes(op)), op)
@@ -385,8 +415,12 @@ class _ScopeRun:
             return Delta(d.df.select(*[F.col(_c(j)).alias(_c(k)) for k, j in enumerate(idx)], D),
                          d.positive, d.materialized and permuted)
         if isinstance(op, (MapOp, FilterOp, FlatMapOp)):
-            schema = _struct(_dtypes(op))
-            return Delta(d.df.mapInArrow(UserBatches(op, _label(op)), schema), d.positive)
+            expr = self.r.expressions(op)
+            if isinstance(op, FilterOp) and expr is not None:
+                return Delta(d.df.filter(expr), d.positive)
+            if expr is not None:
+                return Delta(d.df.select(*[e.alias(_c(i)) for i, e in enumerate(expr)], D), d.positive)
+            return Delta(d.df.mapInArrow(UserBatches(op, _label(op)), _struct(_dtypes(op))), d.positive)
         raise _refused(op)  # _check refused it before any job
 
     def enter_at(self, op) -> Delta | None:
@@ -626,6 +660,8 @@ def _input_column(name: str, col: str, dtype: str, nullable: bool):
     from pyspark.sql import functions as F
     x = F.col(f"`{col}`")
     cast = x.cast(_spark_type(dtype).simpleString())
+    if dtype == "float64":
+        cast = cast + 0.0  # -0.0 is 0.0, as the engine stores it
     if not nullable:
         return cast
     err = F.raise_error(F.lit(f"{SCHEMA_MARK}input {name!r}: column {col!r} holds a null; kpgnb columns "
@@ -644,8 +680,8 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     column takes it as each row's multiplicity (retractions included) instead of 1. Returns a dict, view
     name -> Spark DataFrame with the view's columns: rows repeated by multiplicity, or with ``diffs`` one row
     per distinct row and its ``diff``. The returned DataFrames are lazy over checkpointed state: the loops
-    have run, the final projections run when they are read. ``compact_every``: a loop's kept values are
-    consolidated every this many rounds."""
+    have run, the final projections run when they are read. ``compact_every``: a loop's kept value read with
+    more than this many pieces (one per round it changed in) is merged into one first."""
     from pyspark.sql import functions as F
     from . import spark as bridge
     if not isinstance(inputs, dict):
