@@ -162,8 +162,14 @@ def _pandas_column(series, dtype):
     else its NumPy values."""
     if dtype == "str" and hasattr(series, "factorize"):
         codes, uniques = series.factorize(use_na_sentinel=True)
-        return Coded(np.asarray(codes, np.int64), np.asarray(uniques, dtype=object),
-                     nulls="null (None, NaN or NA)")
+        codes, uniques = np.asarray(codes, np.int64), np.asarray(uniques, dtype=object)
+        values = series.to_numpy(dtype=object)
+        seen = codes >= 0
+        # pandas hashes object strings as C strings: "a" and "a\x00" become one value. Where that
+        # happened the column is taken value by value instead.
+        if not (values[seen] == uniques[codes[seen]]).all():
+            return values
+        return Coded(codes, uniques, nulls="null (None, NaN or NA)")
     return series.to_numpy()
 
 

@@ -28,7 +28,7 @@ def _arrow_col(col, dtype):
     arr = col.to_numpy(zero_copy_only=False)
     if dtype == "str":
         return arr.astype(object)
-    return arr
+    return arr if arr.flags.writeable else arr.copy()  # writable, as the engine's are (NumPy's += works)
 
 
 def _arrow_array(values, dtype):

@@ -155,6 +155,18 @@ def test_arrow_chunks_dictionaries_and_pandas_strings():
                                        (7, "z", "p")])
 
 
+def test_pandas_strings_that_differ_by_trailing_nuls_stay_apart():
+    """pandas hashes object strings as C strings, so its factorize makes "a" and "a\x00" one value."""
+    values = ["a", "a\x00", "", "\x00", "b", "a"]
+    with kp.Engine(workers=1) as eng:
+        inp = eng.input("t", ["s", "i"], ["str", "int64"])
+        inp.insert(pd.DataFrame({"s": np.array(values, object), "i": np.arange(6)}))
+        inp.advance_to(1)
+        v = identity_view(eng, "t")
+        eng.wait(v)
+        assert contents(v) == Counter(zip(values, range(6)))
+
+
 def test_to_arrow_and_to_spark_roundtrip(spark, eng):
     inp = ks.input_from(eng, "r", spark.createDataFrame(ROWS, SPARK_SCHEMA))
     empty = eng.input("e", COLS, DTYPES)
