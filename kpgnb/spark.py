@@ -384,8 +384,8 @@ class ChangeWriter:
 
 def _arrow_schema(schema):
     import pyarrow as pa
-    types = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "str": pa.string()}
-    return pa.schema([pa.field(n, types[d]) for n, d in zip(schema.names, schema.dtypes)]
+    from .spark_workers import arrow_type
+    return pa.schema([pa.field(n, arrow_type(d)) for n, d in zip(schema.names, schema.dtypes)]
                      + [pa.field("time", pa.int64()), pa.field("diff", pa.int64())])
 
 

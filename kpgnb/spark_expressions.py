@@ -21,6 +21,8 @@ int64 overflow, which NumPy wraps around and Spark (in ANSI mode, its default) r
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 _NUMBERS = ("int64", "float64")
@@ -79,6 +81,11 @@ _UFUNCS = {np.add: "__add__", np.subtract: "__sub__", np.multiply: "__mul__", np
            np.not_equal: "__ne__", np.bitwise_and: "__and__", np.bitwise_or: "__or__",
            np.bitwise_xor: "__xor__", np.negative: "__neg__", np.positive: "__pos__",
            np.absolute: "__abs__", np.invert: "__invert__"}
+# the same operators on Spark columns (for bools: ^ is !=)
+_SPARK_OPS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+              np.less: operator.lt, np.less_equal: operator.le, np.greater: operator.gt,
+              np.greater_equal: operator.ge, np.equal: operator.eq, np.not_equal: operator.ne,
+              np.bitwise_and: operator.and_, np.bitwise_or: operator.or_, np.bitwise_xor: operator.ne}
 _REFLECTED = {"__add__": "__radd__", "__sub__": "__rsub__", "__mul__": "__rmul__", "__lt__": "__gt__",
               "__le__": "__ge__", "__gt__": "__lt__", "__ge__": "__le__", "__eq__": "__eq__", "__ne__": "__ne__",
               "__and__": "__rand__", "__or__": "__ror__", "__xor__": "__rxor__"}
@@ -122,9 +129,8 @@ class Sym:
             raise Untraceable(f"arithmetic on {a.kind} and {b.kind}")
         x, y, kind = (a.expr, b.expr, a.kind) if a.kind == b.kind else \
             (a.expr.cast("double"), b.expr.cast("double"), "float64")
-        expr = {np.add: x + y, np.subtract: x - y, np.multiply: x * y}[ufunc]
         with np.errstate(all="ignore"):
-            return _result(expr, ufunc(a.shadow, b.shadow), kind)
+            return _result(_SPARK_OPS[ufunc](x, y), ufunc(a.shadow, b.shadow), kind)
 
     def __add__(self, o): return self._arith(o, np.add)  # noqa: E704
     def __radd__(self, o): return self._arith(o, np.add, True)  # noqa: E704
@@ -158,8 +164,7 @@ class Sym:
         else:
             x, y = (self.expr, b.expr) if self.kind == b.kind else (self.expr.cast("double"), b.expr.cast("double"))
             nans = [F.isnan(s.expr) for s in (self, b) if s.kind == "float64"]
-        cmp = {np.less: x < y, np.less_equal: x <= y, np.greater: x > y, np.greater_equal: x >= y,
-               np.equal: x == y, np.not_equal: x != y}[ufunc]
+        cmp = _SPARK_OPS[ufunc](x, y)
         for nan in nans:  # NumPy: NaN is unequal to everything, and neither less nor greater
             cmp = cmp | nan if ufunc is np.not_equal else cmp & ~nan
         with np.errstate(all="ignore"):
@@ -177,9 +182,7 @@ class Sym:
         a, b = (_operand(other), self) if reflected else (self, _operand(other))
         if a.kind != "bool" or b.kind != "bool":
             raise Untraceable(f"bitwise operators on {a.kind} and {b.kind}")
-        expr = {np.bitwise_and: a.expr & b.expr, np.bitwise_or: a.expr | b.expr,
-                np.bitwise_xor: a.expr != b.expr}[ufunc]
-        return _result(expr, ufunc(a.shadow, b.shadow), "bool")
+        return _result(_SPARK_OPS[ufunc](a.expr, b.expr), ufunc(a.shadow, b.shadow), "bool")
 
     def __and__(self, o): return self._logic(o, np.bitwise_and)  # noqa: E704
     def __rand__(self, o): return self._logic(o, np.bitwise_and, True)  # noqa: E704

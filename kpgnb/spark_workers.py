@@ -31,10 +31,15 @@ def _arrow_col(col, dtype):
     return arr if arr.flags.writeable else arr.copy()  # writable, as the engine's are (NumPy's += works)
 
 
+def arrow_type(dtype: str):
+    """The Arrow type of an engine dtype."""
+    import pyarrow as pa
+    return {"int64": pa.int64, "float64": pa.float64, "bool": pa.bool_, "str": pa.string}[dtype]()
+
+
 def _arrow_array(values, dtype):
     import pyarrow as pa
-    return pa.array(values, type={"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(),
-                                  "str": pa.string()}[dtype])
+    return pa.array(values, type=arrow_type(dtype))
 
 
 def _fail(label, err):
