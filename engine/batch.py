@@ -46,34 +46,56 @@ PARALLEL_ROWS = 100_000  # below this, one thread distributes the rows (a hand-o
 
 def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
     """Exchange unarranged updates to the ``workers`` shards owning their keys and consolidate each
-    shard's into batch arrays (kh, keys, koff, vals, times, diffs): hash, one MSD radix pass into shards
-    and cache-sized buckets by hash (engine/kernels/exchange.py), then each shard's buckets ordered and
-    consolidated in place (engine/kernels/form.py), the shards in parallel through ``run``. Each large
-    array is allocated once here (fresh memory costs page faults) and becomes part of the batches, the
-    hashes' array their key offsets; the shards' batches are views of the same arrays."""
-    keys, vals, times, diffs = _c(keys), _c(vals), _c(times), _c(diffs)
-    n = diffs.shape[0]
-    kk, kv, d = keys.shape[0], vals.shape[0], times.shape[1]
-    kh = sortk.key_hashes(keys, np.empty(n + workers, np.int64))
+    shard's into batch arrays (kh, keys, koff, vals, times, diffs): ``form_parts`` of one part."""
+    return form_parts([(keys, vals, times, diffs)], workers, run)
+
+
+def form_parts(parts, workers: int, run=_serial) -> list:
+    """``form_shards`` of the updates of several parts ((keys kk x n, vals kv x n, times n x d, diffs
+    n) tuples, read only) taken together, without concatenating them first: hash, one MSD radix pass
+    from every part into shards and cache-sized buckets by hash (engine/kernels/exchange.py), then each
+    shard's buckets ordered and consolidated in place (engine/kernels/form.py), the shards in parallel
+    through ``run``. Each large array is allocated once here (fresh memory costs page faults) and becomes
+    part of the batches, the hashes' array their key offsets; the shards' batches are views of the same
+    arrays."""
+    parts = [tuple(_c(a) for a in p) for p in parts]
+    keys0, vals0, times0, _ = parts[0]
+    kk, kv, d = keys0.shape[0], vals0.shape[0], times0.shape[1]
+    sizes = [p[3].shape[0] for p in parts]
+    n = sum(sizes)
     bits = sortk.bucket_bits(n // workers)
+    if len(parts) > 1 and workers == 1 and bits == 0:  # small: one copy costs less than many kernel calls
+        parts = [tuple(np.concatenate([p[i] for p in parts], axis=0 if i >= 2 else 1) for i in range(4))]
+        sizes = [n]
+    kh = np.empty(n + workers, np.int64)
+    at = np.cumsum([0] + sizes)
+    for p, a in zip(parts, at):
+        sortk.key_hashes(p[0], kh[a:])
     rh, rk, rv = np.empty(n, np.int64), np.empty(kk * n, np.int64), np.empty(kv * n, np.int64)
     rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
     if workers == 1 and bits == 0:  # one bucket: read the updates where they are
+        keys, vals, times, diffs = parts[0]
         rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
         nk, nr = form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
         return [trim(rh, rk, kh, rv, rt, rd, nk, nr)]
-    # the distribution runs in parallel over row ranges: counts per range, then each range scatters
-    # from its own starting places (after the earlier ranges' rows: stable)
+    # the distribution runs in parallel over row ranges of the parts: counts per range, then each range
+    # scatters from its own starting places (after the earlier ranges' rows: stable)
     per = 1 << bits
     nb = workers << bits
-    ranges = workers if n >= PARALLEL_ROWS else 1
-    cuts = [n * r // ranges for r in range(ranges + 1)]
-    counts = np.stack(run(lambda r: bucket_counts(kh, cuts[r], cuts[r + 1], nb), range(ranges), rows=n))
+    ranges = []  # (part, first row, end row)
+    for i, m in enumerate(sizes):
+        pieces = workers if m >= PARALLEL_ROWS else 1
+        ranges += [(i, m * r // pieces, m * (r + 1) // pieces) for r in range(pieces) if m or not i]
+    hashes = [kh[a:a + m] for a, m in zip(at, sizes)]
+    counts = np.stack(run(lambda r: bucket_counts(hashes[r[0]], r[1], r[2], nb), ranges, rows=n))
     cnt = np.zeros(nb + 1, np.int64)
     np.cumsum(counts.sum(axis=0), out=cnt[1:])
     starts = cnt[:-1] + np.cumsum(counts, axis=0) - counts
-    run(lambda r: exchange_rows(kh, keys, vals, times, diffs, cuts[r], cuts[r + 1], workers, bits, cnt,
-                                starts[r], rh, rk, rv, rt, rd), range(ranges), rows=n)
+
+    def scatter(j):
+        i, lo, hi = ranges[j]
+        exchange_rows(hashes[i], *parts[i], lo, hi, workers, bits, cnt, starts[j], rh, rk, rv, rt, rd)
+    run(scatter, range(len(ranges)), rows=n)
 
     def shard(s):
         a, b = int(cnt[s * per]), int(cnt[(s + 1) * per])

@@ -3,7 +3,8 @@
 input is an ordinary arrangement.
 
 Updates are buffered as they come and exchanged to their shards when sealed: the exchange and the
-formation's own distribution of rows by hash are one pass (batch.form_shards), so rows are copied once.
+formation's own distribution of rows by hash are one pass (batch.form_parts, reading the buffered
+parts where they are), so rows are copied once.
 
 ``push`` and ``seal`` are atomic: they compute everything first and change the buffers last, so a
 failure (a fault in a kernel, a worker error) leaves the batcher exactly as it was and the same work can
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import faults
-from .batch import Batch, form_shards
+from .batch import Batch, form_parts
 from .lattice import Antichain, antichain_of, in_advance_mask
 
 
@@ -59,26 +60,23 @@ class Batcher:
         buf = self.buffer
         if not buf:
             return [Batch.empty(self.kk, self.kv, self.depth, lower, upper) for _ in range(self.workers)]
-        if len(buf) == 1:
-            keys, vals, times, diffs = buf[0]
-        else:
-            keys = np.concatenate([p[0] for p in buf], axis=1)
-            vals = np.concatenate([p[1] for p in buf], axis=1)
-            times = np.concatenate([p[2] for p in buf], axis=0)
-            diffs = np.concatenate([p[3] for p in buf])
-        rest = []
+        now, rest = buf, []
         if upper.elements:
-            later = in_advance_mask(times, upper)
-            if later.any():
+            now = []
+            for p in buf:
+                later = in_advance_mask(p[2], upper)
+                if not later.any():
+                    now.append(p)
+                    continue
                 keep = ~later
-                rest = [(keys[:, later], vals[:, later], times[later], diffs[later])]
-                keys, vals, times, diffs = keys[:, keep], vals[:, keep], times[keep], diffs[keep]
-        if len(diffs):
-            batches = [Batch(*arrays, lower, upper)
-                       for arrays in form_shards(keys, vals, times, diffs, self.workers, run)]
+                rest.append((p[0][:, later], p[1][:, later], p[2][later], p[3][later]))
+                if keep.any():
+                    now.append((p[0][:, keep], p[1][:, keep], p[2][keep], p[3][keep]))
+        if now:
+            batches = [Batch(*arrays, lower, upper) for arrays in form_parts(now, self.workers, run)]
         else:
             batches = [Batch.empty(self.kk, self.kv, self.depth, lower, upper) for _ in range(self.workers)]
         self.buffer = rest
         self.buffered = sum(len(p[3]) for p in rest)
-        self.held = antichain_of(rest[0][2]) if rest else Antichain()
+        self.held = antichain_of(np.concatenate([p[2] for p in rest], axis=0)) if rest else Antichain()
         return batches

@@ -207,9 +207,8 @@ def in_advance_mask(times: np.ndarray, frontier: Antichain) -> np.ndarray:
     f = frontier.matrix()
     if times.shape[1] == 1:
         return times[:, 0] >= f[0, 0]
-    if f.shape[0] == 1:  # one time (the usual frontier): no broadcast over elements
-        return np.all(times >= f[0], axis=1)
-    return np.any(np.all(times[:, None, :] >= f[None, :, :], axis=2), axis=1)
+    from .kernels.times import in_advance_rows
+    return in_advance_rows(np.ascontiguousarray(times, dtype=np.int64), np.ascontiguousarray(f, dtype=np.int64))
 
 
 def rep_matrix(times: np.ndarray, frontier: Antichain) -> np.ndarray:

@@ -75,6 +75,7 @@ def kernel_signatures(family: str) -> list:
                 (form.form_buckets, (I1, I1, I2, I2, I2, I1, I1, I2, I2, I2, I1, I1)),
                 (form.close_rows, (I1, i8, i8, i8)),
                 (times.minimal_times, (I2,)),
+                (times.in_advance_rows, (I2, I2)),
                 (seek.unique_sorted_keys, (I1, I2)),
                 (seek.seek_keys, (I1, I2, I1, I2)),
                 (seek.seek_rows, (I1, I2, I1, I1, I2, I1, I1)),

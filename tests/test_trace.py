@@ -160,6 +160,65 @@ def test_formation_in_shards(monkeypatch, workers, bucket_rows):
             assert all(a.flags.c_contiguous for a in parts[s])
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("bucket_rows", [1, 8, 8192])
+@pytest.mark.parametrize("parallel_rows", [0, 10**9])
+def test_formation_of_parts(monkeypatch, workers, bucket_rows, parallel_rows):
+    """form_parts reads several parts where they are (no concatenation first): the same shards' arrays
+    as form_shards of the parts concatenated, empty parts included."""
+    rng = np.random.default_rng(workers * 1000 + bucket_rows)
+    for kk, kv, depth in [(1, 0, 1), (1, 1, 2), (2, 2, 1), (0, 1, 1), (2, 0, 2)]:
+        sizes = [int(x) for x in rng.integers(0, 700, int(rng.integers(1, 5)))] + [0]
+        rng.shuffle(sizes)
+        parts = [(rng.integers(-5, 300, (kk, m)), rng.integers(0, 3, (kv, m)), rng.integers(0, 3, (m, depth)),
+                  rng.integers(-2, 3, m)) for m in sizes]
+        whole = [np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0) for i in range(4)]
+        monkeypatch.setattr(sortk, "BUCKET_ROWS", bucket_rows)
+        monkeypatch.setattr(sortk, "ONE_BUCKET", 0)
+        monkeypatch.setattr(bm, "PARALLEL_ROWS", parallel_rows)
+        got = bm.form_parts(parts, workers)
+        want = bm.form_shards(*whole, workers)
+        monkeypatch.undo()
+        assert len(got) == workers
+        for g, w in zip(got, want):
+            assert all(np.array_equal(x, y) for x, y in zip(g, w))
+            assert all(a.flags.c_contiguous for a in g)
+        # the parts are read only
+        again = [np.concatenate([p[i] for p in parts], axis=1 if i < 2 else 0) for i in range(4)]
+        assert all(np.array_equal(x, y) for x, y in zip(whole, again))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_batcher_seals_the_parts_before_the_frontier(workers):
+    """A seal forms the buffered updates whose times are not in advance of ``upper`` (from every pushed
+    part) and keeps the rest buffered, with their minimal times held, for a later seal."""
+    from kpgnb.engine.batcher import Batcher
+    rng = np.random.default_rng(workers)
+    b = Batcher(1, 1, 2, workers)
+    rows = []
+    for _ in range(4):
+        m = int(rng.integers(0, 300))
+        keys, vals = rng.integers(0, 50, (1, m)), rng.integers(0, 3, (1, m))
+        times, diffs = rng.integers(0, 4, (m, 2)), rng.integers(-1, 3, m)
+        b.push([(keys, vals, times, diffs)])
+        rows += [((int(k),), (int(v),), tuple(int(x) for x in t), int(d))
+                 for k, v, t, d in zip(keys[0], vals[0], times, diffs)]
+    upper = Antichain([(2, 1), (1, 3)])
+    batches = b.seal(Antichain([(0, 0)]), upper)
+    def formed(bs):
+        out = {}
+        for bt in bs:
+            out.update(batch_rows(bt.arrays))
+        return out
+    assert formed(batches) == consolidated([r for r in rows if not upper.dominates(r[2])])
+    later = [r for r in rows if upper.dominates(r[2])]
+    assert later and len(later) < len(rows)
+    assert b.buffered == len(later)
+    assert b.held == Antichain([r[2] for r in later])
+    assert formed(b.seal(upper, Antichain())) == consolidated(later)
+    assert b.buffered == 0
+
+
 def test_formation_of_heavy_keys():
     """Runs of one key longer than insertion handles (merge sorted) and a bucket dominated by one key give
     the arrangement order."""

@@ -32,3 +32,24 @@ def minimal_times(times):
             out[m, c] = times[i, c]
         m += 1
     return out[:m].copy()
+
+
+@kernel
+def in_advance_rows(times, frontier):
+    """bool[n]: which rows of the ``n x d`` time matrix are >= some row of the ``m x d`` frontier matrix
+    (in advance of the antichain). One pass, no ``n x d`` temporaries: batcher seals run it over every
+    buffered update of a loop's round."""
+    n, d = times.shape
+    m = frontier.shape[0]
+    out = np.zeros(n, np.bool_)
+    for i in range(n):
+        for j in range(m):
+            ge = True
+            for c in range(d):
+                if times[i, c] < frontier[j, c]:
+                    ge = False
+                    break
+            if ge:
+                out[i] = True
+                break
+    return out
