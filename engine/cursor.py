@@ -87,6 +87,12 @@ class Cursor:
     def seek(self, pkh: np.ndarray, pkeys: np.ndarray) -> Histories:
         m = pkh.shape[0]
         batches = self.batches
+        if len(batches) == 1 and pkh is batches[0].kh and pkeys is batches[0].keys:
+            # the probe is every key of the one batch (``keys()`` of a reduce's delta, or of a first
+            # history that is the delta): its histories are the batch's own arrays, nothing to gather
+            b = batches[0]
+            times = b.times if self.lens.identity else self.lens.apply(b.times)
+            return Histories(pkh, pkeys, b.koff, b.vals, times, b.diffs)
         found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
         hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.collection import Arranged, Variable
+from ..graphs import bit_length_rounds
 from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
 from .syntax import Aggregate, Atom, Const, Var, variables
@@ -107,7 +108,7 @@ class Compiler:
         outs = [self._rule(p) for p in plans if p.rule.body]
         if pred in self.facts:
             outs.append(self.facts[pred])
-        outs = [o.enter(scope) if scope is not None and o.scope is not scope else o for o in outs]
+        outs = [self._enter(o, scope, pred) if scope is not None and o.scope is not scope else o for o in outs]
         union = outs[0].concat(*outs[1:]) if len(outs) > 1 else outs[0]
         if not aggs:
             return union.distinct()
@@ -123,6 +124,19 @@ class Compiler:
         if list(out.schema.names) != cols:
             out = out.select(cols)
         return out
+
+    def _enter(self, o, scope, pred):
+        """A rule's rows from outside the loop, into it. For a predicate whose one aggregate is a min
+        over int64, each row enters at the round of its value's bit length (``enter_at``), as
+        ``kpgnb.graphs.wcc`` enters labels: small values spread first and beat most others on arrival,
+        so the others rarely spread at all. The loop's fixed point is the same (each round's state only
+        improves, and every row has entered before it settles)."""
+        aggs = self.a.aggregates[pred]
+        if len(aggs) == 1 and aggs[0][1] == "min":
+            col = self.rel.cols(pred)[aggs[0][0]]
+            if o.schema.dtype(col) == "int64":
+                return o.enter_at(scope, lambda **c: bit_length_rounds(c[col]))
+        return o.enter(scope)
 
     def _aggregate(self, u, func, group, col):
         if func in ("min", "max"):
