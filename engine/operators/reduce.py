@@ -160,17 +160,19 @@ class ReduceOp(Operator):
         m = len(pkh)
         # seeds: times of new input for each probe key, and ready pending times
         dh = dcur.seek(pkh, pkeys) if delta else None
-        seed_probe = [np.repeat(np.arange(m), np.diff(dh.off))] if dh is not None else []
-        seed_times = [dh.times] if dh is not None else []
-        if ready_kh is not None:
+        if ready_kh is None:  # the new input's times alone, already grouped by probe key
+            stimes, soff = np.ascontiguousarray(dh.times), dh.off
+        else:
+            seed_probe = [np.repeat(np.arange(m), np.diff(dh.off))] if dh is not None else []
+            seed_times = [dh.times] if dh is not None else []
             seed_probe.append(seek_keys(pkh, pkeys, rk_sorted, rkeys_sorted))
             seed_times.append(rtimes)
-        sp = np.concatenate(seed_probe)
-        st = np.concatenate(seed_times, axis=0)
-        order = np.argsort(sp, kind="stable")
-        stimes = np.ascontiguousarray(st[order])
-        soff = np.zeros(m + 1, np.int64)
-        np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
+            sp = np.concatenate(seed_probe)
+            st = np.concatenate(seed_times, axis=0)
+            order = np.argsort(sp, kind="stable")
+            stimes = np.ascontiguousarray(st[order])
+            soff = np.zeros(m + 1, np.int64)
+            np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
         # histories of input (through the acknowledged frontier) and of our own output
         hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
         hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
