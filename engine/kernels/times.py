@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import kernel
-from .rows import leq_time
+from .rows import in_advance, leq_time
 
 
 @kernel
@@ -39,17 +39,8 @@ def in_advance_rows(times, frontier):
     """bool[n]: which rows of the ``n x d`` time matrix are >= some row of the ``m x d`` frontier matrix
     (in advance of the antichain). One pass, no ``n x d`` temporaries: batcher seals run it over every
     buffered update of a loop's round."""
-    n, d = times.shape
-    m = frontier.shape[0]
+    n = times.shape[0]
     out = np.zeros(n, np.bool_)
     for i in range(n):
-        for j in range(m):
-            ge = True
-            for c in range(d):
-                if times[i, c] < frontier[j, c]:
-                    ge = False
-                    break
-            if ge:
-                out[i] = True
-                break
+        out[i] = in_advance(times, i, frontier)
     return out
