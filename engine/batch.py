@@ -52,7 +52,7 @@ def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
 
 def form_parts(parts, workers: int, run=_serial) -> list:
     """``form_shards`` of the updates of several parts ((keys kk x n, vals kv x n, times n x d, diffs
-    n) tuples, read only) taken together, without concatenating them first: hash, one MSD radix pass
+    n) tuples, read only) taken together, without concatenating them first: hash and one MSD radix pass
     from every part into shards and cache-sized buckets by hash (engine/kernels/exchange.py), then each
     shard's buckets ordered and consolidated in place (engine/kernels/form.py), the shards in parallel
     through ``run``. Each large array is allocated once here (fresh memory costs page faults) and becomes
@@ -68,13 +68,11 @@ def form_parts(parts, workers: int, run=_serial) -> list:
         parts = [tuple(np.concatenate([p[i] for p in parts], axis=0 if i >= 2 else 1) for i in range(4))]
         sizes = [n]
     kh = np.empty(n + workers, np.int64)
-    at = np.cumsum([0] + sizes)
-    for p, a in zip(parts, at):
-        sortk.key_hashes(p[0], kh[a:])
     rh, rk, rv = np.empty(n, np.int64), np.empty(kk * n, np.int64), np.empty(kv * n, np.int64)
     rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
     if workers == 1 and bits == 0:  # one bucket: read the updates where they are
         keys, vals, times, diffs = parts[0]
+        sortk.key_hashes(keys, kh)
         rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
         nk, nr = form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
         return [trim(rh, rk, kh, rv, rt, rd, nk, nr)]
@@ -86,8 +84,17 @@ def form_parts(parts, workers: int, run=_serial) -> list:
     for i, m in enumerate(sizes):
         pieces = workers if m >= PARALLEL_ROWS else 1
         ranges += [(i, m * r // pieces, m * (r + 1) // pieces) for r in range(pieces) if m or not i]
-    hashes = [kh[a:a + m] for a, m in zip(at, sizes)]
-    counts = np.stack(run(lambda r: bucket_counts(hashes[r[0]], r[1], r[2], nb), ranges, rows=n))
+    at = 0
+    hashes = []  # each part's hashes: its stretch of kh
+    for m in sizes:
+        hashes.append(kh[at:at + m])
+        at += m
+
+    def count(r):  # hash a range of rows, then count them per bucket
+        i, lo, hi = r
+        sortk.key_hashes(parts[i][0], hashes[i], lo, hi)
+        return bucket_counts(hashes[i], lo, hi, nb)
+    counts = np.stack(run(count, ranges, rows=n))
     cnt = np.zeros(nb + 1, np.int64)
     np.cumsum(counts.sum(axis=0), out=cnt[1:])
     starts = cnt[:-1] + np.cumsum(counts, axis=0) - counts

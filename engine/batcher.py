@@ -16,7 +16,11 @@ import numpy as np
 
 from . import faults
 from .batch import Batch, form_parts
+from .kernels.times import time_groups
 from .lattice import Antichain, antichain_of, in_advance_mask
+
+
+TIME_GROUPS = 64  # updates held for later are split by time when they hold at most this many times
 
 
 def _c(a):
@@ -27,12 +31,58 @@ def _serial(fn, items, rows=None):
     return [fn(i) for i in items]
 
 
+def _lowest(times: np.ndarray) -> Antichain:
+    if times.shape[1] == 1:
+        return Antichain([(int(times[:, 0].min()),)])
+    return antichain_of(times)
+
+
+class Part:
+    """Buffered updates (keys kk x n, vals kv x n, times n x d, diffs n) and their minimal times ``lo``;
+    ``single``: every update has that one time. A seal decides a part with one time, or one wholly in
+    advance of its frontier, without reading its rows."""
+
+    __slots__ = ("keys", "vals", "times", "diffs", "lo", "single")
+
+    def __init__(self, keys, vals, times, diffs, lo: Antichain | None = None, single: bool = False):
+        self.keys, self.vals, self.times, self.diffs = keys, vals, times, diffs
+        self.lo = _lowest(times) if lo is None else lo
+        self.single = single
+
+    def __len__(self):
+        return self.diffs.shape[0]
+
+    @property
+    def arrays(self) -> tuple:
+        return self.keys, self.vals, self.times, self.diffs
+
+    def select(self, mask) -> "Part":
+        return Part(self.keys[:, mask], self.vals[:, mask], self.times[mask], self.diffs[mask])
+
+    def by_time(self) -> list:
+        """This part as one part per time, when it holds few (rows gathered once, in time groups)."""
+        group, seen, g = time_groups(self.times, TIME_GROUPS)
+        if g < 0:
+            return [self]
+        if g == 1:
+            return [Part(*self.arrays, Antichain([tuple(seen[0].tolist())]), True)]
+        order = np.argsort(group, kind="stable")
+        keys, vals, times, diffs = self.keys[:, order], self.vals[:, order], self.times[order], self.diffs[order]
+        ends = np.cumsum(np.bincount(group, minlength=g)).tolist()
+        out, a = [], 0
+        for j, b in enumerate(ends):
+            out.append(Part(keys[:, a:b], vals[:, a:b], times[a:b], diffs[a:b],
+                            Antichain([tuple(seen[j].tolist())]), True))
+            a = b
+        return out
+
+
 class Batcher:
     """Buffers (keys, vals, times, diffs) updates until a frontier passes their times."""
 
     def __init__(self, kk: int, kv: int, depth: int, workers: int):
         self.kk, self.kv, self.depth, self.workers = kk, kv, depth, workers
-        self.buffer: list = []
+        self.buffer: list = []  # Parts
         self.buffered = 0
         self.held = Antichain()  # minimal times of the buffered updates
 
@@ -43,19 +93,18 @@ class Batcher:
         if not parts:
             return
         faults.point("exchange")
-        pieces = [(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3])) for p in parts]
-        if self.depth == 1:
-            first = min(int(p[2][:, 0].min()) for p in parts)
-            held = self.held.meet(Antichain([(first,)]))
-        else:
-            held = self.held.meet(antichain_of(np.concatenate([p[2] for p in parts], axis=0)))
+        pieces = [Part(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3])) for p in parts]
+        held = self.held
+        for p in pieces:
+            held = held.meet(p.lo)
         self.buffer.extend(pieces)
-        self.buffered += sum(len(p[3]) for p in pieces)
+        self.buffered += sum(len(p) for p in pieces)
         self.held = held
 
     def seal(self, lower: Antichain, upper: Antichain, run=_serial) -> list:
         """One batch per shard of the buffered updates whose times are not in advance of ``upper``, each
-        described by [lower, upper); later updates stay buffered."""
+        described by [lower, upper); later updates stay buffered (split by time when they hold few
+        times, so later seals take or leave them whole)."""
         faults.point("seal")
         buf = self.buffer
         if not buf:
@@ -64,19 +113,29 @@ class Batcher:
         if upper.elements:
             now = []
             for p in buf:
-                later = in_advance_mask(p[2], upper)
+                if all(upper.dominates(t) for t in p.lo):  # every update is later: unread
+                    rest.append(p)
+                    continue
+                if p.single:
+                    now.append(p)
+                    continue
+                later = in_advance_mask(p.times, upper)
                 if not later.any():
                     now.append(p)
                     continue
                 keep = ~later
-                rest.append((p[0][:, later], p[1][:, later], p[2][later], p[3][later]))
+                rest.extend(p.select(later).by_time())
                 if keep.any():
-                    now.append((p[0][:, keep], p[1][:, keep], p[2][keep], p[3][keep]))
+                    now.append(p.select(keep))
         if now:
-            batches = [Batch(*arrays, lower, upper) for arrays in form_parts(now, self.workers, run)]
+            batches = [Batch(*arrays, lower, upper) for arrays in form_parts([p.arrays for p in now],
+                                                                             self.workers, run)]
         else:
             batches = [Batch.empty(self.kk, self.kv, self.depth, lower, upper) for _ in range(self.workers)]
+        held = Antichain()
+        for p in rest:
+            held = held.meet(p.lo)
         self.buffer = rest
-        self.buffered = sum(len(p[3]) for p in rest)
-        self.held = antichain_of(np.concatenate([p[2] for p in rest], axis=0)) if rest else Antichain()
+        self.buffered = sum(len(p) for p in rest)
+        self.held = held
         return batches

@@ -77,8 +77,9 @@ def hashes(request, monkeypatch):
             return (coarse(keys).astype(np.uint64) << np.uint64(sortk.POS_BITS)) | np.arange(n, dtype=np.uint64)
         monkeypatch.setattr(sortk, "packed_hashes", packed)
 
-        def into(keys, out):
-            out[:keys.shape[1]] = coarse(keys)
+        def into(keys, out, lo=0, hi=None):
+            hi = keys.shape[1] if hi is None else hi
+            out[lo:hi] = coarse(keys)[lo:hi]
             return out
         monkeypatch.setattr(sortk, "key_hashes", into)
     return request.param
@@ -216,6 +217,43 @@ def test_batcher_seals_the_parts_before_the_frontier(workers):
     assert b.buffered == len(later)
     assert b.held == Antichain([r[2] for r in later])
     assert formed(b.seal(upper, Antichain())) == consolidated(later)
+    assert b.buffered == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("span", [4, 40])
+def test_batcher_holds_later_updates_by_time(workers, span):
+    """Seals at a rising sequence of frontiers (as a loop's rounds) each take exactly the held updates
+    the frontier has passed. Updates held for later are split into one part per time when they hold at
+    most TIME_GROUPS times (span 4: 16 times), so later seals take or leave them whole; with more (span
+    40: up to 1,600) they stay one part."""
+    from kpgnb.engine import batcher as bt
+    rng = np.random.default_rng(workers * 10 + span)
+    b = bt.Batcher(1, 1, 2, workers)
+    rows = []
+    for _ in range(3):
+        m = int(rng.integers(200, 600))
+        keys, vals = rng.integers(0, 40, (1, m)), rng.integers(0, 3, (1, m))
+        times, diffs = rng.integers(0, span, (m, 2)), rng.integers(-1, 3, m)
+        b.push([(keys, vals, times, diffs)])
+        rows += [((int(k),), (int(v),), tuple(int(x) for x in t), int(d))
+                 for k, v, t, d in zip(keys[0], vals[0], times, diffs)]
+    lower, done = Antichain([(0, 0)]), []
+    for step, upper in enumerate([Antichain([(1, 1)]), Antichain([(1, 2), (2, 1)]), Antichain([(2, 3)]),
+                                  Antichain([(span - 1, 3)]), Antichain()]):
+        got = {}
+        for bat in b.seal(lower, upper):
+            got.update(batch_rows(bat.arrays))
+        due = [r for r in rows if not upper.dominates(r[2]) and r not in done] if upper.elements else \
+            [r for r in rows if r not in done]
+        assert got == consolidated(due), step
+        done += due
+        held = [r for r in rows if r not in done]
+        assert b.buffered == len(held)
+        assert b.held == Antichain([r[2] for r in held])
+        if step == 0:
+            assert all(p.single for p in b.buffer) == (span == 4)
+        lower = upper
     assert b.buffered == 0
 
 

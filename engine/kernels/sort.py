@@ -200,15 +200,15 @@ def bucket_bits(n: int) -> int:
     return bits
 
 
-def key_hashes(keys, out):
-    """``out[:n]`` = the 40-bit hashes of the key columns; returns ``out`` (a module-level name so tests
-    can substitute colliding hashes)."""
-    hash_keys_into(keys, out)
+def key_hashes(keys, out, lo: int = 0, hi: int | None = None):
+    """``out[lo:hi]`` = the 40-bit hashes of key columns lo..hi-1 (all by default); returns ``out`` (a
+    module-level name so tests can substitute colliding hashes). Ranges let formation hash in parallel."""
+    hash_keys_into(keys, lo, keys.shape[1] if hi is None else hi, out)
     return out
 
 
 @kernel
-def hash_keys_into(keys, out):
-    """out[:n] = the 40-bit hashes of the key columns."""
-    for i in range(keys.shape[1]):
+def hash_keys_into(keys, lo, hi, out):
+    """out[lo:hi] = the 40-bit hashes of key columns lo..hi-1."""
+    for i in range(lo, hi):
         out[i] = key_hash_at(keys, i)

@@ -44,3 +44,44 @@ def in_advance_rows(times, frontier):
     for i in range(n):
         out[i] = in_advance(times, i, frontier)
     return out
+
+
+@kernel
+def time_groups(times, cap):
+    """Group the rows of a time matrix by their time, when they hold at most ``cap`` distinct times:
+    (the group of each row, the groups' times in order of first appearance, how many). With more,
+    the count is -1 (and the rest meaningless). One pass; consecutive rows mostly share a time."""
+    n, d = times.shape
+    group = np.empty(n, np.int64)
+    seen = np.empty((cap, d), np.int64)
+    g = 0
+    last = -1
+    for i in range(n):
+        if last >= 0:
+            same = True
+            for c in range(d):
+                if times[i, c] != seen[last, c]:
+                    same = False
+                    break
+            if same:
+                group[i] = last
+                continue
+        last = -1
+        for j in range(g):
+            same = True
+            for c in range(d):
+                if times[i, c] != seen[j, c]:
+                    same = False
+                    break
+            if same:
+                last = j
+                break
+        if last < 0:
+            if g == cap:
+                return group, seen, -1
+            for c in range(d):
+                seen[g, c] = times[i, c]
+            last = g
+            g += 1
+        group[i] = last
+    return group, seen, g
