@@ -13,7 +13,7 @@ from ..engine.collection import Arranged, Variable
 from ..graphs import bit_length_rounds
 from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
-from .syntax import Aggregate, Atom, Const, Var, variables
+from .syntax import Aggregate, Atom, BinOp, Const, Var, variables
 
 
 class Relations:
@@ -92,7 +92,9 @@ class Compiler:
             self.rel.loop[pred] = Variable(scope, columns=self.rel.cols(pred), dtypes=self.a.dtypes[pred])
         results = {}
         for pred in s.preds:
-            results[pred] = self._define(pred, [p for p in s.rules if p.rule.head.pred == pred], scope)
+            plans = [p for p in s.rules if p.rule.head.pred == pred]
+            by_size = len(s.preds) == 1 and _monotone_min(pred, [p.rule for p in plans], self.a.aggregates[pred])
+            results[pred] = self._define(pred, plans, scope, by_size)
         for pred in s.preds:
             var = self.rel.loop[pred]
             results[pred] = var.set(results[pred])
@@ -101,14 +103,16 @@ class Compiler:
             del self.rel.loop[pred]
         self.rel.arranged = {k: v for k, v in self.rel.arranged.items() if not k[2]}
 
-    def _define(self, pred, plans, scope=None):
-        """The predicate's collection: the union of its rules, as a set, or aggregated per group."""
+    def _define(self, pred, plans, scope=None, by_size=False):
+        """The predicate's collection: the union of its rules, as a set, or aggregated per group. Inside
+        a loop, ``by_size`` enters the rows from outside it by the size of their min (``_enter``)."""
         cols = self.rel.cols(pred)
         aggs = self.a.aggregates[pred]
         outs = [self._rule(p) for p in plans if p.rule.body]
         if pred in self.facts:
             outs.append(self.facts[pred])
-        outs = [self._enter(o, scope, pred) if scope is not None and o.scope is not scope else o for o in outs]
+        outs = [self._enter(o, scope, pred, by_size) if scope is not None and o.scope is not scope else o
+                for o in outs]
         union = outs[0].concat(*outs[1:]) if len(outs) > 1 else outs[0]
         if not aggs:
             return union.distinct()
@@ -125,15 +129,13 @@ class Compiler:
             out = out.select(cols)
         return out
 
-    def _enter(self, o, scope, pred):
-        """A rule's rows from outside the loop, into it. For a predicate whose one aggregate is a min
-        over int64, each row enters at the round of its value's bit length (``enter_at``), as
-        ``kpgnb.graphs.wcc`` enters labels: small values spread first and beat most others on arrival,
-        so the others rarely spread at all. The loop's fixed point is the same (each round's state only
-        improves, and every row has entered before it settles)."""
-        aggs = self.a.aggregates[pred]
-        if len(aggs) == 1 and aggs[0][1] == "min":
-            col = self.rel.cols(pred)[aggs[0][0]]
+    def _enter(self, o, scope, pred, by_size):
+        """A rule's rows from outside the loop, into it. With ``by_size`` (a monotone recursive min, see
+        ``_monotone_min``) over int64, each row enters at the round of its value's bit length
+        (``enter_at``), as ``kpgnb.graphs.wcc`` enters labels: small values spread first and beat most
+        others on arrival, so the others rarely spread at all."""
+        if by_size:
+            col = self.rel.cols(pred)[self.a.aggregates[pred][0][0]]
             if o.schema.dtype(col) == "int64":
                 return o.enter_at(scope, lambda **c: bit_length_rounds(c[col]))
         return o.enter(scope)
@@ -294,6 +296,56 @@ class Compiler:
         return b.map(lambda **c: {col: _column(evaluate(a, c, pre), len(c[n0]), t)
                                   for a, col, t in zip(args, cols, dtypes)},
                      out=dict(zip(cols, dtypes)))
+
+
+def _monotone_min(pred, rules, aggs) -> bool:
+    """Whether ``pred``, alone in its recursive stratum, is a min whose recursive rules are monotone in
+    the min they read: each reads it only as the value it derives (``cc(y, min<l>) :- cc(x, l), ...``) or
+    plus something that does not depend on it (``d = d1 + w``), and nowhere else. Rounds then only
+    improve each group's min, so the iteration reaches the least fixed point whatever round each row
+    from outside the loop enters at; a program that compares or subtracts the min it reads (``d1 > 3``,
+    ``d = 10 - d1``) may settle elsewhere when rows enter later, so it keeps entering them at round 0."""
+    if len(aggs) != 1 or aggs[0][1] != "min":
+        return False
+    pos = aggs[0][0]
+    for r in rules:
+        rec = [b for b in r.body if isinstance(b, Atom) and b.pred == pred]
+        if not rec:
+            continue
+        read = set()  # the variables the rule reads the min into
+        for b in rec:
+            a = b.args[pos]
+            if b.negated or not isinstance(a, Var):
+                return False
+            if not a.anonymous:
+                read.add(a.name)
+        value = r.head.args[pos].var.name
+        for b in r.body:
+            if isinstance(b, Atom):
+                args = b.args[:pos] + b.args[pos + 1:] if b.pred == pred and not b.negated else b.args
+                if any(v.name in read for a in args for v in variables(a)):
+                    return False
+            elif b.op == "=" and isinstance(b.left, Var) and b.left.name == value and _plus(b.right, read):
+                continue
+            elif any(v.name in read for v in variables(b)):
+                return False
+        if any(v.name in read for i, a in enumerate(r.head.args) if i != pos for v in variables(a)):
+            return False
+    return True
+
+
+def _plus(e, read) -> bool:
+    """Whether ``e`` is a read variable, or one plus terms that read none (monotone in it)."""
+    if isinstance(e, Var):
+        return True
+    if isinstance(e, BinOp) and e.op == "+":
+        left = {v.name for v in variables(e.left)} & read
+        right = {v.name for v in variables(e.right)} & read
+        if not right:
+            return _plus(e.left, read) if left else True
+        if not left:
+            return _plus(e.right, read)
+    return not ({v.name for v in variables(e)} & read)
 
 
 # -- expressions over column arrays (one call per batch) ---------------------------------------------
