@@ -2,7 +2,7 @@
 import numpy as np
 
 from . import kernel
-from .rows import in_advance, leq_time
+from .rows import cmp_times, in_advance, leq_time
 
 
 @kernel
@@ -57,31 +57,18 @@ def time_groups(times, cap):
     g = 0
     last = -1
     for i in range(n):
-        if last >= 0:
-            same = True
-            for c in range(d):
-                if times[i, c] != seen[last, c]:
-                    same = False
+        if last < 0 or cmp_times(times, i, seen, last) != 0:
+            last = -1
+            for j in range(g):
+                if cmp_times(times, i, seen, j) == 0:
+                    last = j
                     break
-            if same:
-                group[i] = last
-                continue
-        last = -1
-        for j in range(g):
-            same = True
-            for c in range(d):
-                if times[i, c] != seen[j, c]:
-                    same = False
-                    break
-            if same:
-                last = j
-                break
-        if last < 0:
-            if g == cap:
-                return group, seen, -1
-            for c in range(d):
-                seen[g, c] = times[i, c]
-            last = g
-            g += 1
+            if last < 0:
+                if g == cap:
+                    return group, seen, -1
+                for c in range(d):
+                    seen[g, c] = times[i, c]
+                last = g
+                g += 1
         group[i] = last
     return group, seen, g
