@@ -334,6 +334,35 @@ def test_recursive_min_enters_by_size_only_when_monotone(engine_factory, rules, 
     assert rows_of(prog["m"], prog.columns("m")) == want
 
 
+@pytest.mark.parametrize("text,base,lim", [
+    # two mins joined on equality (p(2, l), p(1, l)): entered by size, (4, 18) was lost
+    ("p(2, min<l>) :- p(3, l).\np(4, min<l>) :- p(4, l).\np(4, min<l>) :- p(2, l), p(1, l).",
+     [(1, 18), (2, 18), (3, 13)], []),
+    # the same, where entering by size never converged
+    ("p(8, min<l>) :- p(3, l).\np(2, min<l>) :- p(8, l).\np(7, min<l>) :- p(1, l), p(2, l).\n"
+     "p(4, min<l>) :- p(7, l).\np(5, min<l>) :- p(7, l).\np(4, min<l>) :- p(6, l).\n"
+     "p(5, min<l>) :- p(6, l).\np(6, min<l>) :- p(4, l), p(5, l).",
+     [(1, 5), (2, 5), (3, 2), (4, 9), (5, 10)], []),
+    # d = d1 + 0 with d bound by an atom is a filter, not an assignment
+    ("p(4, min<d>) :- p(2, d1), lim(d), d = d1 + 0.\np(2, min<l>) :- p(3, l).\np(4, min<l>) :- p(4, l).",
+     [(1, 18), (2, 18), (3, 13)], [(18,)]),
+    # the assigned value compared afterwards
+    ("p(1, min<l>) :- p(3, l).\np(2, min<d>) :- p(1, d1), d = d1 + 0, d > 15.\np(2, min<l>) :- p(2, l).",
+     [(1, 18), (3, 13)], []),
+])
+def test_recursive_min_not_monotone_enters_at_round_zero(engine_factory, text, base, lim):
+    """Programs that are not monotone in the mins they read (found by a review of the entry-order
+    change) enter at round 0 and give the reference evaluator's answer."""
+    text = "p(g, min<l>) :- base(g, l).\n" + text + "\n"
+    eng = engine_factory(1)
+    eng.input("base", ["g", "l"], rows=base).advance_to(1)
+    eng.input("lim", ["d"], rows=lim).advance_to(1)
+    prog = eng.datalog(text, name="nm")
+    assert "enter_at" not in [o["kind"] for o in eng.operator_stats("nm")]
+    eng.wait(prog["p"], timeout=WAIT_S)
+    assert rows_of(prog["p"], prog.columns("p")) == evaluate(text, {"base": set(base), "lim": set(lim)})["p"]
+
+
 # -- plain stratified programs against clingo ---------------------------------------------------------
 
 def to_asp(program, facts: dict) -> str:

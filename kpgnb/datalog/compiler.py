@@ -7,13 +7,15 @@ Inside a rule, the bindings collection has one column per variable, named ``<pre
 prefix no relation column starts with, so join outputs never clash."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from ..engine.collection import Arranged, Variable
 from ..graphs import bit_length_rounds
 from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
-from .syntax import Aggregate, Atom, BinOp, Const, Var, variables
+from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Var, variables
 
 
 class Relations:
@@ -137,7 +139,7 @@ class Compiler:
         if by_size:
             col = self.rel.cols(pred)[self.a.aggregates[pred][0][0]]
             if o.schema.dtype(col) == "int64":
-                return o.enter_at(scope, lambda **c: bit_length_rounds(c[col]))
+                return o.enter_at(scope, _size_rounds(col))
         return o.enter(scope)
 
     def _aggregate(self, u, func, group, col):
@@ -300,11 +302,13 @@ class Compiler:
 
 def _monotone_min(pred, rules, aggs) -> bool:
     """Whether ``pred``, alone in its recursive stratum, is a min whose recursive rules are monotone in
-    the min they read: each reads it only as the value it derives (``cc(y, min<l>) :- cc(x, l), ...``) or
-    plus something that does not depend on it (``d = d1 + w``), and nowhere else. Rounds then only
-    improve each group's min, so the iteration reaches the least fixed point whatever round each row
-    from outside the loop enters at; a program that compares or subtracts the min it reads (``d1 > 3``,
-    ``d = 10 - d1``) may settle elsewhere when rows enter later, so it keeps entering them at round 0."""
+    the mins they read: each recursive atom reads its min into a variable of its own, used nowhere but
+    as the value the rule derives (``cc(y, min<l>) :- cc(x, l), ...``) or in the one assignment of that
+    value, plus terms that read no min (``d = d1 + w``; the value is then used nowhere else either).
+    Rounds then only improve each group's min, so the iteration reaches the least fixed point whatever
+    round each row from outside the loop enters at. A rule that compares, subtracts or joins on a min
+    (``d1 > 3``, ``d = 10 - d1``, ``p(x, l), p(y, l)``) may settle elsewhere when rows enter later: its
+    predicate keeps entering them at round 0."""
     if len(aggs) != 1 or aggs[0][1] != "min":
         return False
     pos = aggs[0][0]
@@ -312,26 +316,43 @@ def _monotone_min(pred, rules, aggs) -> bool:
         rec = [b for b in r.body if isinstance(b, Atom) and b.pred == pred]
         if not rec:
             continue
-        read = set()  # the variables the rule reads the min into
+        read = []  # the variables the rule reads mins into
         for b in rec:
             a = b.args[pos]
             if b.negated or not isinstance(a, Var):
                 return False
             if not a.anonymous:
-                read.add(a.name)
+                read.append(a.name)
+        if len(set(read)) < len(read):  # two mins joined on equality
+            return False
+        tracked = set(read)
         value = r.head.args[pos].var.name
+        bound = {v.name for b in r.body if isinstance(b, Atom) and not b.negated for v in variables(b)}
+        assign = [b for b in r.body if isinstance(b, Comparison) and b.op == "=" and isinstance(b.left, Var)
+                  and b.left.name == value] if value not in bound else []
+        if len(assign) > 1 or (assign and not _plus(assign[0].right, tracked)):
+            return False
+        if assign:
+            tracked.add(value)
         for b in r.body:
-            if isinstance(b, Atom):
-                args = b.args[:pos] + b.args[pos + 1:] if b.pred == pred and not b.negated else b.args
-                if any(v.name in read for a in args for v in variables(a)):
-                    return False
-            elif b.op == "=" and isinstance(b.left, Var) and b.left.name == value and _plus(b.right, read):
+            if assign and b is assign[0]:
                 continue
-            elif any(v.name in read for v in variables(b)):
+            args = b.args[:pos] + b.args[pos + 1:] if isinstance(b, Atom) and b in rec else \
+                b.args if isinstance(b, Atom) else (b,)
+            if any(v.name in tracked for a in args for v in variables(a)):
                 return False
-        if any(v.name in read for i, a in enumerate(r.head.args) if i != pos for v in variables(a)):
+        if any(v.name in tracked for i, a in enumerate(r.head.args) if i != pos for v in variables(a)):
             return False
     return True
+
+
+def _size_rounds(col):
+    """``enter_at``'s function: the bit lengths of column ``col``. Its signature names that column only,
+    so entering rows decodes no other (strings, say)."""
+    def rounds(**c):
+        return bit_length_rounds(c[col])
+    rounds.__signature__ = inspect.Signature([inspect.Parameter(col, inspect.Parameter.KEYWORD_ONLY)])
+    return rounds
 
 
 def _plus(e, read) -> bool:
