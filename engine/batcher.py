@@ -42,12 +42,18 @@ class Part:
     ``single``: every update has that one time. A seal decides a part with one time, or one wholly in
     advance of its frontier, without reading its rows."""
 
-    __slots__ = ("keys", "vals", "times", "diffs", "lo", "single")
+    __slots__ = ("keys", "vals", "times", "diffs", "_lo", "single")
 
     def __init__(self, keys, vals, times, diffs, lo: Antichain | None = None, single: bool = False):
         self.keys, self.vals, self.times, self.diffs = keys, vals, times, diffs
-        self.lo = _lowest(times) if lo is None else lo
+        self._lo = lo
         self.single = single
+
+    @property
+    def lo(self) -> Antichain:
+        if self._lo is None:  # on first use: a part sealed at once never needs it
+            self._lo = _lowest(self.times)
+        return self._lo
 
     def __len__(self):
         return self.diffs.shape[0]
