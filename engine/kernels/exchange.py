@@ -24,11 +24,11 @@ def bucket_counts(kh, lo, hi, nb):
 @kernel
 def exchange_rows(kh, keys, vals, times, diffs, lo, hi, workers, bits, cnt, start, rh, rk, rv, rt, rd):
     """Scatter rows lo..hi-1 (hashes ``kh``) of one source part to shards and buckets, stably, bucket
-    b's next place being start[b] (updated). Outputs are flat and shard after shard, ``cnt`` the bucket offsets of all rows
-    (int64[(workers << bits) + 1]): shard s owns rows a:b (a = cnt[s << bits], b = cnt[(s + 1) << bits]),
-    its hashes rh[a:b], diffs rd[a:b], times rt[a:b] (``rt`` is n x d), and its keys the block
-    rk[kk*a:kk*b] as a kk x (b - a) C-ordered matrix (vals likewise in rv). Row ranges scattered
-    concurrently write disjoint places. ``kh[lo:hi]`` is overwritten with each row's place."""
+    b's next place being start[b] (updated). Outputs are flat and shard after shard, ``cnt`` the bucket
+    offsets of all rows (int64[(workers << bits) + 1]): shard s owns rows a:b (a = cnt[s << bits],
+    b = cnt[(s + 1) << bits]), its hashes rh[a:b], diffs rd[a:b], times rt[a:b] (``rt`` is n x d), and
+    its keys the block rk[kk*a:kk*b] as a kk x (b - a) C-ordered matrix (vals likewise in rv). Row ranges
+    scattered concurrently write disjoint places. ``kh[lo:hi]`` is overwritten with each row's place."""
     n = rh.shape[0]  # all rows being exchanged (the source may be one of several parts)
     kk = keys.shape[0]
     kv = vals.shape[0]
