@@ -31,12 +31,6 @@ def _serial(fn, items, rows=None):
     return [fn(i) for i in items]
 
 
-def _lowest(times: np.ndarray) -> Antichain:
-    if times.shape[1] == 1:
-        return Antichain([(int(times[:, 0].min()),)])
-    return antichain_of(times)
-
-
 class Part:
     """Buffered updates (keys kk x n, vals kv x n, times n x d, diffs n) and their minimal times ``lo``;
     ``single``: every update has that one time. A seal decides a part with one time, or one wholly in
@@ -52,7 +46,7 @@ class Part:
     @property
     def lo(self) -> Antichain:
         if self._lo is None:  # on first use: a part sealed at once never needs it
-            self._lo = _lowest(self.times)
+            self._lo = antichain_of(self.times)
         return self._lo
 
     def __len__(self):
