@@ -122,6 +122,7 @@ class Operator:
         self.out_frontier = Antichain()
         self._stale = True        # its frontiers need recomputing (Graph._settle)
         self._loop = None         # the operators of the loop it is part of, if any (Graph._plan)
+        self._back = None         # its loop's one time-changing operator, if the loop has one (Graph._plan)
         self._pos = 0             # its position in the graph's operator list (Graph._plan)
         self._summary_memo = None  # (input frontier's elements, summary of it)
         self.site = site
@@ -253,12 +254,40 @@ def _update(op: Operator, inputs_moved: bool = True):
 
 
 def _restart(loop):
-    """Mark a loop for recomputation from the empty frontier (the top of the lattice)."""
+    """Mark a loop for recomputation from the empty frontier (the top of the lattice). A loop whose only
+    operator that changes times is its back edge starts there from its exact frontier instead (``_seed``),
+    so that one sweep settles it."""
     for op in loop:
         op.out_frontier = _EMPTY
         op._stale = True
         for c, _ in op.consumers:
             c._stale = True
+    back = loop[0]._back
+    if back is not None:
+        back.out_frontier = _seed(loop, back)
+
+
+def _seed(loop, back) -> Antichain:
+    """The back edge's output frontier, when every other operator of the loop passes times through
+    unchanged: its summary of the meet of every time the loop may still see (its inputs from outside,
+    the capabilities and queued messages of its operators), since each of those reaches the back edge's
+    input along a path that does not change times. A stale input from outside only makes the seed
+    lower than the fixed point; the sweep then climbs to it (and the input's refresh restarts the loop)."""
+    m = _EMPTY
+    for op in loop:
+        for up in op.inputs:
+            if up._loop is not loop:
+                m = m.meet(up.out_frontier)
+        for q in op.queues:
+            for msg in q:
+                m = m.meet(msg.lower)
+        if op is not back:
+            caps = op.capabilities()
+            if caps.elements:
+                m = m.meet(caps)
+    out = back.summary(m)
+    caps = back.capabilities()
+    return out.meet(caps) if caps.elements else out
 
 
 class Graph:
@@ -292,6 +321,7 @@ class Graph:
         for i, op in enumerate(ops):
             op._pos = i
             op._loop = None
+            op._back = None
         live = set(map(id, ops))
         index, low, on_stack, stack, loops = {}, {}, set(), [], []
         for root in ops:
@@ -329,8 +359,11 @@ class Graph:
                                 break
                         if len(comp) > 1 or any(u is v for u in v.inputs):
                             comp.sort(key=lambda o: o._pos)
+                            moving = [o for o in comp if type(o).summary is not Operator.summary]
+                            simple = len(moving) == 1 and all(o.scope is comp[0].scope for o in comp)
                             for o in comp:
                                 o._loop = comp
+                                o._back = moving[0] if simple else None
                             loops.append(comp)
         self._loops = loops
         self._planned, self._planned_n = ops, len(ops)

@@ -34,7 +34,7 @@ look at a spine: they read the trace's published snapshot.
 from __future__ import annotations
 
 from . import faults
-from .batch import Batch, Merger
+from .batch import Batch, Merger, merge_arrays
 from .lattice import Antichain
 
 EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
@@ -309,7 +309,9 @@ class Spine:
         i = len(es) - 1
         while i >= 1:
             newer, older = es[i], es[i - 1]
-            if isinstance(newer, Batch) and isinstance(older, Batch) and newer.upper.less_equal(physical):
+            # the cheap tests first: most neighbours differ in size (or one is merging)
+            if (newer.__class__ is Batch and older.__class__ is Batch
+                    and (newer.n == 0 or older.n <= 2 * newer.n) and newer.upper.less_equal(physical)):
                 if newer.n == 0 or older.n == 0:
                     keep = older if newer.n == 0 else newer
                     # the kept batch's times are advanced to its own since, not to the empty one's
@@ -317,12 +319,17 @@ class Spine:
                     self._changed()
                     i -= 1
                     continue
-                if older.n <= 2 * newer.n:
-                    since = _later(logical, _later(older.since, newer.since))
-                    es[i - 1:i + 1] = [_Merging(older, newer, since)]
-                    self._changed()
-                    i -= 2
+                since = _later(logical, _later(older.since, newer.since))
+                if older.n + newer.n <= MIN_FUEL:
+                    # any insertion's fuel finishes a merge this small: merge now, without the
+                    # bookkeeping of one in progress, and let the result carry into its older neighbour
+                    es[i - 1:i + 1] = [self._merged(older, newer, since)]
+                    i -= 1
                     continue
+                es[i - 1:i + 1] = [_Merging(older, newer, since)]
+                self._changed()
+                i -= 2
+                continue
             i -= 1
         if len(es) == 1 and isinstance(es[0], Batch) and es[0].n == 0:
             self.lower = es[0].upper
@@ -352,13 +359,26 @@ class Spine:
     def _complete(self, i: int, m: _Merging, logical: Antichain):
         out = m.result()
         self.entries[i] = out
-        self._records += len(out) - len(m)
-        self._balance += out.balance - m.older.balance - m.newer.balance
-        self.merges_completed += 1
-        self._changed()
+        self._account(out, m.older, m.newer)
         if m.tidy and len(out) > SHRINK * len(m):
             # retried once the spine grew, or once the frontier passed every time of the result
             self._guard = (int(BLOAT * self._records), out.time_range[1])
+
+
+    def _merged(self, older: Batch, newer: Batch, since: Antichain) -> Batch:
+        """Two adjacent batches merged completely (a small merge, never one in progress)."""
+        faults.point("merge")
+        f = since.matrix(older.depth) if since.elements else None
+        out = Batch(*merge_arrays(older.arrays, newer.arrays, f), older.lower, newer.upper, since)
+        self._account(out, older, newer)
+        return out
+
+    def _account(self, out: Batch, older: Batch, newer: Batch):
+        """A merge of ``older`` and ``newer`` into ``out`` completed."""
+        self._records += len(out) - len(older) - len(newer)
+        self._balance += out.balance - older.balance - newer.balance
+        self.merges_completed += 1
+        self._changed()
 
 
 def _collapsible(batch: Batch, logical: Antichain) -> bool:

@@ -55,12 +55,11 @@ class TraceSnapshot:
         batches = self.shards[shard]
         if through is None or through == self.upper:
             return batches
-        n = 0
-        for b in batches:
-            if not b.upper.less_equal(through):
-                break
-            n += 1
-        return batches[:n]
+        # uppers advance along the spine, and readers are mostly a batch or two behind: look from the end
+        n = len(batches)
+        while n and not batches[n - 1].upper.less_equal(through):
+            n -= 1
+        return batches if n == len(batches) else batches[:n]
 
     def all_batches(self) -> list:
         return [b for bs in self.shards for b in bs]
