@@ -90,7 +90,8 @@ class Operator:
     """Base of all operators: the interface the graph and the runtime rely on.
 
     - ``step(rt)`` does the work: take every queued message (``frontier`` counts on it), send results
-      (``rt.run`` runs per-shard work on the pool).
+      (``rt.run`` runs per-shard work on the pool). A ``passive`` operator steps only when messages
+      are queued; the others also step when their input frontier moved.
     - ``summary(frontier)`` maps an input frontier to the output (how times change), and
       ``capabilities()`` is the antichain of times the operator may still emit at without new input.
     - ``install(rt)`` runs on the scheduler when the dataflow is installed (open trace handles), then
@@ -103,6 +104,7 @@ class Operator:
 
     kind = "operator"
     family = "core"  # the kernels it runs, as engine/warmup.py groups them
+    passive = False  # it only passes messages on (no state, no capabilities): a moved frontier gives it no work
     arranged = False  # whether the output stream carries Batches messages
     lens = IDENTITY
     trace = None
@@ -138,13 +140,13 @@ class Operator:
         return _EMPTY
 
     def has_work(self) -> bool:
-        last = self.last_frontier
-        if last is None or self.frontier.elements != last.elements:
-            return True
         for q in self.queues:
             if q:
                 return True
-        return False
+        if self.passive:
+            return False
+        last = self.last_frontier
+        return last is None or self.frontier.elements != last.elements
 
     # -- data -------------------------------------------------------------------------------------
     def take(self, port: int = 0) -> list:

@@ -25,6 +25,8 @@ def _per_shard(rt, fn, shards):
 class UserFunctionOp(Operator):
     """Base for operators calling a vectorized user function with the columns its parameters name."""
 
+    passive = True
+
     def __init__(self, scope, input, fn, params, schema, symbols, site):
         super().__init__(scope, [input], site)
         self.fn = fn
@@ -122,6 +124,7 @@ class InspectOp(UserFunctionOp):
 
 class ConcatOp(Operator):
     kind = "concat"
+    passive = True
 
     def __init__(self, scope, inputs, perms, site):
         super().__init__(scope, inputs, site)
@@ -139,6 +142,7 @@ class ConcatOp(Operator):
 
 class NegateOp(Operator):
     kind = "negate"
+    passive = True
 
     def step(self, rt):
         for msg in self.take():
@@ -150,6 +154,7 @@ class ProjectOp(Operator):
     """Select (and reorder) columns: a cheap map that runs no user code."""
 
     kind = "project"
+    passive = True
 
     def __init__(self, scope, input, cols, site):
         super().__init__(scope, [input], site)
@@ -167,6 +172,7 @@ class EnterOp(Operator):
     """Bring a collection into a nested scope: time t becomes (t, 0)."""
 
     kind = "enter"
+    passive = True
 
     def summary(self, frontier):
         return enter(frontier)
@@ -206,6 +212,7 @@ class LeaveOp(Operator):
     accumulates every round's changes, i.e. the fixed point."""
 
     kind = "leave"
+    passive = True
 
     def summary(self, frontier):
         return leave(frontier)
@@ -221,6 +228,7 @@ class VariableOp(Operator):
     returns one round later."""
 
     kind = "variable"
+    passive = True
 
     def __init__(self, scope, initial, site):
         super().__init__(scope, [initial], site)
@@ -244,6 +252,7 @@ class FeedbackOp(Operator):
     reach that round."""
 
     kind = "feedback"
+    passive = True
 
     def __init__(self, scope, input, site, max_rounds=None):
         super().__init__(scope, [input], site)
@@ -276,6 +285,7 @@ class FlattenOp(Operator):
     """An arranged stream as a stream of updates (key columns, then value columns)."""
 
     kind = "as_collection"
+    passive = True
 
     def __init__(self, scope, input, site):
         super().__init__(scope, [input], site)
@@ -302,6 +312,7 @@ class EnterArrangedOp(Operator):
     lens that appends a zero round. Nothing is copied."""
 
     kind = "enter_arranged"
+    passive = True
     arranged = True
 
     def __init__(self, scope, input, site):
