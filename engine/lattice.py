@@ -224,9 +224,15 @@ def rep_matrix(times: np.ndarray, frontier: Antichain) -> np.ndarray:
 def antichain_of(times: np.ndarray) -> Antichain:
     """The minimal times of a time matrix (the lower frontier of a batch of updates)."""
     n, d = times.shape
+    out = _new(Antichain)
     if n == 0:
-        return Antichain()
-    if d == 1:
-        return Antichain(((int(times[:, 0].min()),),))
-    from .kernels.times import minimal_times
-    return Antichain(map(tuple, minimal_times(np.ascontiguousarray(times, dtype=np.int64)).tolist()))
+        out.elements = ()
+    elif n == 1:
+        out.elements = (tuple(times[0].tolist()),)
+    elif d == 1:
+        out.elements = ((int(times[:, 0].min()),),)
+    else:  # the kernel's rows are distinct and mutually incomparable already: only sort them
+        from .kernels.times import minimal_times
+        rows = minimal_times(np.ascontiguousarray(times, dtype=np.int64)).tolist()
+        out.elements = tuple(sorted(map(tuple, rows)))
+    return out
