@@ -23,10 +23,15 @@ class CatalogEntry:
         self.producer = producer      # the Dataflow maintaining it (possibly dropped, kept for readers)
         self.op = op                  # the ExportOp (pruning keeps what feeds it)
         self.handles = weakref.WeakSet()  # handles given out by Engine.trace(name)
+        self._info = None
 
     def info(self) -> CatalogInfo:
-        return CatalogInfo(self.name, self.producer.name, self.producer.dropped, self.schema, self.key_names,
-                           self.val_names, weakref.ref(self.trace))
+        """Its record for snapshots (the last one again while it still holds: one publish per step)."""
+        i = self._info
+        if i is None or i.name != self.name or i.dataflow != self.producer.name or i.dropped != self.producer.dropped:
+            i = self._info = CatalogInfo(self.name, self.producer.name, self.producer.dropped, self.schema,
+                                         self.key_names, self.val_names, weakref.ref(self.trace))
+        return i
 
     def has_handles(self) -> bool:
         return any(h.alive for h in list(self.handles))

@@ -240,6 +240,7 @@ def _refresh(op: Operator, inputs_moved: bool = True) -> bool:
         out = out.meet(caps)
     if out.elements != op.out_frontier.elements:
         op.out_frontier = out
+        op.graph.changes += 1
         return True
     return False
 
@@ -309,6 +310,7 @@ class Graph:
         self._resume = 0  # where an interrupted pass stopped
         self._planned = None  # the ops list that ``_loops`` describes
         self._loops: list = []
+        self.changes = 0  # bumped whenever an operator steps or an output frontier moves (what is published)
 
     def add(self, op: Operator) -> int:
         self.ops.append(op)
@@ -445,6 +447,7 @@ class Graph:
                         op._stale = True
                     op.busy += time.perf_counter() - t0
                     op.steps += 1
+                    self.changes += 1
                     ran = True
                     _update(op, inputs_moved=False)
             if not ran:

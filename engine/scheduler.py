@@ -60,6 +60,8 @@ class Dataflow:
         self.pruned = False
         self.followers = weakref.WeakSet()
         self._shape = None
+        self._info = None           # the last DataflowInfo, and what it was computed from
+        self._info_key = None
         self._epoch = 0             # its frontier's epoch when last published
         self._installed = time.perf_counter()
         self.latency_s = None
@@ -120,8 +122,13 @@ class Dataflow:
         self.updated_at = time.time()
 
     def info(self) -> DataflowInfo:
+        """What the snapshot shows of it; the last one again while its graph, name and links are unchanged
+        (an engine with many dataflows publishes after every step of any of them)."""
         ops = self.graph.ops
         shape = (len(ops), len(self.views), self.ended, self.dropped)
+        key = (self.graph.changes, shape, self.name, tuple(self.exports), frozenset(self.uses), self.error)
+        if self._info is not None and self._info_key == key:
+            return self._info
         if self._shape != shape:  # the arrangements and views only change with the graph's shape
             self._shape = shape
             self._traces = tuple((getattr(t, "name", None) or f"{op.kind}#{op.index}", weakref.ref(t))
@@ -131,11 +138,14 @@ class Dataflow:
         traces, views = self._traces, self._views
         frontier = self.frontier()
         self.note_progress(frontier, time.perf_counter())
-        return DataflowInfo(self.name, self.status, self.error, frontier,
-                            frozenset(s.name for s in self.sources), tuple(self.exports), tuple(sorted(self.uses)),
-                            len(ops), sum(op.busy for op in ops), sum(op.steps for op in ops), traces, views,
-                            self.latency_s, self.updated_at, self.serial,
-                            latency_counts=self.latencies.published(), installed_at=self._installed)
+        self._info_key = key
+        self._info = DataflowInfo(self.name, self.status, self.error, frontier,
+                                  frozenset(s.name for s in self.sources), tuple(self.exports),
+                                  tuple(sorted(self.uses)), len(ops), sum(op.busy for op in ops),
+                                  sum(op.steps for op in ops), traces, views, self.latency_s, self.updated_at,
+                                  self.serial, latency_counts=self.latencies.published(),
+                                  installed_at=self._installed)
+        return self._info
 
 
 class Scheduler:
@@ -358,7 +368,7 @@ class Scheduler:
         finish merges in progress (K-Pg's idle merging). Right after a step (``every``) each trace whose
         readers' frontiers moved gets one tidying slice before the step is published, so a published
         snapshot does not show what compaction has just made removable; otherwise one trace gets one
-        slice, so a command waits at most one slice. Returns whether any trace may have more to do. A
+        slice, so a command waits at most one slice. Returns whether any trace has more to do. A
         failure is its owner's: an input reports it from its next call, a dataflow fails."""
         found = False
         for s in list(self.inputs.values()):
@@ -366,7 +376,7 @@ class Scheduler:
                 s.tidy(IDLE_FUEL, self.run)
                 if not every:
                     return True
-                found = True
+                found = found or s.trace.idle_work(merges)  # (a slice mostly finishes a small tidy)
         for df in list(self.dataflows.values()) + self.retired:
             for op in df.graph.ops:
                 if df.error is not None:
@@ -379,7 +389,7 @@ class Scheduler:
                         self._fail(df, e)
                     if not every:
                         return True
-                    found = True
+                    found = found or (df.error is None and t.idle_work(merges))
         return found
 
     def _fail(self, df: Dataflow, error: BaseException, how: str = "failed"):
