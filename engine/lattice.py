@@ -103,17 +103,18 @@ class Antichain:
 
     # -- algebra -------------------------------------------------------------------------------
     def meet(self, other: "Antichain") -> "Antichain":
-        """The frontier of times in advance of either (minimal elements of the union)."""
+        """The frontier of times in advance of either (minimal elements of the union): one of the two
+        when it is the answer, as built antichains are never changed."""
         a, b = self.elements, other.elements
         if not b or a == b:
-            return self.copy()
+            return self
         if not a:
-            return other.copy()
+            return other
         if len(a) == 1 and len(b) == 1:  # the common case (one time each): no rebuilding
             if leq(a[0], b[0]):
-                return self.copy()
+                return self
             if leq(b[0], a[0]):
-                return other.copy()
+                return other
         # both hold canonical int tuples: keep the minimal elements of the union
         kept = list(a)
         changed = False
@@ -126,7 +127,7 @@ class Antichain:
                 kept.append(t)
                 changed = True
         if not changed:
-            return self.copy()
+            return self
         kept.sort()
         out = _new(Antichain)
         out.elements = tuple(kept)
