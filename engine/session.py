@@ -50,6 +50,7 @@ class InputSession:
         self._buffer: list = []
         self._lock = threading.Lock()
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
+        self._carry = False  # (as a follower) whether buffered rows advance with the leader too
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
@@ -119,11 +120,13 @@ class InputSession:
         for f in list(self._followers):
             f._catch_up(epoch)
 
-    def follow(self, leader: "InputSession"):
+    def follow(self, leader: "InputSession", carry: bool = False):
         """Advance with ``leader`` whenever it advances and this input has nothing buffered, so that an
         input written only now and then (a goal's asked bindings) never holds back the dataflows that
-        read both: their frontier is the least of their inputs'."""
+        read both: their frontier is the least of their inputs'. With ``carry``, rows buffered here
+        advance too: they were written to go with the leader's epoch."""
         leader._followers.add(self)
+        self._carry = self._carry or carry
         self._catch_up(leader.epoch)
 
     def unfollow(self, leader: "InputSession"):
@@ -131,7 +134,8 @@ class InputSession:
 
     def _catch_up(self, epoch: int):
         with self._lock:
-            if self.closed or self.dropped or self._buffer or epoch <= self.epoch or self._engine_closed():
+            if self.closed or self.dropped or (self._buffer and not self._carry) or epoch <= self.epoch \
+                    or self._engine_closed():
                 return
             self._send(at_epoch(epoch))
             self.epoch = epoch

@@ -93,8 +93,12 @@ def _match(atom, row, b):
                     return None
             else:
                 out[a.name] = v
-        elif _value(a, out) != v:  # a constant or an expression over bound variables
-            return None
+        else:  # a constant or an expression over bound variables
+            try:
+                if _value(a, out) != v:
+                    return None
+            except ZeroDivisionError:  # no value: nothing matches
+                return None
     return out
 
 
@@ -155,15 +159,18 @@ def bindings(body, rel) -> list:
                     nxt.append(b)
         else:
             for b in out:
-                if _vars(lit) <= set(b):
-                    if _CMP[lit.op](_value(lit.left, b), _value(lit.right, b)):
-                        nxt.append(b)
-                else:  # an assignment
-                    t, e = (lit.left, lit.right) if isinstance(lit.left, Var) and lit.left.name not in b \
-                        else (lit.right, lit.left)
-                    nb = dict(b)
-                    nb[t.name] = _value(e, b)
-                    nxt.append(nb)
+                try:  # a division or remainder by zero has no value: the binding fails
+                    if _vars(lit) <= set(b):
+                        if _CMP[lit.op](_value(lit.left, b), _value(lit.right, b)):
+                            nxt.append(b)
+                    else:  # an assignment
+                        t, e = (lit.left, lit.right) if isinstance(lit.left, Var) and lit.left.name not in b \
+                            else (lit.right, lit.left)
+                        nb = dict(b)
+                        nb[t.name] = _value(e, b)
+                        nxt.append(nb)
+                except ZeroDivisionError:
+                    pass
         out = nxt
     return out
 
@@ -197,7 +204,10 @@ def _apply(rules, rel) -> set:
                 seen.setdefault(key, b)
             bs = list(seen.values())
         for b in bs:
-            rows.append(tuple(b[a.var.name] if isinstance(a, Aggregate) else _value(a, b) for a in r.head.args))
+            try:
+                rows.append(tuple(b[a.var.name] if isinstance(a, Aggregate) else _value(a, b) for a in r.head.args))
+            except ZeroDivisionError:  # a head expression with no value derives nothing
+                pass
     if not aggs:
         return set(rows)
     pos = [i for i, _ in aggs]

@@ -8,7 +8,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from .errors import at
-from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Program, Rule, Var, show, variables
+from .syntax import EXPR_VAR, Aggregate, Atom, BinOp, Comparison, Const, Program, Rule, Var, hidden, show, variables
 
 TYPES = {"int": "int64", "float": "float64", "str": "str", "string": "str", "symbol": "str", "number": "int64",
          "bool": "bool"}
@@ -178,7 +178,7 @@ class _Analyzer:
                 args = []
                 for a in lit.args:  # an expression argument becomes a fresh variable and an equality
                     if isinstance(a, BinOp):
-                        v = Var(f"_#e{next(self.fresh)}", a.span)
+                        v = Var(f"{EXPR_VAR}{next(self.fresh)}", a.span)
                         pending.append(Comparison("=", v, a, a.span))
                         args.append(v)
                     else:
@@ -216,7 +216,7 @@ class _Analyzer:
                     raise self.err(v, "_ cannot appear in a rule's head")
                 if v.name not in bound:
                     raise self.err(v, f"head variable {v.name!r} is not bound in the body of the rule")
-        return RulePlan(r, steps, [b for b in bound if not b.startswith("_#")])
+        return RulePlan(r, steps, [b for b in bound if not hidden(b)])
 
     def _step(self, lit, bound) -> Step | None:
         if isinstance(lit, Atom):  # negated: its named variables must be bound
@@ -230,7 +230,7 @@ class _Analyzer:
         if lit.op == "=":
             for target, expr, ev in ((lit.left, lit.right, rv), (lit.right, lit.left, lv)):
                 if isinstance(target, Var) and target.name not in bound and all(n in bound for n in ev):
-                    if target.anonymous and not target.name.startswith("_#e"):
+                    if target.anonymous:
                         return None
                     return Step("assign", lit, target, expr)
         return None
@@ -314,9 +314,8 @@ class _Analyzer:
             if st.kind == "atom":
                 for a, t in zip(st.node.args, dtypes[st.node.pred]):
                     if isinstance(a, Var):
-                        if a.name in vt and _kind(vt[a.name]) != _kind(t):
-                            raise self.err(a, f"variable {a.name!r} is {_show_t(vt[a.name])} elsewhere in the rule "
-                                              f"but column {_col(st.node, a)} of {st.node.pred!r} is {_show_t(t)}")
+                        if a.name in vt and vt[a.name] != t:
+                            raise self._mixed(a, vt[a.name], st.node, t)
                         vt.setdefault(a.name, t)
                     elif isinstance(a, Const):
                         self._compare_types(a, _const_t(a), t, st.node)
@@ -327,9 +326,10 @@ class _Analyzer:
                                     st.node, st.node.op)
             elif st.kind == "anti":
                 for a, t in zip(st.node.args, dtypes[st.node.pred]):
-                    at_ = vt.get(a.name) if isinstance(a, Var) else _const_t(a) if isinstance(a, Const) else None
-                    if at_ is not None:
-                        self._compare_types(a, at_, t, st.node)
+                    if isinstance(a, Var) and a.name in vt and vt[a.name] != t:
+                        raise self._mixed(a, vt[a.name], st.node, t)
+                    if isinstance(a, Const):
+                        self._compare_types(a, _const_t(a), t, st.node)
         out = []
         for a in plan.rule.head.args:
             if isinstance(a, Aggregate):
@@ -346,6 +346,17 @@ class _Analyzer:
             else:
                 out.append(self._expr_type(a, vt))
         return out
+
+    def _mixed(self, a, t0, atom, t):
+        """The error for a variable shared by columns of two types: atoms sharing a variable are joined
+        on it, and a join compares columns of one type."""
+        msg = (f"variable {a.name!r} is {_show_t(t0)} elsewhere in the rule but column {_col(atom, a)} of "
+               f"{atom.pred!r} is {_show_t(t)}")
+        if _kind(t0) == _kind(t):
+            msg += (f": atoms sharing a variable are joined on it, which needs one type; to match values of "
+                    f"both, use another variable here and compare the two (e.g. {a.name}2 with "
+                    f"{a.name}2 = {a.name})")
+        return self.err(a, msg)
 
     def _expr_type(self, e, vt) -> str:
         try:

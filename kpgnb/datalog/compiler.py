@@ -15,7 +15,7 @@ from ..engine.collection import Arranged, Variable
 from ..graphs import bit_length_rounds
 from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
-from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Var, variables
+from .syntax import EXPR_VAR, Aggregate, Atom, BinOp, Comparison, Const, Var, hidden, variables
 
 
 class Relations:
@@ -172,31 +172,39 @@ class Compiler:
         count and sum over distinct bindings: the body's bindings are made a set first)."""
         atoms = [st for st in plan.steps if st.kind == "atom"]
         rest = [st for st in plan.steps if st.kind != "atom"]
+        columns = {a.name: self.a.dtypes[st.node.pred][i] for st in atoms  # each atom variable's type
+                   for i, a in enumerate(st.node.args) if isinstance(a, Var)}
         b, bound = None, set()
         while atoms:
             nxt = next((st for st in atoms if b is not None and
                         any(isinstance(x, Var) and x.name in bound for x in st.node.args)), atoms[0])
             atoms.remove(nxt)
             b = self._join_atom(b, bound, nxt.node)
-            b = self._apply_ready(b, bound, rest)
+            b = self._apply_ready(b, bound, rest, columns)
         if b is None:
             if self.unit is None:
                 raise self.err(plan.rule, "a rule without a positive atom needs the program's unit input")
             b = self.unit
-            b = self._apply_ready(b, bound, rest)
+            b = self._apply_ready(b, bound, rest, columns)
         assert not rest, rest
         head = plan.rule.head
         if self.a.aggregates[head.pred] and any(a.func not in ("min", "max") for _, a in plan.rule.aggregates):
-            named = [c for c in b.schema.names if c != self.unit_col and not c[len(self.pre):].startswith("_#")]
+            named = [c for c in b.schema.names if c != self.unit_col and not hidden(c[len(self.pre):])]
             b = b.select(named).distinct() if named else b.select([self.unit_col]).distinct()
         return self._head(b, head)
 
-    def _apply_ready(self, b, bound, rest):
+    def _apply_ready(self, b, bound, rest, columns):
         progress = True
         while progress:
             progress = False
             for st in list(rest):
-                if st.kind == "filter" and all(v.name in bound for v in variables(st.node)):
+                target = self._key_from_expression(b, bound, st, columns)
+                if target is not None:
+                    # an atom's expression argument (``e(y + 1, z)``), computed before the atom is joined,
+                    # so that the join is on it instead of a product filtered afterwards
+                    b = self._assign(b, target, st.node.right)
+                    bound.add(target.name)
+                elif st.kind == "filter" and all(v.name in bound for v in variables(st.node)):
                     b = self._filter(b, st.node)
                 elif st.kind == "assign" and all(v.name in bound for v in variables(st.expr)):
                     b = self._assign(b, st.var, st.expr)
@@ -208,6 +216,19 @@ class Compiler:
                 rest.remove(st)
                 progress = True
         return b
+
+    def _key_from_expression(self, b, bound, st, columns):
+        """The variable ``_εN`` of an equality ``_εN = expression`` that the rule's plan checks after
+        its atom, when the expression can be computed now and has the column's type: else None."""
+        if b is None or st.kind != "filter" or st.node.op != "=":
+            return None
+        target, expr = st.node.left, st.node.right
+        if not (isinstance(target, Var) and target.name.startswith(EXPR_VAR) and target.name not in bound):
+            return None
+        if not all(v.name in bound for v in variables(expr)):
+            return None
+        got = expr_dtype(expr, lambda v: b.schema.dtype(self.pre + v))
+        return target if columns.get(target.name) == got else None
 
     def _atom_parts(self, atom: Atom):
         """(first column of each named variable, filter for constants and repeated variables or None)."""
@@ -274,11 +295,29 @@ class Compiler:
         return b.map(lambda **c: {**c, self.unit_col: np.zeros(len(c[names[0]]), np.int64)},
                      out={**{n: b.schema.dtype(n) for n in names}, self.unit_col: "int64"})
 
+    def _defined(self, b, *exprs):
+        """Keep the rows on which every division and remainder in ``exprs`` has a non-zero divisor: one by
+        zero has no value, so the rule derives nothing for that binding."""
+        divisors = [d for e in exprs for d in _divisors(e)]
+        if not divisors:
+            return b
+        pre, n0 = self.pre, b.schema.names[0]
+
+        def keep(**c):
+            mask = np.ones(len(c[n0]), bool)
+            with np.errstate(all="ignore"):
+                for d in divisors:
+                    mask &= np.broadcast_to(np.asarray(evaluate(d, c, pre)) != 0, mask.shape)
+            return mask
+        return b.filter(keep)
+
     def _filter(self, b, cmp):
+        b = self._defined(b, cmp.left, cmp.right)
         pre, n0 = self.pre, b.schema.names[0]
         return b.filter(lambda **c: np.broadcast_to(_compare(cmp, c, pre), (len(c[n0]),)))
 
     def _assign(self, b, var: Var, expr):
+        b = self._defined(b, expr)
         pre, names = self.pre, list(b.schema.names)
         dtype = expr_dtype(expr, lambda v: b.schema.dtype(pre + v))
         return b.map(lambda **c: {**c, pre + var.name: _column(evaluate(expr, c, pre), len(c[names[0]]), dtype)},
@@ -290,6 +329,7 @@ class Compiler:
             if isinstance(a, Aggregate) and a.func in ("count", "countd"):
                 dtypes[i] = b.schema.dtype(pre + a.var.name)
         args = [a.var if isinstance(a, Aggregate) else a for a in head.args]
+        b = self._defined(b, *args)
         plain = all(isinstance(a, Var) for a in args) and len({a.name for a in args}) == len(args) and all(
             b.schema.dtype(pre + a.name) == t for a, t in zip(args, dtypes))
         if plain:
@@ -390,6 +430,15 @@ def evaluate(e, c, pre=""):
         return np.true_divide(left, right)
     with np.errstate(all="ignore"):
         return _ARITH[e.op](left, right)
+
+
+def _divisors(e):
+    """The right operands of the divisions and remainders in expression ``e``."""
+    if isinstance(e, BinOp):
+        if e.op in ("/", "%"):
+            yield e.right
+        yield from _divisors(e.left)
+        yield from _divisors(e.right)
 
 
 def _is_int(x) -> bool:

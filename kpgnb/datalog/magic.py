@@ -30,7 +30,8 @@ class Pattern:
 
 
 def rewrite(a: Analysis, pattern: Pattern) -> tuple:
-    """(rewritten Program, names of the original derived predicates it reads whole)."""
+    """(rewritten rules, names of the original derived predicates they read whole, the generated
+    predicates: name -> (original predicate, the argument positions it keeps))."""
     derived, rules_of = a.derived, {}
     for r in a.program.rules:
         rules_of.setdefault(r.head.pred, []).append(r)
@@ -42,12 +43,27 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
                        for i, x in enumerate(args))
 
     out, whole, todo, seen = [], set(), [], set()
+    names, made = {}, {}  # generated predicate -> (original, kept argument positions); (kind, pred, adn) -> name
+    taken = set(derived) | set(a.inputs) | {GOAL, ANSWER}
+
+    def generated(kind, pred, adn):
+        """The name of ``pred``'s adorned (kind "") or magic (kind "m") predicate for ``adn``: ``tc__bf``,
+        ``m__tc__bf``, made unique against the program's own predicates (a user may call one ``m__x__b``)."""
+        key = (kind, pred, adn)
+        if key not in made:
+            name = f"m__{pred}__{adn}" if kind else f"{pred}__{adn}"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            made[key] = name
+            names[name] = (pred, [i for i, c in enumerate(adn) if c == "b"] if kind else list(range(len(adn))))
+        return made[key]
 
     def want(pred, adn):
         if (pred, adn) not in seen:
             seen.add((pred, adn))
             todo.append((pred, adn))
-        return f"{pred}__{adn}"
+        return generated("", pred, adn)
 
     query = pattern.pred
     qbound = {i for i, x in enumerate(pattern.args) if x != "_"}
@@ -63,7 +79,7 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
 
     while todo:
         pred, adn = todo.pop()
-        magic = f"m__{pred}__{adn}"
+        magic = generated("m", pred, adn)
         for r in rules_of[pred]:
             head_args = r.head.args
             margs = tuple(head_args[i] for i, c in enumerate(adn) if c == "b")
@@ -82,7 +98,7 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
                         body.append(lit)
                     else:
                         name = want(lit.pred, adn2)
-                        m2 = Atom(f"m__{lit.pred}__{adn2}",
+                        m2 = Atom(generated("m", lit.pred, adn2),
                                   tuple(x for x, c in zip(lit.args, adn2) if c == "b"), False, lit.span)
                         prefix = _safe_prefix(body, lit)
                         if prefix != [m2]:  # m(x) :- m(x) says nothing
@@ -96,11 +112,11 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
                     for t, e in ((lit.left, lit.right), (lit.right, lit.left)):
                         if isinstance(t, Var) and all(v.name in bound for v in variables(e)):
                             bound.add(t.name)
-            if any(_same_binding(lit, f"{pred}__{adn}", margs, adn) for lit in body[1:]):
+            if any(_same_binding(lit, generated("", pred, adn), margs, adn) for lit in body[1:]):
                 # a recursive atom bound like the head: its facts are all for asked values already, so
                 # the magic join would filter nothing (every round)
                 body = body[1:]
-            out.append(Rule(Atom(f"{pred}__{adn}", head_args, False, r.head.span), tuple(body), r.span))
+            out.append(Rule(Atom(generated("", pred, adn), head_args, False, r.head.span), tuple(body), r.span))
 
     # the seed and the answer
     gvars = {i: Var(f"g{i}") for i in pattern.asked}
@@ -110,25 +126,22 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
     goal_atom = Atom(GOAL, tuple(gvars[i] for i in pattern.asked))
     if qadn is not None and "b" in qadn:
         margs = tuple(args[i] for i, c in enumerate(qadn) if c == "b")
-        out.append(Rule(Atom(f"m__{query}__{qadn}", margs), (goal_atom,) if gvars else ()))
+        out.append(Rule(Atom(generated("m", query, qadn), margs), (goal_atom,) if gvars else ()))
     answer_body = [goal_atom, Atom(target, tuple(args))] if gvars else [Atom(target, tuple(args))]
     out.append(Rule(Atom(ANSWER, tuple(args)), tuple(answer_body)))
-    return out, whole
+    return out, whole, names
 
 
-def program_for(a: Analysis, pattern: Pattern, rules) -> Program:
-    """The rewritten rules with declarations giving every generated predicate the original's columns."""
+def program_for(a: Analysis, pattern: Pattern, rules, names: dict) -> Program:
+    """The rewritten rules with declarations giving every generated predicate (``names``, from
+    ``rewrite``) the original's columns."""
     decls = []
     for pred in {r.head.pred for r in rules}:
-        if pred == ANSWER or pred in a.derived:
+        if pred in names:
+            base, keep = names[pred]
+        else:
             base = pattern.pred if pred == ANSWER else pred
             keep = range(len(a.columns[base]))
-        elif pred.startswith("m__"):
-            base, adn = pred[3:].rsplit("__", 1)
-            keep = [i for i, c in enumerate(adn) if c == "b"]
-        else:
-            base, adn = pred.rsplit("__", 1)
-            keep = range(len(adn))
         cols = tuple((a.columns[base][i], _decl_type(a.dtypes[base][i]), None) for i in keep)
         decls.append(Decl(pred, cols))
     return Program(tuple(rules), tuple(decls), a.program.text)

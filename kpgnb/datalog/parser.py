@@ -3,6 +3,7 @@ that locates it (see ``errors.py``)."""
 from __future__ import annotations
 
 import itertools
+import re
 
 from lark import Lark, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
@@ -67,6 +68,20 @@ def _span(meta_or_tok) -> Span:
     return Span(m.line, m.column, m.end_line, m.end_column)
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+
+
+def _unescape(m) -> str:
+    """A backslash escape in a string constant: \\n \\t \\r \\0, \\xHH, \\uHHHH; any other escaped
+    character stands for itself (\\" \\' \\\\). Other characters, non-ASCII ones included, are taken
+    as written."""
+    e = m.group(1)
+    if len(e) > 1:
+        return chr(int(e[1:], 16))
+    return _ESCAPES.get(e, e)
+
+
 @v_args(meta=True)
 class _ToSyntax(Transformer):
     def __init__(self):
@@ -123,7 +138,7 @@ class _ToSyntax(Transformer):
 
     def string(self, meta, items):
         text = str(items[0])
-        return Const(bytes(text[1:-1], "utf-8").decode("unicode_escape"), _span(items[0]))
+        return Const(_ESCAPE.sub(_unescape, text[1:-1]), _span(items[0]))
 
     def var(self, meta, items):
         return Var(str(items[0]), _span(items[0]))
@@ -147,6 +162,19 @@ def _expected(err: UnexpectedInput) -> str:
     return ", ".join(exp[:6]) if exp else ""
 
 
+def _unfinished(text: str):
+    """The error for a program that ends inside a statement, placed just after its last token (comments
+    after it are not where the statement was left unfinished)."""
+    line, col = 1, 1
+    try:
+        for tok in _parser().lex(text):
+            line, col = tok.end_line, tok.end_column
+    except UnexpectedInput:  # (the parse got past every token, so lexing does not fail; but be safe)
+        lines = text.rstrip().splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+    return datalog_error(text, line, col, "the program ends in the middle of a statement (a rule ends with '.')")
+
+
 def parse(text: str) -> Program:
     """The program in ``text``; raises DatalogError (line, column, caret) on a syntax error."""
     if not isinstance(text, str):
@@ -155,18 +183,14 @@ def parse(text: str) -> Program:
         tree = _parser().parse(text)
         items = _ToSyntax().transform(tree)
     except UnexpectedEOF:
-        lines = text.rstrip().splitlines() or [""]
-        raise datalog_error(text, len(lines), len(lines[-1]) + 1,
-                            "the program ends in the middle of a statement (a rule ends with '.')") from None
+        raise _unfinished(text) from None
     except UnexpectedCharacters as err:
         raise datalog_error(text, err.line, err.column, f"unexpected character {text[err.pos_in_stream]!r}"
                             ) from None
     except UnexpectedToken as err:
         tok = err.token
         if tok.type == "$END":
-            lines = text.rstrip().splitlines() or [""]
-            raise datalog_error(text, len(lines), len(lines[-1]) + 1,
-                                "the program ends in the middle of a statement (a rule ends with '.')") from None
+            raise _unfinished(text) from None
         exp = _expected(err)
         raise datalog_error(text, tok.line, tok.column, f"unexpected {str(tok)!r}" +
                             (f"; expected {exp}" if exp else "")) from None

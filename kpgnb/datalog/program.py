@@ -105,8 +105,10 @@ class Program:
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
         ``shared(df, pred, keys)`` an arrangement of it to import (see ``Relations``)."""
         a, eng = self.analysis, self.engine
-        facts = self._fact_inputs() if self.materialized else {}
+        if self.name in eng.snapshot().dataflows:  # before any helper input is made under its name
+            raise UsageError(f"a dataflow named {self.name!r} is installed already")
         try:
+            facts = self._fact_inputs() if self.materialized else {}
             with eng.dataflow(self.name) as df:
                 rel = Relations(df, a, None if shared is None else lambda p, keys: shared(df, p, keys))
                 for pred in a.inputs:
@@ -224,17 +226,17 @@ class Goal:
         self.program = prog
         self.pattern = pattern
         a, eng = prog.analysis, prog.engine
-        rules, whole = rewrite(a, pattern)
+        rules, whole, names = rewrite(a, pattern)
         if not prog.materialized and whole:  # nothing to import: the goal derives those relations itself
             rules = rules + [r for r in a.program.rules if r.head.pred in _dependencies(a, whole)]
             whole = set()
+        text = program_for(a, pattern, rules, names)
         self.name = _free_name(eng, f"{prog.name}.goal")
         asked = pattern.asked
         self._session = None
         if asked:
             self._session = eng.input(f"{self.name}#asked", [a.columns[pattern.pred][i] for i in asked],
                                       [a.dtypes[pattern.pred][i] for i in asked])
-        text = program_for(a, pattern, rules)
         extra = {GOAL: (self._session.schema.names, self._session.schema.dtypes)} if asked else {}
 
         def input_schema(pred):
@@ -266,9 +268,10 @@ class Goal:
         self._goal_program = gp
         self.view = gp.views[ANSWER]
         self._lock = threading.Lock()
+        self._asked: set = set()  # the bindings asked (as the rows of the bindings' input)
         self._leaders = self._upstream() if self._session is not None else []
-        for s in self._leaders:  # the bindings' input keeps up with the inputs the goal reads
-            self._session.follow(s)
+        for s in self._leaders:  # the bindings' input keeps up with the inputs the goal reads, and
+            self._session.follow(s, carry=True)  # bindings waiting for an input's changes go with them
 
     def _upstream(self) -> list:
         """The open engine inputs the goal's dataflow reads (directly or through imports), but its own."""
@@ -289,23 +292,31 @@ class Goal:
         return [tuple(values)]
 
     def ask(self, *values):
-        """Add a binding of the '?' arguments; its answers join ``view`` (``eng.wait(g.view)``)."""
-        self._change(values, self._session.insert)
+        """Add a binding of the '?' arguments; its answers join ``view`` (``eng.wait(g.view)``). The
+        bindings are a set: asking one that is asked already changes nothing."""
+        self._change(values, True)
 
     def retract(self, *values):
-        """Remove a binding asked before; its answers leave ``view``."""
-        self._change(values, self._session.remove)
+        """Remove a binding asked before; its answers leave ``view``. One that is not asked: nothing."""
+        self._change(values, False)
 
-    def _change(self, values, how):
-        """The binding goes in at the latest epoch of the inputs the goal reads; then those of them with
-        nothing buffered advance with it (an empty epoch each), so the answer is complete at once, as
-        K-Pg's interactive queries advance the graph and the query inputs together."""
-        rows = self._rows(values)
+    def _change(self, values, ask: bool):
+        """The binding goes in at the latest epoch of the inputs the goal reads. If one of them has
+        changes buffered at that epoch, the binding waits for them: it is sealed when that input advances
+        (``follow``), so it is answered as of those changes. Otherwise it is sealed at once, and the
+        inputs advance with it (an empty epoch each), so the answer is complete at once, as K-Pg's
+        interactive queries advance the graph and the query inputs together."""
+        row = self._rows(values)[0]
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
+            if (row in self._asked) == ask:
+                return
             epoch = max([s.epoch for s in base] + [self._session.epoch])
             self._session.advance_to(epoch)
-            how(rows)
+            (self._session.insert if ask else self._session.remove)([row])
+            (self._asked.add if ask else self._asked.discard)(row)
+            if any(s.epoch == epoch and s.buffered for s in base):
+                return
             self._session.advance_to(epoch + 1)
             for s in base:
                 if s.epoch <= epoch and not s.buffered:

@@ -17,13 +17,24 @@ class Span:
 
 @dataclass(frozen=True)
 class Var:
-    """A variable. Each ``_`` in the text becomes a fresh variable ``_#1``, ``_#2``... (never shared)."""
+    """A variable. Each ``_`` in the text becomes a fresh variable ``_#1``, ``_#2``... (never shared);
+    an expression argument of an atom becomes a fresh *named* variable ``_ε1``... (analysis.py), which
+    the atom binds like any other. Both are hidden from a rule's bindings (``hidden``)."""
     name: str
     span: Span = field(compare=False, default=None)
 
     @property
     def anonymous(self) -> bool:
         return self.name.startswith("_#")
+
+
+EXPR_VAR = "_ε"  # prefix of expression variables: no name the grammar accepts (names are ASCII), yet an
+#                  identifier, since the compiler names a column after every bound variable
+
+
+def hidden(name: str) -> bool:
+    """Whether a variable is one the text did not name (``_``, or an atom's expression argument)."""
+    return name.startswith("_#") or name.startswith(EXPR_VAR)
 
 
 @dataclass(frozen=True)
