@@ -42,12 +42,21 @@ class Antichain:
     as immutable (operations return new antichains).
     """
 
-    __slots__ = ("elements",)
+    __slots__ = ("elements", "_mat")
 
     def __init__(self, times: Iterable[Time] = ()):
         self.elements: tuple = ()
+        self._mat = None  # the elements as a matrix, made on first use (an antichain never changes once built)
         for t in times:
             self.insert(t)
+
+    @classmethod
+    def _of(cls, elements: tuple) -> "Antichain":
+        """An antichain of these elements (canonical: minimal, sorted int tuples), without checking."""
+        out = _new(cls)
+        out.elements = elements
+        out._mat = None
+        return out
 
     @classmethod
     def of(cls, *times: Time) -> "Antichain":
@@ -57,6 +66,7 @@ class Antichain:
         """Add ``t`` unless some element is <= it; drop elements >= it. Returns whether it changed."""
         t = tuple(map(int, t))
         els = self.elements
+        self._mat = None
         if not els:
             self.elements = (t,)
             return True
@@ -129,17 +139,13 @@ class Antichain:
         if not changed:
             return self
         kept.sort()
-        out = _new(Antichain)
-        out.elements = tuple(kept)
-        return out
+        return Antichain._of(tuple(kept))
 
     def join(self, other: "Antichain") -> "Antichain":
         """The frontier of times in advance of both (minimal pairwise lubs)."""
         a, b = self.elements, other.elements
         if len(a) == 1 and len(b) == 1:  # the common case: one time each
-            out = _new(Antichain)
-            out.elements = (a[0] if a == b else lub(a[0], b[0]),)
-            return out
+            return Antichain._of((a[0] if a == b else lub(a[0], b[0]),))
         out = Antichain()
         for a in self.elements:
             for b in other.elements:
@@ -147,19 +153,18 @@ class Antichain:
         return out
 
     def copy(self) -> "Antichain":
-        out = _new(Antichain)
-        out.elements = self.elements
-        return out
+        return Antichain._of(self.elements)
 
     def map(self, fn) -> "Antichain":
         return Antichain(fn(t) for t in self.elements)
 
     def matrix(self, depth: int | None = None) -> np.ndarray:
         """The elements as an ``m x d`` int64 array (``depth`` is needed when empty)."""
-        d = self.depth if self.elements else (depth or 0)
         if not self.elements:
-            return np.zeros((0, d), dtype=np.int64)
-        return np.array(self.elements, dtype=np.int64).reshape(len(self.elements), d)
+            return np.zeros((0, depth or 0), dtype=np.int64)
+        if self._mat is None:  # (shared by every caller: kernels only read it)
+            self._mat = np.array(self.elements, dtype=np.int64).reshape(len(self.elements), self.depth)
+        return self._mat
 
     # -- python protocol ----------------------------------------------------------------------
     def __iter__(self):
@@ -225,15 +230,13 @@ def rep_matrix(times: np.ndarray, frontier: Antichain) -> np.ndarray:
 def antichain_of(times: np.ndarray) -> Antichain:
     """The minimal times of a time matrix (the lower frontier of a batch of updates)."""
     n, d = times.shape
-    out = _new(Antichain)
     if n == 0:
-        out.elements = ()
-    elif n == 1:
-        out.elements = (tuple(times[0].tolist()),)
-    elif d == 1:
-        out.elements = ((int(times[:, 0].min()),),)
-    else:  # the kernel's rows are distinct and mutually incomparable already: only sort them
-        from .kernels.times import minimal_times
-        rows = minimal_times(np.ascontiguousarray(times, dtype=np.int64)).tolist()
-        out.elements = tuple(sorted(map(tuple, rows)))
-    return out
+        return Antichain._of(())
+    if n == 1:
+        return Antichain._of((tuple(times[0].tolist()),))
+    if d == 1:
+        return Antichain._of(((int(times[:, 0].min()),),))
+    # the kernel's rows are distinct and mutually incomparable already: only sort them
+    from .kernels.times import minimal_times
+    rows = minimal_times(np.ascontiguousarray(times, dtype=np.int64)).tolist()
+    return Antichain._of(tuple(sorted(map(tuple, rows))))

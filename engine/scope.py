@@ -40,8 +40,12 @@ class Scope:
 # -- frontiers between scopes ---------------------------------------------------------------------
 
 def enter(frontier: Antichain, rounds: int = 1) -> Antichain:
-    """A frontier of the outer scope seen inside ``rounds`` nested loops: t -> (t, 0, ...)."""
-    return frontier.map(lambda t: t + (0,) * rounds) if rounds else frontier
+    """A frontier of the outer scope seen inside ``rounds`` nested loops: t -> (t, 0, ...) (which keeps
+    an antichain one, in the same order)."""
+    if not rounds:
+        return frontier
+    zeros = (0,) * rounds
+    return Antichain._of(tuple(t + zeros for t in frontier.elements))
 
 
 def leave(frontier: Antichain, rounds: int = 1) -> Antichain:
@@ -51,11 +55,9 @@ def leave(frontier: Antichain, rounds: int = 1) -> Antichain:
 
 def next_round(frontier: Antichain, max_rounds: int | None = None) -> Antichain:
     """The loop feedback's summary: round r -> r + 1 (times reaching ``max_rounds`` vanish)."""
-    out = Antichain()
-    for t in frontier.elements:
-        if max_rounds is None or t[-1] + 1 < max_rounds:
-            out.insert(t[:-1] + (t[-1] + 1,))
-    return out
+    # (one more round for every element keeps an antichain one, in the same order)
+    return Antichain._of(tuple(t[:-1] + (t[-1] + 1,) for t in frontier.elements
+                               if max_rounds is None or t[-1] + 1 < max_rounds))
 
 
 def enter_times(times: np.ndarray, rounds: int = 1) -> np.ndarray:

@@ -13,11 +13,12 @@ from ..scope import IDENTITY, TimeLens, epoch_of, last_complete
 from ..trace import Trace
 
 
-def _rows(data, idx):
-    """data[idx] for a column matrix: a view where idx is a run of consecutive columns (no copy)."""
+def _picker(idx: np.ndarray):
+    """data[idx] for a column matrix, as a slice where idx is a run of consecutive columns (a view, no
+    copy); decided once per operator, not per message."""
     if len(idx) and idx[-1] - idx[0] == len(idx) - 1 and (np.diff(idx) == 1).all():
-        return data[int(idx[0]):int(idx[-1]) + 1]
-    return data[idx]
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
 
 
 class ArrangeOp(Operator):
@@ -33,6 +34,7 @@ class ArrangeOp(Operator):
         super().__init__(scope, [input], site)
         self.key_idx = np.asarray(key_idx, np.int64)
         self.val_idx = np.asarray(val_idx, np.int64)
+        self._keys, self._vals = _picker(self.key_idx), _picker(self.val_idx)
         self.workers = workers
         d = scope.depth
         self.upper = Antichain([(0,) * d])
@@ -63,9 +65,9 @@ class ArrangeOp(Operator):
             for b in (b for bs in msg.shards for b in bs if len(b)):
                 data = b.key_rows() if b.kv == 0 else np.concatenate([b.key_rows(), b.vals], axis=0)
                 times = b.times if lens.identity else lens.apply(b.times)
-                out.append((_rows(data, self.key_idx), _rows(data, self.val_idx), times, b.diffs))
+                out.append((data[self._keys], data[self._vals], times, b.diffs))
             return out
-        return [(_rows(b.data, self.key_idx), _rows(b.data, self.val_idx), b.times, b.diffs)
+        return [(b.data[self._keys], b.data[self._vals], b.times, b.diffs)
                 for b in msg.shards if b is not None and len(b)]
 
     def step(self, rt):
