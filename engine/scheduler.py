@@ -61,6 +61,7 @@ class Dataflow:
         self.followers = weakref.WeakSet()
         self._shape = None
         self._info = None           # the last DataflowInfo, and what it was computed from
+        self._last_ops = self._last_n = self._last_ops_f = None  # the operators ``frontier`` reads, per shape
         self._info_key = None
         self._epoch = 0             # its frontier's epoch when last published
         self._installed = time.perf_counter()
@@ -79,10 +80,16 @@ class Dataflow:
             op.release()
 
     def frontier(self) -> Antichain:
+        """The meet of its top-level operators' output frontiers. One that feeds another top-level operator
+        is left out: a consumer's frontier is never ahead of its input's (top-level operators keep times)."""
+        ops = self.graph.ops
+        if self._last_ops is not ops or len(ops) != self._last_n:
+            self._last_ops, self._last_n = ops, len(ops)
+            self._last_ops_f = [op for op in ops if op.scope.depth == 1
+                                and not any(c.scope.depth == 1 for c, _ in op.consumers)]
         out = Antichain()
-        for op in self.graph.ops:
-            if op.scope.depth == 1:
-                out = out.meet(op.out_frontier)
+        for op in self._last_ops_f:
+            out = out.meet(op.out_frontier)
         return out
 
     def note_progress(self, frontier: Antichain, now: float):
@@ -163,6 +170,7 @@ class Scheduler:
         self._replaced = 0             # dataflows replaced so far (numbers their retired names)
         self.catalog = Catalog()
         self.inputs: dict = {}         # sessions that have sent a seal
+        self._input_infos: dict = {}   # name -> the InputInfo last published for it
         self._dirty: dict = {}         # sessions with accepted, unapplied seals (ordered)
         self._failing: dict = {}       # sessions whose last seal failed
         self._sealed_at: list = []
@@ -503,6 +511,7 @@ class Scheduler:
         session.dropped = True
         if self.inputs.get(cmd.name) is session:
             del self.inputs[cmd.name]
+            self._input_infos.pop(cmd.name, None)
         self._dirty.pop(session, None)
         self._failing.pop(session, None)
         session.release()
@@ -594,7 +603,7 @@ class Scheduler:
 
     # -- publishing -----------------------------------------------------------------------------------
     def _publish(self, quiet: bool):
-        inputs = {n: InputInfo(n, s.trace.upper, s.closed, s.failure) for n, s in self.inputs.items()}
+        inputs = {n: self._input_info(n, s) for n, s in self.inputs.items()}
         snap = EngineSnapshot(
             seq=self._done, quiet=quiet and not self._failing and not self._cmds,
             dataflows={n: df.info() for n, df in self.dataflows.items()},
@@ -603,6 +612,14 @@ class Scheduler:
         with self._published:
             self.snapshot = snap
             self._published.notify_all()
+
+    def _input_info(self, name, session) -> InputInfo:
+        """An input's record for the snapshot (the last one again while unchanged)."""
+        upper, closed, failure = session.trace.upper, session.closed, session.failure
+        last = self._input_infos.get(name)
+        if last is None or last.sealed is not upper or last.closed != closed or last.failure is not failure:
+            last = self._input_infos[name] = InputInfo(name, upper, closed, failure)
+        return last
 
     def latency_samples(self) -> list:
         with self._lat_lock:
