@@ -127,6 +127,7 @@ class Operator:
         self._back = None         # its loop's one time-changing operator, if the loop has one (Graph._plan)
         self._pos = 0             # its position in the graph's operator list (Graph._plan)
         self._summary_memo = None  # (input frontier's elements, summary of it)
+        self._keeps_times = type(self).summary is Operator.summary  # its summary is the identity
         self.site = site
         self.busy = 0.0
         self.steps = 0
@@ -226,7 +227,7 @@ def _refresh(op: Operator, inputs_moved: bool = True) -> bool:
         op.frontier = inp
     if held is not None:
         inp = inp.meet(held)
-    if type(op).summary is Operator.summary:
+    if op._keeps_times:
         out = inp
     else:  # summaries are pure functions of the frontier: remember the last one
         memo = op._summary_memo
@@ -235,9 +236,10 @@ def _refresh(op: Operator, inputs_moved: bool = True) -> bool:
         else:
             out = op.summary(inp)
             op._summary_memo = (inp.elements, out)
-    caps = op.capabilities()
-    if caps.elements:
-        out = out.meet(caps)
+    if not op.passive:  # (a passive operator holds no capabilities)
+        caps = op.capabilities()
+        if caps.elements:
+            out = out.meet(caps)
     if out.elements != op.out_frontier.elements:
         op.out_frontier = out
         op.graph.changes += 1
