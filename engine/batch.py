@@ -42,12 +42,28 @@ def _serial(fn, items, rows=None):
 
 
 PARALLEL_ROWS = 100_000  # below this, one thread distributes the rows (a hand-off costs more)
+SMALL_ROWS = 10_000  # below this, the shards are formed as one and split (the pool would run them inline)
 
 
 def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
     """Exchange unarranged updates to the ``workers`` shards owning their keys and consolidate each
     shard's into batch arrays (kh, keys, koff, vals, times, diffs): ``form_parts`` of one part."""
     return form_parts([(keys, vals, times, diffs)], workers, run)
+
+
+def _split(arrays, workers: int) -> list:
+    """One formed batch's arrays as ``workers`` shards' (views; each shard's key offsets rebased). Shard
+    of a key = (hash * workers) >> HASH_BITS (engine/kernels/exchange.py) grows with the hash, so each
+    shard's keys are a run of the hash-ordered keys."""
+    kh, keys, koff, vals, times, diffs = arrays
+    firsts = [-((-s << sortk.HASH_BITS) // workers) for s in range(1, workers)]  # ceil: a shard's least hash
+    cuts = [0, *np.searchsorted(kh, firsts).tolist(), len(kh)]
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        r0, r1 = int(koff[a]), int(koff[b])
+        out.append((kh[a:b], _c(keys[:, a:b]), koff[a:b + 1] - r0, _c(vals[:, r0:r1]), times[r0:r1],
+                    diffs[r0:r1]))  # (column ranges of matrices with several rows are copied: kernels
+    return out                      # read C-ordered arrays)
 
 
 def form_parts(parts, workers: int, run=_serial) -> list:
@@ -64,18 +80,20 @@ def form_parts(parts, workers: int, run=_serial) -> list:
     sizes = [p[3].shape[0] for p in parts]
     n = sum(sizes)
     bits = sortk.bucket_bits(n // workers)
-    if len(parts) > 1 and workers == 1 and bits == 0:  # small: one copy costs less than many kernel calls
+    one = (workers == 1 or n < SMALL_ROWS) and bits == 0  # one bucket: read the updates where they are
+    if len(parts) > 1 and one:  # small: one copy costs less than many kernel calls
         parts = [tuple(np.concatenate([p[i] for p in parts], axis=0 if i >= 2 else 1) for i in range(4))]
         sizes = [n]
     kh = np.empty(n + workers, np.int64)
     rh, rk, rv = np.empty(n, np.int64), np.empty(kk * n, np.int64), np.empty(kv * n, np.int64)
     rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)
-    if workers == 1 and bits == 0:  # one bucket: read the updates where they are
+    if one:
         keys, vals, times, diffs = parts[0]
         sortk.key_hashes(keys, kh)
         rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
         nk, nr = form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
-        return [trim(rh, rk, kh, rv, rt, rd, nk, nr)]
+        whole = trim(rh, rk, kh, rv, rt, rd, nk, nr)
+        return [whole] if workers == 1 else _split(whole, workers)
     # the distribution runs in parallel over row ranges of the parts: counts per range, then each range
     # scatters from its own starting places (after the earlier ranges' rows: stable)
     per = 1 << bits

@@ -189,6 +189,41 @@ def test_formation_of_parts(monkeypatch, workers, bucket_rows, parallel_rows):
         assert all(np.array_equal(x, y) for x, y in zip(whole, again))
 
 
+@pytest.mark.parametrize("workers", [2, 3, 5])
+def test_small_formation_splits_one_batch_by_shard(monkeypatch, workers):
+    """Below SMALL_ROWS the shards are formed as one batch and split at hash boundaries: the same arrays
+    as distributing the rows to the shards first (the path for larger inputs), every array C-ordered."""
+    rng = np.random.default_rng(workers)
+    for kk, kv, depth in [(1, 0, 1), (1, 1, 2), (2, 2, 1), (0, 1, 1), (2, 0, 2), (3, 1, 1)]:
+        for m in (0, 1, 2, 7, 300):
+            parts = [(rng.integers(-5, 60, (kk, m)), rng.integers(0, 3, (kv, m)), rng.integers(0, 3, (m, depth)),
+                      rng.integers(-2, 3, m)), (rng.integers(-5, 60, (kk, 3)), rng.integers(0, 3, (kv, 3)),
+                                                 rng.integers(0, 3, (3, depth)), rng.integers(-2, 3, 3))]
+            got = bm.form_parts(parts, workers)
+            monkeypatch.setattr(bm, "SMALL_ROWS", 0)
+            want = bm.form_parts(parts, workers)
+            monkeypatch.undo()
+            assert len(got) == workers
+            for g, w in zip(got, want):
+                assert all(np.array_equal(x, y) for x, y in zip(g, w)), (kk, kv, depth, m)
+                assert all(a.flags.c_contiguous for a in g)
+
+
+@pytest.mark.parametrize("workers", [2, 3, 7])
+def test_split_cuts_at_the_exchange_shard_boundaries(workers):
+    """Hashes next to every shard boundary land in the shard the exchange kernel would send them to."""
+    bound = [-((-s << sortk.HASH_BITS) // workers) for s in range(1, workers)]
+    kh = np.array(sorted({h for b in bound for h in (b - 1, b, b + 1)} | {0, (1 << sortk.HASH_BITS) - 1}),
+                  np.int64)
+    n = len(kh)
+    arrays = (kh, np.arange(n, dtype=np.int64).reshape(1, n), np.arange(n + 1, dtype=np.int64),
+              np.zeros((0, n), np.int64), np.zeros((n, 1), np.int64), np.ones(n, np.int64))
+    shards = bm._split(arrays, workers)
+    for s, (h, *_rest) in enumerate(shards):
+        assert all((int(x) * workers) >> sortk.HASH_BITS == s for x in h)
+    assert sum(len(sh[0]) for sh in shards) == n
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_batcher_seals_the_parts_before_the_frontier(workers):
     """A seal forms the buffered updates whose times are not in advance of ``upper`` (from every pushed
