@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batch import form_arrays
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
@@ -262,23 +263,43 @@ class FeedbackOp(Operator):
         return next_round(frontier, self.max_rounds)
 
     def step(self, rt):
-        for msg in self.take():
-            shards = []
-            for b in msg.shards:
-                if b is None or not len(b):
-                    shards.append(None)
-                    continue
-                t = b.times.copy()
-                t[:, -1] += 1
-                if self.max_rounds is not None:
-                    keep = t[:, -1] < self.max_rounds
-                    if not keep.all():
-                        b = b.take(np.flatnonzero(keep))
-                        t = t[keep]
-                shards.append(UpdateBatch(b.data, t, b.diffs))
-            lower = self.summary(msg.lower)
-            if lower.elements and any(b is not None for b in shards):  # nothing to feed back: the
-                self.send(Updates(shards, lower))                       # loop may settle
+        msgs = self.take()
+        if not msgs:
+            return
+        lower = msgs[0].lower
+        for m in msgs[1:]:
+            lower = lower.meet(m.lower)
+        shards = []
+        for s in range(len(msgs[0].shards)):
+            parts = [m.shards[s] for m in msgs if m.shards[s] is not None and len(m.shards[s])]
+            if not parts:
+                shards.append(None)
+                continue
+            b = parts[0] if len(parts) == 1 else _consolidated(parts)
+            t = b.times.copy()
+            t[:, -1] += 1
+            if self.max_rounds is not None:
+                keep = t[:, -1] < self.max_rounds
+                if not keep.all():
+                    b = b.take(np.flatnonzero(keep))
+                    t = t[keep]
+            shards.append(UpdateBatch(b.data, t, b.diffs) if len(b) else None)
+        lower = self.summary(lower)
+        if lower.elements and any(b is not None for b in shards):  # nothing to feed back: the
+            self.send(Updates(shards, lower))                       # loop may settle
+
+
+def _consolidated(parts) -> UpdateBatch:
+    """Several messages' updates for a shard as one, equal rows at equal times summed and zeros dropped.
+    The back edge does this: a body that passes (some of) the variable through unchanged sends the round's
+    value and the negated initial value separately, and without cancelling they would circulate, one
+    round later each time, and the loop never settle. (Arranged bodies consolidate anyway; a batch from one
+    message passes as it is.)"""
+    data = np.concatenate([b.data for b in parts], axis=1)
+    times = np.concatenate([b.times for b in parts], axis=0)
+    diffs = np.concatenate([b.diffs for b in parts])
+    _, keys, koff, _, times, diffs = form_arrays(data, np.zeros((0, len(diffs)), np.int64), times, diffs)
+    return UpdateBatch(np.repeat(keys, np.diff(koff), axis=1), times, diffs)
 
 
 class FlattenOp(Operator):
