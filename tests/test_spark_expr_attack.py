@@ -252,9 +252,9 @@ VIEWS = {
     "uint64_scalar_add": lambda t: t.map(lambda i: {"r": i + np.uint64(1)}),
     "longdouble_compare": lambda t: t.filter(lambda y: y <= np.longdouble("0.1")).select("y", "j"),
     "dtype_attr_dispatch": lambda t: t.map(_dtype_dispatch),
-    "inplace_add_alias": lambda t: t.map(lambda x: {"x": x * 1.0}).map(_iadd_alias),  # its own batches:
-    # the engine's float columns are views of its batches, which NumPy's += changes; Spark's workers pass
-    # writable arrays too
+    "inplace_add_alias": lambda t: t.map(lambda x: {"x": x * 1.0}).map(_iadd_alias),  # a function that
+    # writes into its columns gets its own copies on the engine (never the batch others read), and Spark's
+    # workers pass writable arrays of their own too
     "isinstance_branch": lambda t: t.map(_isinstance_branch),
     "str_const_trailing_nul": lambda t: t.filter(lambda s: s == "\x00").select("s", "j"),
     # strings with trailing NULs: the engine stored "a\x00" as "a" where the frame also had "a" (pandas'

@@ -11,6 +11,12 @@ from ..lattice import Antichain
 from ..scope import enter, enter_at_times, enter_times, leave, leave_times, next_round
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def _per_shard(rt, fn, shards):
     """Apply fn to every non-empty shard batch (in parallel on the pool when there is enough work)."""
     work = [i for i, b in enumerate(shards) if b is not None and len(b)]
@@ -34,14 +40,33 @@ class UserFunctionOp(Operator):
         self.params = params  # names of the input columns the function takes (None: all, as **kwargs)
         self.in_schema = schema
         self.symbols = symbols
+        self.writes = False   # the function was seen writing into its input columns: give it copies
 
-    def user_columns(self, batch: UpdateBatch) -> dict:
+    def user_columns(self, batch: UpdateBatch, copy: bool = False) -> dict:
+        """The columns the function takes. Numeric ones are views of the batch, which other operators read
+        too: read-only, or (``copy``) the function's own copies."""
         names = self.params if self.params is not None else self.in_schema.names
-        return {n: decode_column(batch.data[self.in_schema.index(n)], self.in_schema.dtype(n), self.symbols)
-                for n in names}
+        out = {}
+        for n in names:
+            col = decode_column(batch.data[self.in_schema.index(n)], self.in_schema.dtype(n), self.symbols)
+            if col.base is not None:  # a view (bool and str columns are decoded into new arrays)
+                col = col.copy() if copy else _read_only(col)
+            out[n] = col
+        return out
 
     def call(self, batch: UpdateBatch):
-        return self.fn(**self.user_columns(batch))
+        """The function on a batch's columns. They are read-only views; a function that writes into them
+        (``a += 1``) is called again, then and from now on, with its own copies: it never changes what
+        other operators see, and pure functions cost no copy."""
+        if self.writes:
+            return self.fn(**self.user_columns(batch, copy=True))
+        try:
+            return self.fn(**self.user_columns(batch))
+        except Exception as e:  # noqa: BLE001 - NumPy's and Numba's errors for a write into a read-only array
+            if "read-only" not in str(e) and "readonly" not in str(e):
+                raise
+        self.writes = True
+        return self.fn(**self.user_columns(batch, copy=True))
 
 
 class MapOp(UserFunctionOp):
@@ -116,10 +141,9 @@ class InspectOp(UserFunctionOp):
     def step(self, rt):
         for msg in self.take():
             for b in msg.shards:
-                if b is not None and len(b):
-                    cols = {n: decode_column(b.data[i], d, self.symbols)
-                            for i, (n, d) in enumerate(zip(self.in_schema.names, self.in_schema.dtypes))}
-                    self.fn(cols, b.times, b.diffs)
+                if b is not None and len(b):  # (read-only: an observer does not change what flows on)
+                    cols = dict(zip(self.in_schema.names, self.user_columns(b).values()))
+                    self.fn(cols, _read_only(b.times), _read_only(b.diffs))
             self.send(msg)
 
 
