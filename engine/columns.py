@@ -191,6 +191,10 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
             raise SchemaError(f"column {name!r} is str but row {i} holds {v!r} ({type(v).__name__})"
                               f"{_NULL if _is_null(v) else ''}") from None
     arr = np.asarray(values)
+    if arr.dtype.kind in "MmSV":  # times, durations, bytes, raw records: not numbers, whatever NumPy casts
+        what = {"M": "date/time", "m": "duration", "S": "bytes", "V": "raw"}[arr.dtype.kind]
+        hint = "; convert them first (e.g. .astype('int64') for nanoseconds)" if arr.dtype.kind in "Mm" else ""
+        raise SchemaError(f"column {name!r} is {dtype} but holds {what} values ({arr.dtype}){hint}")
     if dtype == "int64":
         if not isinstance(values, np.ndarray) and arr.dtype.kind in "fuO":
             # Python values that NumPy would turn into floats or uint64 (ints beyond int64, or ints mixed
@@ -261,10 +265,13 @@ def _convert_object(arr, name, dtype, conv):
             if dtype == "int64" and isinstance(v, float) and not v.is_integer():
                 why = ", which is not an integer"
                 raise ValueError
-            if isinstance(v, str) and dtype != "str":
-                raise ValueError
+            if isinstance(v, (str, bytes, bytearray)) or type(v).__module__ == "datetime":
+                raise ValueError  # (int() would parse text and bytes; times are not numbers)
             if dtype == "int64":
                 v_int = conv(v)
+                if v_int != v:  # Decimal("1.5"), Fraction(3, 2): int() would truncate
+                    why = ", which is not an integer"
+                    raise ValueError
                 if not -2 ** 63 <= v_int <= _INT64_MAX:
                     why = ", " + _RANGE
                     raise OverflowError

@@ -257,18 +257,37 @@ def _encode_all(cols, schema: Schema, symbols) -> np.ndarray:
     return data
 
 
+_DIFF_LIMIT = 2 ** 62  # a diff's magnitude: sums of a few stay in int64 (|multiplicity| beyond this is an error)
+
+
 def diffs_array(diffs, n: int) -> np.ndarray:
-    d = np.asarray(diffs)
+    """The diffs of ``n`` rows as int64: one integer (every row) or one per row, each of magnitude
+    below 2**62. Anything else (fractions, NaN, infinities, strings, None, out-of-range numbers) is
+    refused with the row it concerns, before any row is taken."""
+    try:
+        d = np.asarray(diffs)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise SchemaError(f"diffs must be integers, got {diffs!r} ({e})") from None
     if d.ndim == 0:
-        d = np.full(n, int(d), np.int64)
+        d = np.full(n, d)
     if d.shape != (n,):
         raise SchemaError(f"diffs must be one integer per row ({n}), got shape {d.shape}")
-    if d.dtype.kind == "u" and (d > np.uint64(2 ** 63 - 1)).any():
-        i = int(np.flatnonzero(d > np.uint64(2 ** 63 - 1))[0])
-        raise SchemaError(f"diffs must fit in int64, but row {i} has diff {d[i].item()}")
-    if d.dtype.kind not in "iu":
-        if d.dtype.kind == "f" and np.all(np.floor(d) == d):
-            d = d.astype(np.int64)
-        else:
-            raise SchemaError(f"diffs must be integers, got {d.dtype}")
+    if d.dtype.kind == "b" or d.dtype.kind not in "iuf" and not (d.dtype.kind == "O" and n == 0):
+        if d.dtype.kind == "O":  # Python ints beyond int64, or mixed objects: check each as a number
+            bad = [i for i, x in enumerate(d.tolist())
+                   if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or abs(int(x)) >= _DIFF_LIMIT]
+            if bad:
+                raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {bad[0]} has "
+                                  f"diff {d[bad[0]]!r}")
+            return np.array([int(x) for x in d.tolist()], dtype=np.int64)
+        raise SchemaError(f"diffs must be integers, got {d.dtype}")
+    if d.dtype.kind == "f":
+        ok = np.isfinite(d) & (np.floor(d) == d)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise SchemaError(f"diffs must be integers, but row {i} has diff {d[i].item()!r}")
+    big = np.abs(d.astype(np.float64)) >= _DIFF_LIMIT if len(d) else np.zeros(0, bool)
+    if big.any():
+        i = int(np.flatnonzero(big)[0])
+        raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {i} has diff {d[i].item()!r}")
     return np.array(d, dtype=np.int64)  # a copy of our own: writeable and contiguous (one kernel signature)

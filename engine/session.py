@@ -32,6 +32,8 @@ from .scope import at_epoch, epoch_of, last_complete
 from .trace import Trace
 
 
+_MAX_EPOCH = 2 ** 63 - 1  # times are int64
+
 class InputSession:
     """Feeds rows into an engine input. Rows inserted since the last ``advance_to`` belong to the
     current epoch; ``advance_to(e)`` closes every epoch before ``e`` and makes them visible to the
@@ -108,6 +110,9 @@ class InputSession:
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
             raise TypeError(f"epoch must be an integer, not {type(epoch).__name__}")
         epoch = int(epoch)
+        if epoch > _MAX_EPOCH:
+            raise UsageError(f"input {self.name!r}: epochs are int64 times; advance_to({epoch}) is beyond the last "
+                             f"one, {_MAX_EPOCH}")
         self._check()
         with self._lock:
             if epoch <= self.epoch:
