@@ -31,6 +31,9 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
             if set(r) != set(keys):
                 raise SchemaError(f"record {i} has keys {sorted(r)}; record 0 has {sorted(keys)}")
         return _from_mapping({k: [r[k] for r in rows] for k in keys}, schema, symbols, "the records")
+    if rows is None or isinstance(rows, (str, bytes, int, float, bool, np.generic)) or not hasattr(rows, "__iter__"):
+        raise SchemaError(f"rows must be a list of tuples, a dict of columns, or a pandas/Arrow/Spark DataFrame; "
+                          f"got {type(rows).__name__} {rows!r:.80}")
     if isinstance(rows, np.ndarray) and rows.ndim == 2:
         if rows.shape[1] != len(schema):
             raise SchemaError(f"a 2-D array of rows needs {len(schema)} columns {list(schema.names)}, "
@@ -205,6 +208,10 @@ class Coded:
 
 
 def _check_names(names, schema: Schema, what: str):
+    dup = sorted({str(n) for n in names if list(names).count(n) > 1})
+    if dup:
+        raise SchemaError(f"{what} has several columns named {', '.join(map(repr, dup))} (schema "
+                          f"{list(schema.names)}); rename or drop the extra ones first")
     missing = [n for n in schema.names if n not in names]
     extra = [n for n in names if n not in schema.names]
     if missing or extra:
@@ -222,6 +229,10 @@ def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
     # ints beyond int64 with negative ones)
     cols = [mapping[n] if isinstance(mapping[n], (list, tuple, Coded)) else np.asarray(mapping[n])
             for n in schema.names]
+    for n, c in zip(schema.names, cols):
+        if isinstance(c, np.ndarray) and c.ndim != 1:
+            raise SchemaError(f"column {n!r} of {what} must be a sequence of values (one per row), got "
+                              + (f"the single value {c.item()!r}" if c.ndim == 0 else f"an array of shape {c.shape}"))
     lengths = {len(c) for c in cols}
     if len(lengths) > 1:
         raise SchemaError(f"columns of {what} have different lengths: "

@@ -55,6 +55,8 @@ class Engine:
         ``rows`` are inserted at epoch 0; if they cannot be (a bad value, an interrupt) no input is
         created, so the name stays free for a corrected retry."""
         self._live()
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"an input's name must be a non-empty str, got {name!r}")
         if isinstance(columns, str):
             columns = [columns]
         schema = Schema.of(columns, dtypes)

@@ -123,7 +123,12 @@ class FlatMapOp(UserFunctionOp):
                 if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
                     raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
                 cols, how = res
-                how = np.asarray(how, dtype=np.int64).reshape(-1)
+                how = np.asarray(how).reshape(-1)
+                if how.dtype.kind not in "iub" and len(how) and not (
+                        how.dtype.kind == "f" and np.all(np.floor(how) == how)):
+                    raise SchemaError(f"the flat_map function's index or repeat counts must be integers, got "
+                                      f"{how.dtype} values such as {how[:3].tolist()}")
+                how = how.astype(np.int64)
                 lengths = {len(np.atleast_1d(v)) for v in cols.values()}
                 n_out = max(lengths) if lengths else 0
                 idx = flat_map_rows(self.repeat, how, len(b), n_out)
