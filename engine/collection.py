@@ -517,7 +517,8 @@ class Collection:
         by = _names(by, "by")
         spec = ReduceSpec(USER, len(out_schema), fn=fn, user_cols=list(range(len(columns))),
                           user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"},
-                          symbols=self.builder.engine.symbols, modes=[self._mode(c) for c in columns])
+                          out_dtypes=list(out_schema.dtypes), symbols=self.builder.engine.symbols,
+                          modes=[self._mode(c) for c in columns])
         _compile_user_reduce(spec, len(columns), site)
         return self._reduce(by, columns, spec, list(out_schema.names), list(out_schema.dtypes), "reduce")
 

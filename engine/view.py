@@ -74,6 +74,9 @@ class View:
             raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
         snap = trace.snapshot
         if at is not None:
+            if isinstance(at, (bool, np.bool_)) or not isinstance(at, (int, np.integer)):
+                raise UsageError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
+            at = int(at)
             up = snap.upper
             if up.elements and at >= epoch_of(up):
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
@@ -313,6 +316,8 @@ class Follower:
                 cols = self.view._decode(data)
                 cols["time"] = np.full(len(cnt), -1 if epoch is None else epoch, np.int64)
                 cols["diff"] = cnt
+                if not upper.elements:  # started after every input closed: nothing more will come
+                    self.end(self._error)
                 return pd.DataFrame(cols)
             if not data:
                 if not upper.elements:

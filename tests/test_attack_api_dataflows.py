@@ -1,7 +1,8 @@
 """Attacks on dataflows through the public API: user functions that mutate their inputs, raise, or return
 values of the wrong type; reads outside the kept history; followers of finished views; interrupts.
 
-Tests named ``test_bug_*`` assert the documented behaviour and fail on the code as it is (see repro/)."""
+Tests named ``test_bug_*`` assert the documented behaviour for bugs the attack found (each failed before its
+fix)."""
 import _thread
 import threading
 import time
@@ -120,7 +121,7 @@ def test_bug_reduce_bool_output_of_2_is_refused_or_normalised(eng):
     except kp.DataflowError:
         return  # refusing the value is fine too
     assert rows(v) == [(1, True), (2, True)]
-    assert rows(j) == [(1, True), (2, True)]
+    assert rows(j) == [(True, 1), (True, 2)]  # (a join's columns: the key, then the left's others)
 
 
 def test_bug_reduce_str_output_of_an_unknown_id_is_a_clear_error(eng):

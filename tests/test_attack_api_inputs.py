@@ -2,7 +2,7 @@
 rule: bad input raises a SchemaError (or UsageError) naming the column/row and what was expected, and
 changes nothing; the input's earlier rows and every view stay intact and correct.
 
-Tests named ``test_bug_*`` assert the documented behaviour and fail on the code as it is (see repro/)."""
+Tests named ``test_bug_*`` assert the documented behaviour for bugs an attack found (each failed before its fix)."""
 import datetime
 import decimal
 import fractions

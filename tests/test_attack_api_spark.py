@@ -2,7 +2,7 @@
 decimals, reordered columns, and a streaming batch function given float diffs. One local session from the
 shared ``spark`` fixture (skipped without Java, as tests/test_spark.py is).
 
-Tests named ``test_bug_*`` assert the documented behaviour and fail on the code as it is (see repro/)."""
+Tests named ``test_bug_*`` assert the documented behaviour for bugs an attack found (each failed before its fix)."""
 import numpy as np
 import pytest
 

@@ -40,6 +40,7 @@ class ReduceSpec:
     user_cols: list = field(default_factory=list)
     user_float: bool = False
     out_float: bool = False        # USER: output buffer dtype
+    out_dtypes: list = field(default_factory=list)  # USER: the output columns' dtypes (bool and str are checked)
     symbols: object = None
     modes: list = field(default_factory=list)  # per input value column: MODE_INT, MODE_FLOAT or MODE_RANK
 
@@ -218,7 +219,9 @@ class ReduceOp(Operator):
             des_vals = out.view(np.int64) if spec.out_float else out.astype(np.int64, copy=False)
             if spec.out_float:
                 des_vals = _canonical_floats(des_vals)
-            return des_off, des_cnt, np.ascontiguousarray(des_vals)
+            des_vals = np.ascontiguousarray(des_vals)
+            _check_user_outputs(des_vals, spec)
+            return des_off, des_cnt, des_vals
         A = len(acc_row)
         out = np.zeros((spec.out_kv, max(A, 1)), np.int64)
         fvals = ivals.view(np.float64)
@@ -243,6 +246,20 @@ class ReduceOp(Operator):
                                                      np.ascontiguousarray(times), np.ones(n, np.int64))
         rep = np.diff(koff)
         self.pending[s] = (np.repeat(okh, rep), np.repeat(okeys, rep, axis=1), otimes)
+
+
+def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec):
+    """A user reduce's bool outputs as 0/1 (any non-zero is True, as NumPy converts), and its str
+    outputs checked to be interned ids (in place: the buffer is the step's own)."""
+    for i, dt in enumerate(spec.out_dtypes):
+        if dt == "bool":
+            vals[i] = vals[i] != 0
+        elif dt == "str":
+            bad = (vals[i] < 0) | (vals[i] >= len(spec.symbols))
+            if bad.any():
+                raise ValueError(f"the reduce function returned {int(vals[i][bad][0])} for output column {i} "
+                                 f"(str), which is no string's id: a str output must be an id the function "
+                                 f"received from a str input column")
 
 
 def _canonical_floats(bits: np.ndarray) -> np.ndarray:
