@@ -167,7 +167,12 @@ def _schema_of(obj, kind: str):
         cols = {n: np.asarray(v) for n, v in obj.items()}
     dtypes = {}
     for n, col in cols.items():
-        ext = _EXTENSION_KINDS.get(col.dtype.kind) if kind == "pandas" and not isinstance(col.dtype, np.dtype) else None
+        ext = None
+        if kind == "pandas" and not isinstance(col.dtype, np.dtype):
+            if getattr(col.dtype, "name", "") == "category":  # the categories' type, not the codes' object
+                col = col.cat.categories.to_series()
+            else:
+                ext = _EXTENSION_KINDS.get(col.dtype.kind)
         try:
             dtypes[n] = ext or infer_dtype(col.to_numpy() if kind == "pandas" else col)
         except KpgnbError as e:
@@ -209,17 +214,19 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
 
     replaced = spec.replace and spec.name in eng.dataflows()
     builder = eng.dataflow(spec.name, replace=spec.replace)
-    # the body runs in a copy of the namespace: its assignments reach the notebook only if the cell succeeds
-    scope = dict(ns)
+    # the body runs in the notebook's namespace (functions it defines see the notebook's later values, as
+    # any cell's do), which is put back as it was if the cell fails
+    saved = dict(ns)
     injected = {"df": builder}
     try:
         with builder:
             for name, src in sources.items():
                 injected[name] = builder.input(src)
-            scope.update(injected)
-            exec(code, scope)  # noqa: S102 - the cell's own code
+            ns.update(injected)
+            exec(code, ns)  # noqa: S102 - the cell's own code
             t0 = time.perf_counter()
     except BaseException as e:
+        _restore(ns, saved)
         drop_loaded(eng, created)
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -232,21 +239,34 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             wait(eng, handle, warmer, first=True)
     except CellError as e:
         if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
-            _bind(ns, scope, injected, handle, spec.output)
+            _bind(ns, saved, injected, handle, spec.output)
         else:
+            _restore(ns, saved)
             drop_loaded(eng, created)  # its dataflow was dropped again
         raise
-    _bind(ns, scope, injected, handle, spec.output)
+    _bind(ns, saved, injected, handle, spec.output)
     return handle
 
 
-def _bind(ns: dict, scope: dict, injected: dict, handle: DataflowHandle, output: str | None):
-    """The cell's own assignments, then its views by name, then ``-o VAR``, into the notebook. A view is
-    not bound over a module, function or class of the notebook's (``kp``, ``pd``), nor under a name that
-    is not an identifier; a line says so."""
-    for k, v in scope.items():
-        if injected.get(k, _UNSET) is not v and (k not in ns or ns[k] is not v):
+def _restore(ns: dict, saved: dict):
+    """The namespace as it was before the cell (what it added removed, what it changed or deleted back)."""
+    for k in [k for k in ns if k not in saved]:
+        del ns[k]
+    for k, v in saved.items():
+        if ns.get(k, _UNSET) is not v:
             ns[k] = v
+
+
+def _bind(ns: dict, saved: dict, injected: dict, handle: DataflowHandle, output: str | None):
+    """After the cell: the names it was given (``df``, its inputs) back as they were unless it assigned
+    them itself, then its views by name, then ``-o VAR``. A view is not bound over a module, function or
+    class of the notebook's (``kp``, ``pd``), nor under a name that is not an identifier; a line says so."""
+    for k, v in injected.items():
+        if ns.get(k, _UNSET) is v:
+            if k in saved:
+                ns[k] = saved[k]
+            else:
+                del ns[k]
     bind_views(ns, handle.views)
     if output:
         ns[output] = handle
