@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+from datalog_reference import churn_step
+
 DOM = 6
 STRS = ["a", "b", "cc", "d d"]
 FLOATS = [0.5, 1.25, -2.0, 3.0, 0.1]
@@ -334,26 +336,7 @@ def stream(seed, epochs, initial=12, churn=5):
         rows = [tuple(random_value(rng, t, p, i) for i, t in enumerate(types)) for _ in range(n)]
         init[p] = rows
         state[p].update(rows)
-    steps = []
-    for _ in range(epochs):
-        step = {}
-        for p, types in INPUTS.items():
-            ins, rem = [], []
-            for _ in range(rng.randint(0, churn)):
-                present = [r for r, c in state[p].items() if c > 0]
-                r = rng.random()
-                if present and r < 0.45:
-                    row = rng.choice(present)
-                    rem.append(row)
-                    state[p][row] -= 1
-                elif present and r < 0.55:
-                    row = rng.choice(present)
-                    ins.append(row)
-                    state[p][row] += 1
-                else:
-                    row = tuple(random_value(rng, t, p, i) for i, t in enumerate(types))
-                    ins.append(row)
-                    state[p][row] += 1
-            step[p] = (ins, rem)
-        steps.append(step)
+    steps = [{p: churn_step(rng, state[p], churn,
+                            lambda p=p, types=types: tuple(random_value(rng, t, p, i) for i, t in enumerate(types)))
+              for p, types in INPUTS.items()} for _ in range(epochs)]
     return init, steps

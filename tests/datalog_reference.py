@@ -550,26 +550,28 @@ def update_stream(seed: int, epochs: int, inputs=INPUTS, initial=10, churn=5):
         rows = random_rows(rng, k, initial if k == 2 else max(2, initial // 3))
         init[p] = rows
         state[p].update(rows)
-    steps = []
-    for _ in range(epochs):
-        step = {}
-        for p, k in inputs.items():
-            ins, rem = [], []
-            for _ in range(rng.randint(0, churn)):
-                present = [r for r, c in state[p].items() if c > 0]
-                r = rng.random()
-                if present and r < 0.45:
-                    row = rng.choice(present)
-                    rem.append(row)
-                    state[p][row] -= 1
-                elif present and r < 0.55:
-                    row = rng.choice(present)  # a duplicate
-                    ins.append(row)
-                    state[p][row] += 1
-                else:
-                    row = tuple(rng.randrange(DOM) for _ in range(k))
-                    ins.append(row)
-                    state[p][row] += 1
-            step[p] = (ins, rem)
-        steps.append(step)
+    steps = [{p: churn_step(rng, state[p], churn, lambda k=k: tuple(rng.randrange(DOM) for _ in range(k)))
+              for p, k in inputs.items()} for _ in range(epochs)]
     return init, steps
+
+
+def churn_step(rng: random.Random, state: Counter, churn: int, fresh) -> tuple:
+    """One epoch's (insertions, removals) of an input whose rows are ``state`` (updated): up to ``churn``
+    changes, each removing a present row, duplicating one, or inserting ``fresh()``."""
+    ins, rem = [], []
+    for _ in range(rng.randint(0, churn)):
+        present = [r for r, c in state.items() if c > 0]
+        r = rng.random()
+        if present and r < 0.45:
+            row = rng.choice(present)
+            rem.append(row)
+            state[row] -= 1
+        elif present and r < 0.55:
+            row = rng.choice(present)  # a duplicate
+            ins.append(row)
+            state[row] += 1
+        else:
+            row = fresh()
+            ins.append(row)
+            state[row] += 1
+    return ins, rem
