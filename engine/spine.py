@@ -364,7 +364,6 @@ class Spine:
             # retried once the spine grew, or once the frontier passed every time of the result
             self._guard = (int(BLOAT * self._records), out.time_range[1])
 
-
     def _merged(self, older: Batch, newer: Batch, since: Antichain) -> Batch:
         """Two adjacent batches merged completely (a small merge, never one in progress)."""
         faults.point("merge")
