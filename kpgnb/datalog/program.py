@@ -315,6 +315,7 @@ class Goal:
             self._session.advance_to(epoch)
             (self._session.insert if ask else self._session.remove)([row])
             (self._asked.add if ask else self._asked.discard)(row)
+            epoch = self._session.epoch  # (an input's advance on another thread may have carried it on)
             if any(s.epoch == epoch and s.buffered for s in base):
                 return
             self._session.advance_to(epoch + 1)
