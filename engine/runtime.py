@@ -182,7 +182,7 @@ class Engine:
         except EngineError:
             pass  # closed engine
 
-    def arrangements(self, live: bool = False) -> list:
+    def arrangements(self, live: bool = False, snapshot: EngineSnapshot | None = None) -> list:
         """Every arrangement the engine maintains, exported or internal, inputs included: one dict each
         with ``name`` (the catalog name of an export, ``input:NAME``, else the operator's label),
         ``dataflow``, ``kind`` (input, export or internal), ``exports`` (the catalog names it is exported
@@ -193,8 +193,9 @@ class Engine:
         furthest back, when it is more than an epoch behind). Reads published snapshots and the readers'
         frontiers only, so any thread may call it while the engine runs. With ``live=True`` each also
         reports ``live``: the records it would hold if fully merged and compacted to its readers' frontier
-        (exact, and costs a pass over every trace)."""
-        snap = self.snapshot()
+        (exact, and costs a pass over every trace). ``snapshot``: read that engine snapshot (``stats`` reads
+        all its parts from one)."""
+        snap = snapshot or self.snapshot()
         exported: dict = {}
         for cname, entry in sorted(snap.catalog.items()):
             tr = entry.live_trace()
@@ -226,7 +227,7 @@ class Engine:
                         add(tr, cnames[0] if cnames else tname, label, "export" if cnames else "internal")
         return rows
 
-    def dataflow_stats(self, retired: bool = False) -> list:
+    def dataflow_stats(self, retired: bool = False, snapshot: EngineSnapshot | None = None) -> list:
         """Every installed dataflow (with ``retired``, also dropped ones kept for their read exports): one
         dict each with ``name``, ``status``, ``error`` (text), ``operators``, ``busy_s``, ``steps``, its
         output ``frontier`` (and ``epoch``, its first epoch not final), its ``inputs`` (name -> the epoch
@@ -234,7 +235,7 @@ class Engine:
         behind them (``lag_epochs``, and ``lag_s``: seconds since the oldest ``advance_to`` it does not
         reflect yet, or since its install if later), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
         ``updated_at`` (wall-clock time its frontier last moved). Any thread may call it."""
-        snap = self.snapshot()
+        snap = snapshot or self.snapshot()
         sessions = self.inputs()
         now = time.perf_counter()
         out = []
@@ -302,12 +303,12 @@ class Engine:
         """Sizes and frontiers of every arrangement (``arrangements()``), dataflow status and progress
         (``dataflow_stats()``), latencies and worker load. With ``live=True`` each arrangement also
         reports ``live`` (see ``arrangements``)."""
-        snap = self.snapshot()
+        snap = self.snapshot()  # every part from this one snapshot: a dataflow listed anywhere is in all
         lat = np.array(self._scheduler.latency_samples()) * 1e3
         return {
             "workers": self.workers,
-            "arrangements": self.arrangements(live),
-            "dataflows": self.dataflow_stats(),
+            "arrangements": self.arrangements(live, snap),
+            "dataflows": self.dataflow_stats(snapshot=snap),
             "inputs": [{"name": n, "epoch": s.epoch, "closed": s.closed,
                         "failure": None if n not in snap.inputs or snap.inputs[n].failure is None
                         else str(snap.inputs[n].failure)} for n, s in self.inputs().items()],
@@ -317,18 +318,23 @@ class Engine:
             "shard_busy_s": self._pool.busy.tolist(),
             "rounds": snap.rounds,
             "error": None if snap.error is None else str(snap.error),
-            "ife": self.ife_stats(),
+            "ife": self.ife_stats(snap),
         }
 
-    def ife_stats(self) -> list:
+    def ife_stats(self, snapshot: EngineSnapshot | None = None) -> list:
         """Per iterative-frontier-expansion operator (``Collection.ife``, ``kpgnb.graphs``' memory modes):
         ``dataflow``, ``operator``, ``mode`` (full, jod or drop), ``state_differences`` and
         ``join_differences`` (records kept), ``dropped`` (dropped pairs remembered), ``dropped_total``,
         ``recomputed`` (states recomputed because their entry was dropped), and ``bytes`` of each
         structure (``state``, ``join``, ``dropped_tracker``). Any thread; each figure is at most one step
-        old."""
+        old. Only dataflows the (given, else current) snapshot lists are reported."""
+        snap = snapshot or self.snapshot()
+        live = self._scheduler.dataflows
         out = []
-        for name, df in list(self._scheduler.dataflows.items()):
+        for name, info in snap.dataflows.items():
+            df = live.get(name)
+            if df is None or df.serial != info.serial:
+                continue
             graph = df.graph
             builder = getattr(graph, "builder", None)
             reports = list(builder.reports) if builder is not None else []

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import sys
 import threading
 import time
 import weakref
@@ -37,6 +38,7 @@ SLICE_S = 0.05  # a dataflow runs this long before the next one gets its turn
 PUBLISH_S = 0.5  # during a long computation, statistics are published this often
 IDLE_S = 0.02  # merges are finished after this long without commands (a closed loop of updates never waits for it)
 IDLE_FUEL = 20_000  # rows of merging per shard per idle maintenance step (a fraction of a millisecond)
+SWITCH_S = 0.001  # the interpreter's thread switch interval, at most (see Scheduler.__init__)
 
 
 _SERIALS = itertools.count(1)
@@ -182,6 +184,11 @@ class Scheduler:
         self._slice_end = 0.0
         self._untidied = False         # operators stepped or seals applied since tidying last ran after a step
         self._turn = 0                 # where the next pass over the dataflows starts (round robin)
+        # Kernels release the GIL, and each call takes it back: with another thread busy in Python (a cell
+        # polling eng.stats() in a loop) every take waits a whole switch interval, 5 ms by default, and a
+        # step of a few thousand kernel calls stalls for seconds. A 1 ms interval bounds that.
+        if sys.getswitchinterval() > SWITCH_S:
+            sys.setswitchinterval(SWITCH_S)
         self.thread = threading.Thread(target=self._loop, name="kpgnb-scheduler", daemon=True)
         self.thread.start()
 
