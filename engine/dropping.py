@@ -40,15 +40,17 @@ class Drop:
     seed: int = 0
 
     def __post_init__(self):
-        if not 0.0 <= float(self.p) <= 1.0:
-            raise ValueError(f"Drop(p={self.p!r}): p is a probability, between 0 and 1")
+        if not _real(self.p) or not 0.0 <= float(self.p) <= 1.0:
+            raise ValueError(f"Drop(p={self.p!r}): p is a probability, a number between 0 and 1")
+        if isinstance(self.seed, (bool, np.bool_)) or not isinstance(self.seed, (int, np.integer)):
+            raise ValueError(f"Drop(seed={self.seed!r}): an int")
         if self.policy not in ("degree", "random"):
             raise ValueError(f"Drop(policy={self.policy!r}): choose 'degree' or 'random'")
         if self.tracker not in ("exact", "bloom"):
             raise ValueError(f"Drop(tracker={self.tracker!r}): choose 'exact' or 'bloom'")
         if not isinstance(self.tau_min, (int, np.integer)) or self.tau_min < 0:
             raise ValueError(f"Drop(tau_min={self.tau_min!r}): a degree, an int >= 0")
-        if not 0.0 <= float(self.tau_max_percentile) <= 100.0:
+        if not _real(self.tau_max_percentile) or not 0.0 <= float(self.tau_max_percentile) <= 100.0:
             raise ValueError(f"Drop(tau_max_percentile={self.tau_max_percentile!r}): a percentile, 0 to 100")
         if not isinstance(self.bloom_bits, (int, np.integer)) or self.bloom_bits < 64:
             raise ValueError(f"Drop(bloom_bits={self.bloom_bits!r}): at least 64 bits")
@@ -62,6 +64,11 @@ class Drop:
         if self.policy == "degree":
             pick = np.where(degree < self.tau_min, True, np.where(degree > tau_max, False, pick))
         return pick
+
+
+def _real(x) -> bool:
+    """A number (not text, not a bool)."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
 def _uniform(kh, rounds, seed) -> np.ndarray:

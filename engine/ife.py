@@ -19,7 +19,7 @@ import numpy as np
 from .columns import SchemaError
 from .dataflow import Site
 from .dropping import Drop
-from .operators.ife import AGGS, IfeOp, IfeSpec
+from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints
 
 MODES = ("full", "jod", "drop")
 
@@ -117,6 +117,10 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
         raise SchemaError(f"{who}: the state column {value!r} must be int64 or float64, not {vdt}")
     groups = key[:len(key) - len(node)]
     payload = [c for c in edges.schema.names if c not in src + dst]
+    for c in payload:
+        if edges.schema.dtype(c) == "str":
+            raise SchemaError(f"{who}: edge payload column {c!r} is str; messages compute on numbers "
+                              f"(int64, float64, bool)")
     call, degree, _ = _message_adapter(message, value, payload, who)
     state = start.select(*key, value) if list(start.schema.names) != key + [value] else start
     edges_ = edges.select(*(src + dst + payload)) if list(edges.schema.names) != src + dst + payload else edges
@@ -173,7 +177,8 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
             out = {g: np.asarray(c[g])[keep] for g in groups}
             for n_, d_ in zip(node, dst):
                 out[n_] = np.asarray(c[rnames[d_]])[keep]
-            out[value] = res[keep].astype(np.float64 if dtypes[value] == "float64" else np.int64)
+            res = res[keep]
+            out[value] = res.astype(np.float64) if dtypes[value] == "float64" else message_ints(res)
             return out, np.flatnonzero(keep)
         msgs = j.flat_map(emit, out={c: dtypes[c] for c in key + [value]}, repeat=False)
         entry = state if start_rounds is None else state.enter_at(d.scope, start_rounds)

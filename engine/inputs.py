@@ -297,7 +297,12 @@ def diffs_array(diffs, n: int) -> np.ndarray:
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             raise SchemaError(f"diffs must be integers, but row {i} has diff {d[i].item()!r}")
-    big = np.abs(d.astype(np.float64)) >= _DIFF_LIMIT if len(d) else np.zeros(0, bool)
+    if d.dtype.kind == "u":
+        big = d >= np.uint64(_DIFF_LIMIT)
+    elif d.dtype.kind == "i":  # (compared as ints: 2**62 - 1 as a float64 rounds up to 2**62)
+        big = (d >= _DIFF_LIMIT) | (d <= -_DIFF_LIMIT)
+    else:
+        big = np.abs(d) >= float(_DIFF_LIMIT)
     if big.any():
         i = int(np.flatnonzero(big)[0])
         raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {i} has diff {d[i].item()!r}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .engine.collection import Variable
+from .engine.errors import SchemaError
 
 
 def bfs(edges, roots):
@@ -101,11 +102,24 @@ def sssp(edges, sources, memory: str = "full", drop=None):
     (src, dst, w) with non-negative weights (int or float), ``sources`` (source). Output (source, node,
     dist): every node reachable from a source, with its distance (the paper's SPSP workload).
     ``memory`` is "full", "jod" or "drop" (with ``drop=kp.Drop(...)``): see ``Collection.ife``."""
-    dist_dtype = np.float64 if edges.schema.dtype("w") == "float64" else np.int64
+    wt = edges.schema.dtype("w")
+    if wt not in ("int64", "float64"):
+        raise SchemaError(f"sssp: the weight column 'w' must be int64 or float64, not {wt}")
+    dist_dtype = np.float64 if wt == "float64" else np.int64
     start = sources.map(lambda source: {"source": source, "node": source,
                                         "dist": np.zeros(len(source), dist_dtype)})
-    return start.ife(edges.select("src", "dst", "w"), key=["source", "node"], node="node", value="dist",
+    # weights are data: each one is checked as it arrives (a negative cycle would never settle)
+    checked = edges.select("src", "dst", "w").inspect(_non_negative_weights)
+    return start.ife(checked, key=["source", "node"], node="node", value="dist",
                      message=lambda dist, w: dist + w, agg="min", memory=memory, drop=drop, name="sssp")
+
+
+def _non_negative_weights(cols, times, diffs):
+    w = cols["w"]
+    bad = ~(w >= 0) & (diffs > 0)  # (NaN too)
+    if bad.any():
+        raise ValueError(f"sssp: edge weights must be non-negative numbers, got {w[bad][0]!r} on the edge "
+                         f"{cols['src'][bad][0]!r} -> {cols['dst'][bad][0]!r}")
 
 
 def khop(edges, sources, k: int, memory: str = "full", drop=None):

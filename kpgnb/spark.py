@@ -197,6 +197,15 @@ class BatchFeeder:
                     _APPLIED.setdefault(self.input, {})[self.resume_key] = batch_id
 
     def _insert(self, batch_df) -> int:
+        if hasattr(batch_df, "columns") and hasattr(batch_df, "iloc"):  # pandas: read as the input reads it
+            if self.diff_col is None:                                  # (an empty frame has no Arrow types)
+                self.input.insert(batch_df)
+                return len(batch_df)
+            if self.diff_col not in batch_df.columns:
+                raise SchemaError(f"the micro-batch has no diff column {self.diff_col!r}; its columns are "
+                                  f"{list(batch_df.columns)}")
+            self.input.update(batch_df.drop(columns=[self.diff_col]), batch_df[self.diff_col].to_numpy())
+            return len(batch_df)
         table = _as_arrow(batch_df)
         if self.diff_col is None:
             self.input.insert(table)

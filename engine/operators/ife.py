@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..batch import Batch, form_shards
-from ..columns import UpdateBatch
+from ..columns import SchemaError, UpdateBatch
 from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
@@ -80,6 +80,22 @@ class _Rows:
 
     def __init__(self, q, vals, counts):
         self.q, self.vals, self.counts = q, vals, counts
+
+
+def message_ints(res: np.ndarray) -> np.ndarray:
+    """A message's values for an int64 state: integers (floats with no fractional part too); anything
+    else is an error, not a silent truncation."""
+    if res.dtype.kind in "iub":
+        return res.astype(np.int64)
+    if res.dtype.kind == "f":
+        ok = np.isfinite(res) & (np.floor(res) == res)
+        if ok.all():
+            return res.astype(np.int64)
+        bad = res[~ok][0]
+    else:
+        bad = res.reshape(-1)[0] if res.size else None
+    raise SchemaError(f"the message returned {res.dtype} values such as {bad!r} for an int64 state: return "
+                      f"integers, or make the state column float64")
 
 
 class IfeOp(Operator):
@@ -332,7 +348,7 @@ class IfeOp(Operator):
         if fl:
             res = res.astype(np.float64) + 0.0  # canonical: no -0.0
             return np.ascontiguousarray(res).view(np.int64), keep
-        return res.astype(np.int64), keep
+        return message_ints(res), keep
 
     def _aggregate(self, n, q, v, c):
         """Per query: the aggregate of its rows (value, multiplicity), ABSENT where it has none."""
