@@ -215,7 +215,8 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     replaced = spec.replace and spec.name in eng.dataflows()
     builder = eng.dataflow(spec.name, replace=spec.replace)
     # the body runs in the notebook's namespace (functions it defines see the notebook's later values, as
-    # any cell's do), which is put back as it was if the cell fails
+    # any cell's do), which is put back as it was if the cell fails; the names it is given (df, its
+    # inputs) are the notebook's only while the body runs, as running dataflows' functions may read them
     saved = dict(ns)
     injected = {"df": builder}
     try:
@@ -223,7 +224,10 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             for name, src in sources.items():
                 injected[name] = builder.input(src)
             ns.update(injected)
-            exec(code, ns)  # noqa: S102 - the cell's own code
+            try:
+                exec(code, ns)  # noqa: S102 - the cell's own code
+            finally:
+                _unbind(ns, saved, injected)
             t0 = time.perf_counter()
     except BaseException as e:
         _restore(ns, saved)
@@ -239,12 +243,12 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             wait(eng, handle, warmer, first=True)
     except CellError as e:
         if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
-            _bind(ns, saved, injected, handle, spec.output)
+            _bind(ns, handle, spec.output)
         else:
             _restore(ns, saved)
             drop_loaded(eng, created)  # its dataflow was dropped again
         raise
-    _bind(ns, saved, injected, handle, spec.output)
+    _bind(ns, handle, spec.output)
     return handle
 
 
@@ -257,16 +261,19 @@ def _restore(ns: dict, saved: dict):
             ns[k] = v
 
 
-def _bind(ns: dict, saved: dict, injected: dict, handle: DataflowHandle, output: str | None):
-    """After the cell: the names it was given (``df``, its inputs) back as they were unless it assigned
-    them itself, then its views by name, then ``-o VAR``. A view is not bound over a module, function or
-    class of the notebook's (``kp``, ``pd``), nor under a name that is not an identifier; a line says so."""
+def _unbind(ns: dict, saved: dict, injected: dict):
+    """The names the cell was given (``df``, its inputs) back as they were, unless it assigned them."""
     for k, v in injected.items():
         if ns.get(k, _UNSET) is v:
             if k in saved:
                 ns[k] = saved[k]
             else:
                 del ns[k]
+
+
+def _bind(ns: dict, handle: DataflowHandle, output: str | None):
+    """After the cell: its views by name, then ``-o VAR``. A view is not bound over a module, function or
+    class of the notebook's (``kp``, ``pd``), nor under a name that is not an identifier; a line says so."""
     bind_views(ns, handle.views)
     if output:
         ns[output] = handle
