@@ -108,18 +108,19 @@ def sssp(edges, sources, memory: str = "full", drop=None):
     dist_dtype = np.float64 if wt == "float64" else np.int64
     start = sources.map(lambda source: {"source": source, "node": source,
                                         "dist": np.zeros(len(source), dist_dtype)})
-    # weights are data: each one is checked as it arrives (a negative cycle would never settle)
-    checked = edges.select("src", "dst", "w").inspect(_non_negative_weights)
+    # weights are data: each one is checked as it arrives (a negative cycle would never settle); a
+    # filter that keeps every row, so that the Spark backend runs it too
+    checked = edges.select("src", "dst", "w").filter(_non_negative_weights)
     return start.ife(checked, key=["source", "node"], node="node", value="dist",
                      message=lambda dist, w: dist + w, agg="min", memory=memory, drop=drop, name="sssp")
 
 
-def _non_negative_weights(cols, times, diffs):
-    w = cols["w"]
-    bad = ~(w >= 0) & (diffs > 0)  # (NaN too)
+def _non_negative_weights(src, dst, w):
+    bad = ~(np.asarray(w) >= 0)  # (NaN too)
     if bad.any():
         raise ValueError(f"sssp: edge weights must be non-negative numbers, got {w[bad][0]!r} on the edge "
-                         f"{cols['src'][bad][0]!r} -> {cols['dst'][bad][0]!r}")
+                         f"{src[bad][0]!r} -> {dst[bad][0]!r}")
+    return np.ones(len(w), bool)
 
 
 def khop(edges, sources, k: int, memory: str = "full", drop=None):
