@@ -211,7 +211,7 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
             return arr.astype(np.int64)
         if arr.dtype.kind == "f":
             with np.errstate(invalid="ignore"):
-                bad = ~np.isfinite(arr) | (np.floor(arr) != arr) | (arr >= 2.0 ** 63) | (arr < -2.0 ** 63)
+                bad = ~whole(arr) | (arr >= 2.0 ** 63) | (arr < -2.0 ** 63)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 v = arr[i].item()
@@ -241,6 +241,12 @@ _NULL = "; kpgnb columns cannot hold nulls: drop or fill them first"
 
 def _is_null(v) -> bool:
     return v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType")
+
+
+def whole(a: np.ndarray) -> np.ndarray:
+    """bool mask: which values of a float array are finite whole numbers (what an int64 may take)."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(a) & (np.floor(a) == a)
 
 
 def _strict_bool(v):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import Schema, SchemaError, SymbolTable, encode_column
+from .columns import Schema, SchemaError, SymbolTable, encode_column, whole
 
 
 def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
@@ -283,20 +283,18 @@ def diffs_array(diffs, n: int) -> np.ndarray:
         d = np.full(n, d)
     if d.shape != (n,):
         raise SchemaError(f"diffs must be one integer per row ({n}), got shape {d.shape}")
-    if d.dtype.kind == "b" or d.dtype.kind not in "iuf" and not (d.dtype.kind == "O" and n == 0):
-        if d.dtype.kind == "O":  # Python ints beyond int64, or mixed objects: check each as a number
-            bad = [i for i, x in enumerate(d.tolist())
-                   if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or abs(int(x)) >= _DIFF_LIMIT]
-            if bad:
-                raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {bad[0]} has "
-                                  f"diff {d[bad[0]]!r}")
-            return np.array([int(x) for x in d.tolist()], dtype=np.int64)
+    if d.dtype.kind == "O":  # Python ints beyond int64, or mixed objects: each checked as a number
+        bad = [i for i, x in enumerate(d.tolist())
+               if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or abs(int(x)) >= _DIFF_LIMIT]
+        if bad:
+            raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {bad[0]} has "
+                              f"diff {d[bad[0]]!r}")
+        return np.array([int(x) for x in d.tolist()], dtype=np.int64)
+    if d.dtype.kind not in "iuf":
         raise SchemaError(f"diffs must be integers, got {d.dtype}")
-    if d.dtype.kind == "f":
-        ok = np.isfinite(d) & (np.floor(d) == d)
-        if not ok.all():
-            i = int(np.flatnonzero(~ok)[0])
-            raise SchemaError(f"diffs must be integers, but row {i} has diff {d[i].item()!r}")
+    if d.dtype.kind == "f" and not whole(d).all():
+        i = int(np.flatnonzero(~whole(d))[0])
+        raise SchemaError(f"diffs must be integers, but row {i} has diff {d[i].item()!r}")
     if d.dtype.kind == "u":
         big = d >= np.uint64(_DIFF_LIMIT)
     elif d.dtype.kind == "i":  # (compared as ints: 2**62 - 1 as a float64 rounds up to 2**62)

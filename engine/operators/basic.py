@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import form_arrays
-from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows
+from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows, whole
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
 from ..scope import enter, enter_at_times, enter_times, leave, leave_times, next_round
@@ -124,8 +124,7 @@ class FlatMapOp(UserFunctionOp):
                     raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
                 cols, how = res
                 how = np.asarray(how).reshape(-1)
-                if how.dtype.kind not in "iub" and len(how) and not (
-                        how.dtype.kind == "f" and np.all(np.floor(how) == how)):
+                if how.dtype.kind not in "iub" and len(how) and not (how.dtype.kind == "f" and whole(how).all()):
                     raise SchemaError(f"the flat_map function's index or repeat counts must be integers, got "
                                       f"{how.dtype} values such as {how[:3].tolist()}")
                 how = how.astype(np.int64)

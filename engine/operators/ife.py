@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..batch import Batch, form_shards
-from ..columns import SchemaError, UpdateBatch
+from ..columns import SchemaError, UpdateBatch, whole
 from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
@@ -88,7 +88,7 @@ def message_ints(res: np.ndarray) -> np.ndarray:
     if res.dtype.kind in "iub":
         return res.astype(np.int64)
     if res.dtype.kind == "f":
-        ok = np.isfinite(res) & (np.floor(res) == res)
+        ok = whole(res)
         if ok.all():
             return res.astype(np.int64)
         bad = res[~ok][0]
