@@ -84,3 +84,28 @@ def test_a_loop_fed_by_a_loop_settles_when_an_input_moves_after_install(workers)
         f.advance_to(2)
         eng.wait(view, timeout=60)
         assert view.to_pandas()["a"].tolist() == [2]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_join_whose_multiplicities_would_wrap_fails_instead_of_losing_rows(workers):
+    """A self-join of a row with diff 2**40 has multiplicity 2**80, which int64 wraps to 0: the row used to
+    vanish silently. The join now fails its dataflow and says why; products below 2**62 are exact."""
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("a", ["k"])
+        a.update([(1,), (2,)], [2**40, 2**30])
+        a.advance_to(1)
+        with eng.dataflow("ok") as df:
+            x = df.input("a").filter(lambda k: k == 2)
+            fine = x.join(x, on="k").view("fine")
+        eng.wait(fine)
+        assert fine.to_pandas(diffs=True).values.tolist() == [[2, 2**60]]
+        with eng.dataflow("bad") as df:
+            x = df.input("a")
+            big = x.join(x, on="k").view("big")
+        with pytest.raises(kp.DataflowError, match="multiplicity reaches 2\\*\\*62"):
+            eng.wait(big, timeout=60)
+        eng.drop("bad")
+        a.update([(2,)], [-2**30])
+        a.advance_to(2)
+        eng.wait(fine)
+        assert fine.to_pandas(diffs=True).values.tolist() == []

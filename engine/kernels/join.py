@@ -5,6 +5,9 @@ import numpy as np
 
 from . import kernel
 
+MAX_DIFF = (1 << 62) - 1   # the largest multiplicity a join may produce (inputs: the same bound)
+MAX_FACTOR = 1 << 31       # factors below this in magnitude cannot overflow it
+
 
 @kernel
 def product_total(aoff, boff):
@@ -16,8 +19,10 @@ def product_total(aoff, boff):
 
 @kernel
 def join_product(aoff, atimes, adiffs, boff, btimes, bdiffs, state, n):
-    """The next ``n`` output rows, resuming at state = [probe, a row, b row] (updated in place):
-    (probe index, a row, b row, lub time, diff product)."""
+    """The next ``n`` output rows, resuming at state = [probe, a row, b row, overflow] (updated in place):
+    (probe index, a row, b row, lub time, diff product). A product of magnitude 2**62 or more stops the
+    chunk and sets state[3]: int64 would wrap silently (2**40 x 2**40 is 0), and inputs keep diffs below
+    2**62 for the same reason."""
     d = atimes.shape[1]
     m = aoff.shape[0] - 1
     probe = np.empty(n, np.int64)
@@ -46,7 +51,13 @@ def join_product(aoff, atimes, adiffs, boff, btimes, bdiffs, state, n):
             x = atimes[i, c]
             y = btimes[j, c]
             times[w, c] = x if x > y else y
-        diffs[w] = adiffs[i] * bdiffs[j]
+        a = adiffs[i]
+        b = bdiffs[j]
+        if not (-MAX_FACTOR < a < MAX_FACTOR and -MAX_FACTOR < b < MAX_FACTOR):
+            if a != 0 and abs(b) > MAX_DIFF // abs(a):
+                state[3] = 1
+                break
+        diffs[w] = a * b
         w += 1
         j += 1
         if j >= boff[p + 1]:

@@ -29,7 +29,7 @@ class _Product:
 
     def __init__(self, pkeys, ha, hb):
         self.pkeys, self.ha, self.hb = pkeys, ha, hb
-        self.state = np.zeros(3, np.int64)
+        self.state = np.zeros(4, np.int64)
         self.remaining = int(product_total(ha.off, hb.off))
 
     @property
@@ -41,6 +41,9 @@ class _Product:
         n = min(limit, self.remaining)
         probe, arow, brow, times, diffs = join_product(ha.off, ha.times, ha.diffs, hb.off, hb.times, hb.diffs,
                                                        self.state, n)
+        if self.state[3]:
+            raise OverflowError(f"a join output's multiplicity reaches 2**62 or more (the product of two rows' "
+                                f"diffs); int64 multiplicities would wrap")
         self.remaining -= n
         if n == 0:
             return None
