@@ -539,7 +539,8 @@ class Collection:
         return var.set(result, max_rounds=max_rounds).leave()
 
     def ife(self, edges: "Collection", *, key, node, value, src="src", dst="dst", message, agg="min",
-            rounds=None, memory="full", drop=None, start_rounds=None, name="ife") -> "Collection":
+            rounds=None, memory="full", drop=None, start_rounds=None, symmetric=False,
+            name="ife") -> "Collection":
         """Iterative frontier expansion from this collection of start states (columns ``key`` + ``value``;
         ``node``, the last key columns, name the vertex): D_0 = agg(start), D_{r+1}(v) = agg(start(v) +
         message(D_r(u), edge) for each edge u -> v of ``edges`` (columns ``src``, ``dst`` and payload)),
@@ -547,12 +548,15 @@ class Collection:
         arguments by column (the state's ``value``, edge payload columns, ``degree`` for the sender's
         out-degree) and returns the candidates, or (candidates, keep mask). ``memory`` is "full"
         (join + reduce in ``iterate``), "jod" (join on demand: no join output kept) or "drop" (also drops
-        state differences as ``drop=kp.Drop(...)`` says); every mode gives the same collection. See
-        engine/ife.py."""
+        state differences as ``drop=kp.Drop(...)`` says); every mode gives the same collection.
+        ``symmetric=True`` promises that every edge u -> v comes with v -> u and the same payload (as
+        ``kpgnb.graphs.wcc`` builds them): "jod" and "drop" then find in-neighbours in the one arrangement
+        by source instead of keeping a second one by destination. See engine/ife.py."""
         self._live()
         from .ife import ife
         return ife(self, edges, key=key, node=node, value=value, src=src, dst=dst, message=message, agg=agg,
-                   rounds=rounds, memory=memory, drop=drop, start_rounds=start_rounds, name=name)
+                   rounds=rounds, memory=memory, drop=drop, start_rounds=start_rounds, symmetric=symmetric,
+                   name=name)
 
     # -- outputs ------------------------------------------------------------------------------
     def view(self, name: str, history: int = 1) -> "View":

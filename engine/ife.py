@@ -80,7 +80,7 @@ def _message_adapter(message, value, payload, who):
 
 
 def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, agg="min", rounds=None,
-        memory="full", drop=None, start_rounds=None, name="ife"):
+        memory="full", drop=None, start_rounds=None, symmetric=False, name="ife"):
     """See ``Collection.ife``."""
     from .collection import Collection, _names
     who = f"ife({name!r})"
@@ -94,6 +94,8 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
         drop = Drop()
     if memory != "drop" and drop is not None:
         raise SchemaError(f"{who}: drop= applies to memory='drop' only (memory={memory!r})")
+    if not isinstance(symmetric, bool):
+        raise SchemaError(f"{who}: symmetric= takes True or False, got {symmetric!r}")
     if rounds is not None and (not isinstance(rounds, (int, np.integer)) or rounds < 0):
         raise SchemaError(f"{who}: rounds={rounds!r}; a number of rounds >= 0, or None for a fixed point")
     if agg == "sum" and rounds is None:
@@ -133,7 +135,8 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
         raise SchemaError(f"{who}: memory={memory!r} runs on the top-level epochs (which it processes in "
                           f"order); inside a loop use memory='full'")
     by_src = edges_.arrange_by(*src)
-    by_dst = edges_.arrange_by(*dst, vals=src + payload)
+    # in-neighbours: the edges by destination, which for symmetric edges are the edges by source
+    by_dst = by_src if symmetric else edges_.arrange_by(*dst, vals=src + payload)
     st = state.arrange_by(*key, vals=[value])
     pay_float = [edges_.schema.dtype(p) == "float64" for p in payload]
 

@@ -67,7 +67,8 @@ class View:
         return self._read(at, diffs)[0]
 
     def _read_raw(self, at, diffs):
-        """The engine's int64 column matrix and the multiplicities (rows repeated unless ``diffs``)."""
+        """The engine's int64 column matrix, the multiplicities (rows repeated unless ``diffs``) and the
+        first epoch the rows do not include (None: none is missing, every input closed)."""
         self._check()
         trace = self._trace()
         if trace is None:
@@ -81,6 +82,7 @@ class View:
             if up.elements and at >= epoch_of(up):
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
                                  f"call eng.wait(view) or read an earlier epoch")
+        upto = epoch_of(snap.upper) if at is None else at + 1
         try:
             keys, vals, cnt = self.op.handle.accumulate(at, snapshot=snap)
         except CompactedError as e:
@@ -94,15 +96,16 @@ class View:
             if not (cnt == 1).all():
                 idx = np.repeat(np.arange(len(cnt)), cnt)
                 data, cnt = data[:, idx], cnt[idx]
-        return data, cnt
+        return data, cnt, upto
 
     def _read(self, at, diffs):
-        """(columns as columns() gives them, number of rows): the count matters for a view of no columns."""
-        data, cnt = self._read_raw(at, diffs)
+        """(columns as columns() gives them, number of rows, the first epoch not included): the count matters
+        for a view of no columns."""
+        data, cnt, upto = self._read_raw(at, diffs)
         out = self._decode(data)
         if diffs:
             out["diff"] = cnt
-        return out, len(cnt)
+        return out, len(cnt), upto
 
     def _decode(self, data) -> dict:
         return {n: decode_column(data[i], d, self.engine.symbols)
@@ -110,16 +113,20 @@ class View:
 
     def to_pandas(self, at=None, diffs: bool = False):
         """The view as a pandas DataFrame (rows repeated by multiplicity, or with a ``diff`` column). A view
-        with no columns (e.g. ``threshold(by=[], ...)``) gives a frame of no columns and one row per row."""
+        with no columns (e.g. ``threshold(by=[], ...)``) gives a frame of no columns and one row per row.
+        ``df.attrs["epoch"]`` is the first epoch the rows do not include (None when every input is closed),
+        read from the same snapshot as the rows: ``view.epoch`` read separately may already be later."""
         import pandas as pd
-        out, n = self._read(at, diffs)
-        return pd.DataFrame(out, index=pd.RangeIndex(n))
+        out, n, upto = self._read(at, diffs)
+        df = pd.DataFrame(out, index=pd.RangeIndex(n))
+        df.attrs["epoch"] = upto
+        return df
 
     def to_arrow(self, at=None, diffs: bool = False):
         """The view as a pyarrow Table (int64, float64 -> double, bool, str -> string; rows repeated by
         multiplicity, or with an int64 ``diff`` column). Strings are built from the distinct ids, not row by
         row; an empty view keeps its column types."""
-        data, cnt = self._read_raw(at, diffs)
+        data, cnt, _ = self._read_raw(at, diffs)
         return arrow_table(data, self.schema, self.engine.symbols, {"diff": cnt} if diffs else None, len(cnt))
 
     def to_spark(self, spark, at=None, diffs: bool = False):

@@ -72,7 +72,7 @@ def wcc(edges, memory: str = "full", drop=None):
     # the nodes are the keys of the one arrangement of the edges (a reduce over it re-sorts nothing)
     nodes = sym.min(by="src", col="dst").map(lambda src: {"node": src, "label": src})
     return nodes.ife(sym, key="node", node="node", value="label", message=lambda label: label, agg="min",
-                     memory=memory, drop=drop, name="wcc",
+                     memory=memory, drop=drop, symmetric=True, name="wcc",
                      start_rounds=bit_length_rounds if memory == "full" else None)
 
 

@@ -29,7 +29,10 @@ HAND = [
 
 
 def view_counter(view, at=None) -> Counter:
-    cols = view.columns(at=at, diffs=True)
+    return counter_of(view.columns(at=at, diffs=True))
+
+
+def counter_of(cols) -> Counter:
     return Counter({(int(a), int(b)): int(d) for a, b, d in zip(cols["a"], cols["b"], cols["diff"]) if d})
 
 
@@ -91,15 +94,17 @@ def run_uneven(prog, seed, workers, steps=16):
             open_used = [cur[n] for n in used if n not in closed]
             want_epoch = min(open_used) if open_used else None
             # the view reflects at least every epoch all its inputs passed; it may be further on when its
-            # value does not depend on a lagging input (the reference then agrees at its frontier)
-            got_epoch = view.epoch
+            # value does not depend on a lagging input (the reference then agrees at its frontier), and it
+            # may move on while we read: the rows and their epoch come from one snapshot
+            read = view.to_pandas(diffs=True)
+            got_epoch = read.attrs["epoch"]
             if want_epoch is None:
                 assert got_epoch is None, (prog, step, got_epoch, cur, closed)
             else:
                 assert got_epoch is None or got_epoch >= want_epoch, (prog, step, got_epoch, want_epoch, cur, closed)
             want_epoch = got_epoch
             want = evaluate(prog, state_at(hist, want_epoch))
-            got = view_counter(view)
+            got = counter_of(read)
             assert got == want, (prog, step, "frontier", want_epoch, sorted((got - want).items()),
                                  sorted((want - got).items()))
             if want_epoch is not None and want_epoch > 0:

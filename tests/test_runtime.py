@@ -751,3 +751,38 @@ def test_an_input_follows_its_leader_while_idle():
         side.unfollow(lead)
         lead.advance_to(9)
         assert side.epoch == 6
+
+
+def test_to_pandas_says_which_epoch_its_rows_are():
+    """``df.attrs["epoch"]`` comes from the snapshot the rows were read from (``view.epoch`` read apart may
+    already be later, e.g. for a view that does not depend on a lagging input)."""
+    with kp.Engine(workers=1) as eng:
+        a = eng.input("a", ["x"])
+        b = eng.input("b", ["x"])
+        with eng.dataflow("d") as df:
+            v = df.input("a").view("v", history=10)
+            df.input("b").view("w")
+        for e in range(3):
+            a.insert([(e,)])
+            a.advance_to(e + 1)
+        b.advance_to(3)
+        eng.wait(v)
+        got = v.to_pandas()
+        assert got.attrs["epoch"] == 3 and sorted(got["x"]) == [0, 1, 2]
+        past = v.to_pandas(at=1)
+        assert past.attrs["epoch"] == 2 and sorted(past["x"]) == [0, 1]
+        # b lags: eng.wait(v) asks only for epoch 3, v moves on while it is read; the rows say which epoch
+        # they are
+        epochs = set()
+        for e in range(3, 60):
+            a.insert([(e,)])
+            a.advance_to(e + 1)
+            eng.wait(v)
+            got = v.to_pandas()
+            epochs.add(got.attrs["epoch"])
+            assert sorted(got["x"]) == list(range(got.attrs["epoch"]))
+        assert len(epochs) > 1
+        a.close()
+        b.close()
+        eng.wait(v)
+        assert v.to_pandas().attrs["epoch"] is None
