@@ -299,6 +299,11 @@ def test_bad_arguments():
                 s = df.input("sources").map(lambda source: {"source": source, "node": source, "dist": source * 0})
                 s.ife(df.input("edges"), key=["source", "node"], node="node", value="dist",
                       message=lambda dist, weight: dist + weight, memory="jod")
+        with pytest.raises(kp.SchemaError, match="symmetric= takes True or False"):
+            with eng.dataflow("x") as df:
+                s = df.input("sources").map(lambda source: {"source": source, "node": source, "dist": source * 0})
+                s.ife(df.input("edges"), key=["source", "node"], node="node", value="dist",
+                      message=lambda dist, w: dist + w, memory="jod", symmetric="yes")
         with pytest.raises(ValueError, match="policy='degre'"):
             kp.Drop(policy="degre")
         with pytest.raises(ValueError, match="p is a probability"):
@@ -354,3 +359,59 @@ def test_an_epoch_that_never_settles_can_be_dropped():
         assert (5, 6, 1) in rows(pv, ["src", "dst", "w"])
     finally:
         eng.close()
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_symmetric_edges_give_the_answer_of_two_arrangements(workers):
+    """ife(symmetric=True) reads in-neighbours from the arrangement by source; on edges that hold v -> u
+    with the same weight for every u -> v it must agree with the arrangement by destination, epoch by epoch."""
+    rng = np.random.default_rng(7 + workers)
+    und = Stream(rng, 20, 30)
+    with kp.Engine(workers=workers) as eng:
+        edges = eng.input("edges", ["src", "dst", "w"])
+        sources = eng.input("sources", ["source"], rows=[(0,), (3,)])
+
+        def sym(items):
+            return und.rows(items) + [(b, a, w) for (a, b), w in items]
+        edges.insert(sym(und.E.items()))
+        views = {}
+        for memory in ("jod", "drop"):
+            for symmetric in (False, True):
+                with eng.dataflow(f"{memory}{symmetric}") as df:
+                    s = df.input("sources").map(lambda source: {"source": source, "node": source,
+                                                                "dist": source * 0})
+                    d = s.ife(df.input("edges"), key=["source", "node"], node="node", value="dist",
+                              message=lambda dist, w: dist + w, memory=memory, symmetric=symmetric)
+                    views[memory, symmetric] = d.view("d")
+        for epoch in range(1, 7):
+            before = dict(und.E)
+            und_change(und, rng)
+            gone = [(k, w) for k, w in before.items() if und.E.get(k) != w]
+            new = [(k, w) for k, w in und.E.items() if before.get(k) != w]
+            if gone:
+                edges.remove(sym(gone))
+            if new:
+                edges.insert(sym(new))
+            edges.advance_to(epoch)
+            sources.advance_to(epoch)
+            eng.wait(None)
+            got = {k: rows(v, ["source", "node", "dist"]) for k, v in views.items()}
+            for memory in ("jod", "drop"):
+                assert got[memory, True] == got[memory, False], (epoch, memory)
+            assert got["jod", True], epoch
+
+
+def und_change(und, rng):
+    """Remove, reweight or add a few of ``und``'s undirected edges in place."""
+    for _ in range(int(rng.integers(1, 6))):
+        r = rng.random()
+        if und.E and r < 0.4:
+            k = list(und.E)[rng.integers(len(und.E))]
+            del und.E[k]
+        elif und.E and r < 0.6:
+            k = list(und.E)[rng.integers(len(und.E))]
+            und.E[k] = int(rng.integers(1, 10))
+        else:
+            a, b = (int(x) for x in rng.integers(0, und.n, 2))
+            if a != b and (b, a) not in und.E:
+                und.E[(a, b)] = int(rng.integers(1, 10))
