@@ -46,6 +46,11 @@ def _relax(lab, edges, start):
             .concat(start).min(by="node", col="label"))
 
 
+def _count(x) -> bool:
+    """Whether ``x`` is an int (not a bool, which Python counts as one)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def bit_length_rounds(label):
     """A label's round in ``wcc``: its bit length (0 for labels <= 0, and for non-integer labels), so
     label 0 and 1 start, 2-3 follow a round later, 4-7 after that... On a random graph a component's
@@ -66,11 +71,18 @@ def bit_length_rounds(label):
 
 def wcc(edges, memory: str = "full", drop=None):
     """Weakly connected components: every node labelled with the smallest node id of its component.
-    ``memory`` (full, jod or drop) and ``drop`` as in ``Collection.ife``; the answer is the same."""
+    ``memory`` (full, jod or drop) and ``drop`` as in ``Collection.ife``; the answer is the same. Node ids
+    are int64, float64 or str (str ids, ordered as strings, take memory="full": the memory modes keep
+    numeric states); "jod" and "drop" reserve the int64 minimum for "no label" and refuse it as a node id."""
     edges = edges.select("src", "dst")
     sym = edges.concat(edges.map(lambda src, dst: {"src": dst, "dst": src})).arrange_by("src")
     # the nodes are the keys of the one arrangement of the edges (a reduce over it re-sorts nothing)
     nodes = sym.min(by="src", col="dst").map(lambda src: {"node": src, "label": src})
+    if edges.schema.dtype("src") not in ("int64", "float64"):
+        if memory != "full" or drop is not None:
+            raise SchemaError(f"wcc: memory={memory!r} keeps numeric labels; node ids of type "
+                              f"{edges.schema.dtype('src')} take memory='full'")
+        return propagate_min_label(sym, nodes)
     return nodes.ife(sym, key="node", node="node", value="label", message=lambda label: label, agg="min",
                      memory=memory, drop=drop, symmetric=True, name="wcc",
                      start_rounds=bit_length_rounds if memory == "full" else None)
@@ -112,7 +124,19 @@ def sssp(edges, sources, memory: str = "full", drop=None):
     # filter that keeps every row, so that the Spark backend runs it too
     checked = edges.select("src", "dst", "w").filter(_non_negative_weights)
     return start.ife(checked, key=["source", "node"], node="node", value="dist",
-                     message=lambda dist, w: dist + w, agg="min", memory=memory, drop=drop, name="sssp")
+                     message=_path_length if wt == "int64" else lambda dist, w: dist + w, agg="min",
+                     memory=memory, drop=drop, name="sssp")
+
+
+def _path_length(dist, w):
+    """dist + w for int64 distances, refusing to wrap (weights are non-negative, so a sum below its
+    distance wrapped): a wrapped sum would be a negative distance."""
+    out = dist + w
+    if (out < dist).any():
+        i = np.flatnonzero(out < dist)[0]
+        raise OverflowError(f"sssp: a path length overflows int64 ({dist[i]} + weight {w[i]}); use "
+                            f"float64 weights for such lengths")
+    return out
 
 
 def _non_negative_weights(src, dst, w):
@@ -126,8 +150,8 @@ def _non_negative_weights(src, dst, w):
 def khop(edges, sources, k: int, memory: str = "full", drop=None):
     """The nodes within ``k`` hops of each source: ``edges`` (src, dst), ``sources`` (source). Output
     (source, node, hops), hops the fewest edges from the source (0 for the source itself)."""
-    if not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"khop needs k >= 0 hops, got {k!r}")
+    if not _count(k) or k < 0:
+        raise SchemaError(f"khop needs k >= 0 hops (an int), got {k!r}")
     start = sources.map(lambda source: {"source": source, "node": source, "hops": np.zeros(len(source), np.int64)})
     return start.ife(edges.select("src", "dst"), key=["source", "node"], node="node", value="hops",
                      message=lambda hops: (hops + 1, hops < k), agg="min", memory=memory, drop=drop, name="khop")
@@ -138,8 +162,12 @@ def pagerank(edges, iterations: int = 10, alpha: float = 0.85, memory: str = "fu
     differential dataflow's example: rank(v) = (1 - alpha) + alpha * sum over u -> v of rank(u) / outdeg(u),
     starting from 1 - alpha at every node with an edge. Output (node, rank), float64. Each round's sum is
     taken over the consolidated values of a node, so retractions cancel exactly."""
-    if not isinstance(iterations, (int, np.integer)) or iterations < 1:
-        raise ValueError(f"pagerank needs iterations >= 1, got {iterations!r}")
+    if not _count(iterations) or iterations < 1:
+        raise SchemaError(f"pagerank needs iterations >= 1 (an int), got {iterations!r}")
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
+            or not 0 <= alpha <= 1:
+        raise SchemaError(f"pagerank: alpha is the damping factor, a number from 0 to 1, got {alpha!r}")
+    alpha = float(alpha)
     edges = edges.select("src", "dst")
     nodes = edges.map(lambda src: {"node": src}).concat(edges.map(lambda dst: {"node": dst})).distinct()
     base = nodes.map(lambda node: {"node": node, "rank": np.full(len(node), 1.0 - alpha)})
@@ -154,10 +182,18 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     states and the labels' dtype, ``accept`` the accepting states. Output (source, node): the nodes a
     path from the source reaches whose labels spell a word the automaton accepts."""
     label_dtype = edges.schema.dtype("label")
-    trans = [(int(q), lab, int(q2)) for q, lab, q2 in transitions]
+    trans = []
+    for t in transitions:
+        if not isinstance(t, (tuple, list)) or len(t) != 3 or not _count(t[0]) or not _count(t[2]):
+            raise SchemaError(f"rpq: a transition is (state, label, next state) with int states, got {t!r}")
+        trans.append((int(t[0]), t[1], int(t[2])))
+    for q in [start_state, *accept]:
+        if not _count(q):
+            raise SchemaError(f"rpq: automaton states are ints, got {q!r} (start_state or accept)")
     labels = sorted({lab for _, lab, _ in trans}, key=str)
     table = {lab: [(q, q2) for q, l2, q2 in trans if l2 == lab] for lab in labels}
     accept = np.asarray(sorted(int(q) for q in accept), np.int64)
+    start_state = int(start_state)
 
     def moves(src, label, dst):
         # each edge once per automaton transition on its label: (state, next state) pairs
@@ -176,7 +212,7 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     else:
         labels_ok = all(isinstance(lab, (int, np.integer)) for lab in labels)
     if not labels_ok:
-        raise ValueError(f"rpq: transition labels must be {label_dtype} like the edges' label column")
+        raise SchemaError(f"rpq: transition labels must be {label_dtype} like the edges' label column")
     product = edges.flat_map(moves, repeat=False)
     start = sources.map(lambda source: {"source": source, "node": source,
                                         "state": np.full(len(source), start_state, np.int64),
