@@ -169,6 +169,14 @@ class Operator:
     def finish_install(self):
         """Called once every operator of the dataflow is installed."""
 
+    @property
+    def since(self) -> Antichain | None:
+        """Imports: the frontier their history arrives compacted to (None: not an import)."""
+        return None
+
+    def readable_from(self, epoch: int):
+        """Sinks (views, exports): the dataflow cannot tell apart the epochs before ``epoch``."""
+
     def release(self):
         """Give up handles and subscriptions (dropped, failed or cancelled)."""
 
@@ -317,6 +325,15 @@ class Graph:
     def add(self, op: Operator) -> int:
         self.ops.append(op)
         return len(self.ops) - 1
+
+    def start_reads(self):
+        """After install: the dataflow sees its imports' history compacted to their frontiers, so its
+        sinks can be read from the latest of those epochs on (a dataflow installed at epoch 5 has no
+        answer for epoch 2, rather than an empty one)."""
+        epochs = [op.since.elements[0][0] for op in self.ops if op.since is not None and op.since.elements]
+        if epochs:
+            for op in self.ops:
+                op.readable_from(max(epochs))
 
     def _plan(self):
         """Number the operators by position and find the loops (Tarjan's strongly connected

@@ -170,6 +170,7 @@ class Scheduler:
         self.dataflows: dict = {}
         self.retired: list = []        # dropped dataflows still maintaining exports that others read
         self._replaced = 0             # dataflows replaced so far (numbers their retired names)
+        self._successor = None         # the dataflow being installed while the one it replaces is dropped
         self.catalog = Catalog()
         self.inputs: dict = {}         # sessions that have sent a seal
         self._input_infos: dict = {}   # name -> the InputInfo last published for it
@@ -468,13 +469,20 @@ class Scheduler:
             raise
         for op in ops:
             op.finish_install()
+        b.graph.start_reads()
         b.graph.compute_frontiers()  # a dataflow's published frontier is valid from the start
-        if old is not None:
-            self._replace(old, set(b.exports))
         sources = set(b.sources)
         for uname in b.uses:
             sources |= self.catalog.get(uname).producer.sources
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
+        if old is not None:
+            # the new dataflow reads what it uses already: dropping the old one must not collect an
+            # arrangement (of a dropped producer) that only the two of them read
+            self._successor = df
+            try:
+                self._replace(old, set(b.exports))
+            finally:
+                self._successor = None
         for ename, ex in b.exports.items():
             self.catalog.add(CatalogEntry(ename, ex.op.handle.trace, ex.schema, ex.keys, ex.vals, df, ex.op))
         self.dataflows[name] = df
@@ -573,7 +581,8 @@ class Scheduler:
             return False
         if entry.has_handles():
             return True
-        return any(d is not besides and export in d.uses for d in list(self.dataflows.values()) + self.retired)
+        readers = list(self.dataflows.values()) + self.retired + [d for d in (self._successor,) if d is not None]
+        return any(d is not besides and export in d.uses for d in readers)
 
     def _collect(self):
         """Release dropped dataflows whose exports nobody reads; prune the others to the operators that

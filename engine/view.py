@@ -83,6 +83,10 @@ class View:
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
                                  f"call eng.wait(view) or read an earlier epoch")
         upto = epoch_of(snap.upper) if at is None else at + 1
+        if at is not None and self.op.born > 0 and at < self.op.born:
+            raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: dataflow {self.dataflow!r} "
+                                 f"started from its inputs as of epoch {self.op.born} and has no answer for "
+                                 f"earlier epochs")
         try:
             keys, vals, cnt = self.op.handle.accumulate(at, snapshot=snap)
         except CompactedError as e:

@@ -124,6 +124,12 @@ class ImportOp(Operator):
     def finish_install(self):
         self._strong = None
 
+    @property
+    def since(self) -> Antichain:
+        """The frontier the imported history was compacted to: the importing dataflow cannot tell apart
+        the times before it."""
+        return self.lens.frontier if self.lens is not IDENTITY else Antichain([(0,)])
+
     def capabilities(self):
         return self.cap
 
@@ -167,12 +173,22 @@ class SinkOp(Operator):
         super().__init__(scope, [input], site)
         self.history = max(1, int(history))
         self.handle = None
+        self.born = 0  # the first epoch the dataflow can tell apart (see readable_from)
 
     def install(self, rt):
         up = self.inputs[0]
         trace = up.trace
         logical = trace.logical
         self.handle = trace.handle(logical=logical, owner=self.label())
+
+    def readable_from(self, e: int):
+        """The dataflow's imports start at epoch ``e`` (their history compacted there): earlier epochs are
+        not in what it computes, so reads before it must fail rather than answer an empty collection."""
+        if e > self.born:
+            self.born = e
+            current = epoch_of(self.handle.logical)
+            if current is not None and current < e:
+                self.handle.set_logical_compaction(Antichain([(e,)]))
 
     def step(self, rt):
         self.take()
