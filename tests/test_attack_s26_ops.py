@@ -52,8 +52,6 @@ def run_case(prog, seed, workers, mode="normal", steps=6, per_step=7, check_foll
     drop_base = scenario.get("drop_base", bool(rng.random() < 0.3))
     if drop_base and not replace:
         drop_at = steps + 5
-    if drop_base and replace and not scenario.get("allow_replace_after_base_drop"):
-        drop_base = False  # bug 1 (test_replace_sole_reader_of_dropped_export): keep the random runs going
     state = {"A": Counter(), "B": Counter()}
     hist = []  # (epoch, expected contents)
     fails = []

@@ -205,7 +205,14 @@ class _Analyzer:
                     progress = True
         if pending:
             lit = pending[0]
-            free = [v for v in variables(lit) if v.name not in bound and not (isinstance(lit, Atom) and v.anonymous)]
+            free = [v for v in variables(lit) if v.name not in bound and not v.name.startswith(EXPR_VAR)
+                    and not (isinstance(lit, Atom) and v.anonymous)]
+            if isinstance(lit, Comparison) and isinstance(lit.left, Var) and lit.left.name.startswith(EXPR_VAR):
+                # an atom's expression argument (rewritten as a hidden variable and an assignment)
+                v = free[0] if free else lit.right
+                name = "_" if getattr(v, "anonymous", False) else show(v)
+                raise self.err(v, f"{name} in the argument {show(lit.right)} has no value: an atom's expression "
+                                  f"argument is computed from variables that other positive atoms bind")
             what = "negated atom" if isinstance(lit, Atom) else "comparison"
             raise self.err(free[0] if free else lit,
                            f"variable {show(free[0]) if free else '?'!s} in the {what} {show(lit)} is not bound: "

@@ -7,8 +7,8 @@ from ..engine.errors import DatalogError
 
 def datalog_error(text: str, line: int, column: int, message: str, span=None) -> DatalogError:
     """A DatalogError at (line, column) of ``text``; ``span`` (syntax.Span) widens the caret to the node."""
-    lines = text.splitlines() or [""]
-    src = lines[line - 1] if 0 < line <= len(lines) else ""
+    lines = text.split("\n")  # lines as the parser counts them (not str.splitlines: form feeds, U+2028...)
+    src = lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
     width = 1
     if span is not None and span.end_line == span.line:
         width = max(1, span.end_column - span.column)

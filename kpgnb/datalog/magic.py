@@ -9,24 +9,45 @@ known before it is computed); bound group arguments restrict whole groups, which
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .analysis import Analysis
-from .syntax import Atom, BinOp, Comparison, Const, Decl, Program, Rule, Var, variables
+from .errors import datalog_error
+from .parser import ASK, parse_goal
+from .syntax import Atom, BinOp, Comparison, Const, Decl, Program, Rule, Var, hidden, variables
 
 GOAL = "goal__"      # the input of asked bindings (one column per '?')
 ANSWER = "answer__"  # the asked predicate's rows for the asked bindings
 
 
+class _Marker:
+    """A goal argument that is not a constant (a string constant "?" or "_" is a constant)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+ASKED, ANY = _Marker("?"), _Marker("_")
+
+
 @dataclass(frozen=True)
 class Pattern:
-    """A goal such as ``tc(?, _)`` or ``path(3, ?, _)``: per argument '?', '_' or a constant."""
+    """A goal such as ``tc(?, _)`` or ``path(3, ?, _)``: per argument ASKED, ANY or a constant; ``spans``
+    locate the arguments in ``text`` (for errors)."""
     pred: str
     args: tuple
+    text: str = field(default="", compare=False)
+    spans: tuple = field(default=(), compare=False)
 
     @property
     def asked(self) -> list:
-        return [i for i, a in enumerate(self.args) if a == "?"]
+        return [i for i, a in enumerate(self.args) if a is ASKED]
+
+    def __str__(self):
+        return f"{self.pred}({', '.join(repr(x) for x in self.args)})"
 
 
 def rewrite(a: Analysis, pattern: Pattern) -> tuple:
@@ -66,7 +87,7 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
         return generated("", pred, adn)
 
     query = pattern.pred
-    qbound = {i for i, x in enumerate(pattern.args) if x != "_"}
+    qbound = {i for i, x in enumerate(pattern.args) if x is not ANY}
     if query in derived:
         qadn = "".join("b" if i in qbound and i not in agg_pos[query] else "f" for i in range(len(pattern.args)))
         if "b" not in qadn:
@@ -122,7 +143,7 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
     gvars = {i: Var(f"g{i}") for i in pattern.asked}
     args = []
     for i, x in enumerate(pattern.args):
-        args.append(gvars[i] if x == "?" else Var(f"_q{next(fresh)}") if x == "_" else Const(x))
+        args.append(gvars[i] if x is ASKED else Var(f"_q{next(fresh)}") if x is ANY else Const(x))
     goal_atom = Atom(GOAL, tuple(gvars[i] for i in pattern.asked))
     if qadn is not None and "b" in qadn:
         margs = tuple(args[i] for i, c in enumerate(qadn) if c == "b")
@@ -198,44 +219,43 @@ def _safe_prefix(body, upto) -> list:
     return kept
 
 
-def parse_pattern(text: str) -> Pattern:
-    import re
-    m = re.fullmatch(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\((.*)\)\s*\.?\s*", text or "")
-    if not m:
-        raise ValueError("expected a goal like tc(?, _): the predicate, then per argument ? (asked), _ "
-                         "(any) or a constant")
-    args = []
-    for raw in _split_args(m.group(2)):
-        s = raw.strip()
-        if s in ("?", "_"):
-            args.append(s)
-        elif len(s) >= 2 and s[0] == s[-1] and s[0] in "'\"":
-            args.append(s[1:-1])
+def parse_pattern(text: str, columns, dtypes) -> Pattern:
+    """The goal in ``text``, parsed as programs are (constants, escapes, errors located in the goal), its
+    constants checked against the relation's column types (``columns``/``dtypes``: pred -> lists; a
+    relation that is not there is the caller's error)."""
+    pred, raw, _ = parse_goal(text)
+    args, spans = [], []
+    for i, x in enumerate(raw):
+        span = getattr(x, "span", None)
+        if x == ASK:
+            args.append(ASKED)
+        elif isinstance(x, Var) and hidden(x.name):
+            args.append(ANY)
+        elif isinstance(x, Const):
+            args.append(x.value)
         else:
-            try:
-                args.append(int(s))
-            except ValueError:
-                try:
-                    args.append(float(s))
-                except ValueError:
-                    raise ValueError(f"goal argument {s!r}: expected ?, _ or a constant") from None
-    return Pattern(m.group(1), tuple(args))
+            raise datalog_error(text, span.line, span.column, "a goal argument is ? (asked), _ (any) or a "
+                                "constant", span)
+        spans.append(span)
+    pattern = Pattern(pred, tuple(args), text, tuple(spans))
+    if pred in dtypes and len(args) == len(dtypes[pred]):
+        pattern = _typed(pattern, columns[pred], dtypes[pred])
+    return pattern
 
 
-def _split_args(s: str) -> list:
-    parts, cur, quote = [], "", None
-    for ch in s:
-        if quote:
-            cur += ch
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-            cur += ch
-        elif ch == ",":
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    parts.append(cur)
-    return parts
+def _typed(p: Pattern, columns, dtypes) -> Pattern:
+    """``p`` with its constants checked against the columns (an int constant of a float column becomes a
+    float): a goal constant of the wrong type would only fail deep in the rewritten program."""
+    args = list(p.args)
+    for i, (x, col, dt) in enumerate(zip(p.args, columns, dtypes)):
+        if x is ASKED or x is ANY:
+            continue
+        kind = "str" if isinstance(x, str) else "float64" if isinstance(x, float) else "int64"
+        if kind == dt or (kind == "int64" and dt == "float64"):
+            args[i] = float(x) if dt == "float64" else x
+            continue
+        span = p.spans[i]
+        want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}.get(dt, dt)
+        raise datalog_error(p.text, span.line, span.column, f"argument {i + 1} of the goal is {x!r}, but column "
+                            f"{col!r} of {p.pred!r} is {dt}: the constant must be {want}", span)
+    return Pattern(p.pred, tuple(args), p.text, p.spans)

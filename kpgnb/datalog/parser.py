@@ -30,6 +30,10 @@ head: NAME "(" [harg ("," harg)*] ")"
 
 atom: NAME "(" [expr ("," expr)*] ")"
 
+goal: NAME "(" [garg ("," garg)*] ")" "."?
+?garg: "?"                                  -> ask
+     | expr
+
 ?expr: term | expr ADDOP term               -> binop
 ?term: factor | term MULOP factor           -> binop
 ?factor: NUMBER                             -> number
@@ -59,7 +63,8 @@ _PARSER = None
 def _parser() -> Lark:
     global _PARSER
     if _PARSER is None:
-        _PARSER = Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+        _PARSER = Lark(GRAMMAR, parser="lalr", propagate_positions=True, maybe_placeholders=True,
+                       start=["start", "goal"])
     return _PARSER
 
 
@@ -82,10 +87,15 @@ def _unescape(m) -> str:
     return _ESCAPES.get(e, e)
 
 
+ASK = "?"  # a goal argument to ask (Goal.args hold it, "_" and constants)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
 @v_args(meta=True)
 class _ToSyntax(Transformer):
-    def __init__(self):
+    def __init__(self, text: str):
         super().__init__()
+        self.text = text
         self._fresh = itertools.count(1)
 
     def start(self, meta, items):
@@ -134,6 +144,11 @@ class _ToSyntax(Transformer):
     def number(self, meta, items):
         text = str(items[0])
         value = int(text) if text.isdigit() else float(text)
+        if isinstance(value, int) and value > INT64[1] + 1:  # (2**63 itself may be negated)
+            tok = items[0]
+            raise datalog_error(self.text, tok.line, tok.column, f"the integer {text} is outside int64 "
+                                f"(-2**63 to 2**63 - 1); write it as a float ({text}.0) if that is meant",
+                                _span(tok))
         return Const(value, _span(items[0]))
 
     def string(self, meta, items):
@@ -152,14 +167,30 @@ class _ToSyntax(Transformer):
             return Const(-x.value, _span(meta))
         return BinOp("-", Const(0, _span(meta)), x, _span(meta))
 
+    def ask(self, meta, items):
+        return ASK
+
+    def goal(self, meta, items):
+        name, *args = items
+        return str(name), tuple(a for a in args if a is not None), _span(meta)
+
 
 def _expected(err: UnexpectedInput) -> str:
     names = {"NAME": "a name", "NUMBER": "a number", "STRING": "a string", "LPAR": "'('", "RPAR": "')'",
              "COMMA": "','", "DOT": "'.'", "COMPOP": "a comparison", "AGG": "an aggregate", "__ANON_0": "':-'",
              "IF": "':-'", "COLON": "':'", "ADDOP": "'+' or '-'", "MULOP": "'*', '/' or '%'",
              "MINUS": "'-'", "UNDERSCORE": "'_'", "BANG": "'!'", "NOT": "'not'"}
-    exp = sorted({names.get(t, repr(t)) for t in getattr(err, "expected", ()) or ()})
+    exp = sorted({names.get(t) or _literal(t) for t in getattr(err, "expected", ()) or ()})
     return ", ".join(exp[:6]) if exp else ""
+
+
+def _literal(terminal: str) -> str:
+    """How a terminal without a friendly name is written (lark names anonymous ones __ANON_n)."""
+    try:
+        pattern = _parser().get_terminal(terminal).pattern
+    except KeyError:
+        return repr(terminal)
+    return repr(pattern.value) if pattern.type == "str" else terminal.lower()
 
 
 def _unfinished(text: str):
@@ -179,9 +210,25 @@ def parse(text: str) -> Program:
     """The program in ``text``; raises DatalogError (line, column, caret) on a syntax error."""
     if not isinstance(text, str):
         raise TypeError(f"a Datalog program is text, not {type(text).__name__}")
+    items = _transform(text, "start")
+    rules = tuple(i for i in items if isinstance(i, Rule))
+    decls = tuple(i for i in items if isinstance(i, Decl))
+    return Program(rules, decls, text)
+
+
+def parse_goal(text: str) -> tuple:
+    """(predicate, arguments, span) of a goal such as ``tc(?, _)``: each argument ASK, a Var (``_`` or a
+    name) or a Const, with the program's constants and escapes; DatalogError (located in ``text``) on a
+    syntax error."""
+    if not isinstance(text, str):
+        raise TypeError(f"a goal is text such as 'tc(?, _)', not {type(text).__name__}")
+    return _transform(text, "goal")
+
+
+def _transform(text: str, start: str):
     try:
-        tree = _parser().parse(text)
-        items = _ToSyntax().transform(tree)
+        tree = _parser().parse(text, start=start)
+        return _ToSyntax(text).transform(tree)
     except UnexpectedEOF:
         raise _unfinished(text) from None
     except UnexpectedCharacters as err:
@@ -196,6 +243,3 @@ def parse(text: str) -> Program:
                             (f"; expected {exp}" if exp else "")) from None
     except VisitError as err:
         raise err.orig_exc from None
-    rules = tuple(i for i in items if isinstance(i, Rule))
-    decls = tuple(i for i in items if isinstance(i, Decl))
-    return Program(rules, decls, text)

@@ -113,6 +113,11 @@ class Program:
                 rel = Relations(df, a, None if shared is None else lambda p, keys: shared(df, p, keys))
                 for pred in a.inputs:
                     rel.top[pred] = source(df, pred)
+                    if export:
+                        # relations are sets: an input row is there while its multiplicity is positive
+                        # (removing a row that is not there must not cancel another); goals read this
+                        rel.top[pred] = rel.top[pred].distinct()
+                        rel.top[pred].export(f"{self.name}.{pred}")
                 if not self.materialized:
                     for pred in a.inputs:
                         for i in _join_columns(a, pred):
@@ -189,11 +194,8 @@ class Program:
         magic sets, reading this program's inputs and relations through their shared arrangements.
         ``g.ask(v)`` adds a binding of the ``?`` arguments and ``g.view`` holds the answers of every
         binding asked."""
-        try:
-            pat = parse_pattern(pattern)
-        except ValueError as e:
-            raise DatalogError(f"goal {pattern!r}: {e}") from None
         a = self.analysis
+        pat = parse_pattern(pattern, a.columns, a.dtypes)
         known = {**a.inputs, **a.derived}
         if pat.pred not in known:
             raise DatalogError(f"goal {pattern!r}: no relation {pat.pred!r}; relations are {sorted(a.derived)}, "
@@ -252,9 +254,7 @@ class Goal:
             def source(df, pred):
                 if pred == GOAL:
                     return df.input(self._session.name)
-                if pred in whole:
-                    return df.use(f"{prog.name}.{pred}")
-                return prog.sources[pred].read(df)
+                return df.use(f"{prog.name}.{pred}")  # a derived relation, or an input as a set
             def shared(df, pred, keys):
                 if pred == GOAL or (pred not in a.inputs and pred not in whole):
                     return None
@@ -284,7 +284,7 @@ class Goal:
     def _rows(self, values):
         k = len(self.pattern.asked)
         if k == 0:
-            raise UsageError(f"goal {self.pattern.pred}{self.pattern.args} has no '?' argument to ask")
+            raise UsageError(f"goal {self.pattern} has no '?' argument to ask")
         if len(values) == 1 and k > 1 and isinstance(values[0], (tuple, list)):
             values = tuple(values[0])
         if len(values) != k:
@@ -338,8 +338,7 @@ class Goal:
             eng.drop_input(self._session.name)
 
     def __repr__(self):
-        args = ", ".join(str(x) for x in self.pattern.args)
-        return f"<goal {self.pattern.pred}({args}) of {self.program.name!r}: dataflow {self.name!r}>"
+        return f"<goal {self.pattern} of {self.program.name!r}: dataflow {self.name!r}>"
 
 
 def fact_rows(a) -> dict:
@@ -400,7 +399,7 @@ def run_on_spark(text: str, inputs: dict, spark=None, diffs: bool = False) -> di
     def build(df):
         rel = Relations(df, a, None)
         for pred in a.inputs:
-            rel.top[pred] = df.input(pred)
+            rel.top[pred] = df.input(pred).distinct()  # sets, as in the engine
         comp = Compiler(df, a, rel, df.input("#unit") if unit else None,
                         {p: df.input(f"#facts.{p}") for p in facts})
         comp.strata(a.strata)
