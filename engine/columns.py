@@ -83,6 +83,13 @@ class Schema:
     def dtype(self, name: str) -> str:
         return self.dtypes[self.index(name)]
 
+    def free(self, name: str) -> str:
+        """``name``, or ``name_``, ``name__``... whichever no column has: the name of a column a read adds
+        (``diff``, ``time``) without hiding one of the view's own."""
+        while name in self.names:
+            name += "_"
+        return name
+
     def select(self, names) -> "Schema":
         return Schema(tuple(names), tuple(self.dtype(n) for n in names))
 

@@ -268,7 +268,7 @@ def _encode_all(cols, schema: Schema, symbols) -> np.ndarray:
     return data
 
 
-_DIFF_LIMIT = 2 ** 62  # a diff's magnitude: sums of a few stay in int64 (|multiplicity| beyond this is an error)
+DIFF_LIMIT = 2 ** 62  # a diff's magnitude: sums of a few stay in int64 (|multiplicity| beyond this is an error)
 
 
 def diffs_array(diffs, n: int) -> np.ndarray:
@@ -285,7 +285,7 @@ def diffs_array(diffs, n: int) -> np.ndarray:
         raise SchemaError(f"diffs must be one integer per row ({n}), got shape {d.shape}")
     if d.dtype.kind == "O":  # Python ints beyond int64, or mixed objects: each checked as a number
         bad = [i for i, x in enumerate(d.tolist())
-               if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or abs(int(x)) >= _DIFF_LIMIT]
+               if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or abs(int(x)) >= DIFF_LIMIT]
         if bad:
             raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {bad[0]} has "
                               f"diff {d[bad[0]]!r}")
@@ -296,11 +296,11 @@ def diffs_array(diffs, n: int) -> np.ndarray:
         i = int(np.flatnonzero(~whole(d))[0])
         raise SchemaError(f"diffs must be integers, but row {i} has diff {d[i].item()!r}")
     if d.dtype.kind == "u":
-        big = d >= np.uint64(_DIFF_LIMIT)
+        big = d >= np.uint64(DIFF_LIMIT)
     elif d.dtype.kind == "i":  # (compared as ints: 2**62 - 1 as a float64 rounds up to 2**62)
-        big = (d >= _DIFF_LIMIT) | (d <= -_DIFF_LIMIT)
+        big = (d >= DIFF_LIMIT) | (d <= -DIFF_LIMIT)
     else:
-        big = np.abs(d) >= float(_DIFF_LIMIT)
+        big = np.abs(d) >= float(DIFF_LIMIT)
     if big.any():
         i = int(np.flatnonzero(big)[0])
         raise SchemaError(f"diffs must be integers of magnitude below 2**62, but row {i} has diff {d[i].item()!r}")

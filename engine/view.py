@@ -108,7 +108,7 @@ class View:
         data, cnt, upto = self._read_raw(at, diffs)
         out = self._decode(data)
         if diffs:
-            out["diff"] = cnt
+            out[self.schema.free("diff")] = cnt
         return out, len(cnt), upto
 
     def _decode(self, data) -> dict:
@@ -116,7 +116,8 @@ class View:
                 for i, (n, d) in enumerate(zip(self.schema.names, self.schema.dtypes))}
 
     def to_pandas(self, at=None, diffs: bool = False):
-        """The view as a pandas DataFrame (rows repeated by multiplicity, or with a ``diff`` column). A view
+        """The view as a pandas DataFrame (rows repeated by multiplicity, or with a ``diff`` column: ``diff_``
+        when the view has a column named diff). A view
         with no columns (e.g. ``threshold(by=[], ...)``) gives a frame of no columns and one row per row.
         ``df.attrs["epoch"]`` is the first epoch the rows do not include (None when every input is closed),
         read from the same snapshot as the rows: ``view.epoch`` read separately may already be later."""
@@ -131,7 +132,8 @@ class View:
         multiplicity, or with an int64 ``diff`` column). Strings are built from the distinct ids, not row by
         row; an empty view keeps its column types."""
         data, cnt, _ = self._read_raw(at, diffs)
-        return arrow_table(data, self.schema, self.engine.symbols, {"diff": cnt} if diffs else None, len(cnt))
+        return arrow_table(data, self.schema, self.engine.symbols, {self.schema.free("diff"): cnt} if diffs else None,
+                           len(cnt))
 
     def to_spark(self, spark, at=None, diffs: bool = False):
         """The view as a Spark DataFrame of ``spark`` (a SparkSession), through Arrow: columns long, double,
@@ -145,7 +147,8 @@ class View:
 
     # -- following ------------------------------------------------------------------------------------
     def follow(self, timeout: float | None = None) -> "Follower":
-        """An iterator of change DataFrames (the view's columns, ``time`` and ``diff``): first the contents
+        """An iterator of change DataFrames (the view's columns, ``time`` and ``diff``, named ``time_`` and
+        ``diff_`` where the view has columns of those names: ``follower.time_col``/``diff_col``): first the contents
         at the current frontier (``time`` = its last complete epoch), then each completed epoch's changes in
         order. It ends when the view is dropped or every input is closed; it raises if the dataflow fails.
         ``timeout`` bounds each wait for the next item (TimeoutError)."""
@@ -269,6 +272,8 @@ class Follower:
     def __init__(self, view: View, timeout: float | None = None):
         self.view = view
         self.timeout = timeout
+        # the columns each frame adds (``time_``/``diff_`` where the view has its own time or diff)
+        self.time_col, self.diff_col = view.schema.free("time"), view.schema.free("diff")
         self.frontier = Antichain([(0,)])
         self._items: deque = deque()
         self._cond = threading.Condition()
@@ -325,8 +330,8 @@ class Follower:
             self.frontier = upper
             if kind == "contents":
                 cols = self.view._decode(data)
-                cols["time"] = np.full(len(cnt), -1 if epoch is None else epoch, np.int64)
-                cols["diff"] = cnt
+                cols[self.time_col] = np.full(len(cnt), -1 if epoch is None else epoch, np.int64)
+                cols[self.diff_col] = cnt
                 if not upper.elements:  # started after every input closed: nothing more will come
                     self.end(self._error)
                 return pd.DataFrame(cols)
@@ -339,8 +344,8 @@ class Follower:
             diffs = np.concatenate([b.diffs for b in data])
             order = np.argsort(times, kind="stable")
             cols = self.view._decode(keys[:, order])
-            cols["time"] = times[order]
-            cols["diff"] = diffs[order]
+            cols[self.time_col] = times[order]
+            cols[self.diff_col] = diffs[order]
             if not upper.elements:
                 self.end(self._error)
             return pd.DataFrame(cols)

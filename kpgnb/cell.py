@@ -203,7 +203,9 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
                 created.append(session)
         filename = shell.compile.cache(f"%%dataflow {line}\n{body}", shell.execution_count)
         try:
-            code = compile("\n" + shell.transform_cell(body), filename, "exec")
+            source = shell.transform_cell(body)
+            # line 1 is the magic's; IPython drops leading blank lines, which must still count
+            code = compile("\n" * (1 + _blank_lead(body) - _blank_lead(source)) + source, filename, "exec")
         except SyntaxError as e:
             raise CellError(e, None) from None
     except BaseException as e:
@@ -432,3 +434,13 @@ def _progress_widget(name: str):
         return bar
     except Exception:  # noqa: BLE001 - no widgets: the stderr line instead
         return None
+
+
+def _blank_lead(text: str) -> int:
+    """The number of blank lines ``text`` starts with."""
+    n = 0
+    for line in text.split("\n"):
+        if line.strip():
+            break
+        n += 1
+    return n

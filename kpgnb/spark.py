@@ -145,8 +145,9 @@ def input_from(eng, name: str, df, advance: bool = True, progress=None):
 
 # -- Structured Streaming into a live input -------------------------------------------------------------
 
-# input session -> {resume key (checkpoint location): last batch id applied}, so that a query restarted from
-# its checkpoint in this process ignores the batch Spark replays
+# input session -> {(checkpoint location, query id): last batch id applied}, so that a query restarted from
+# its checkpoint in this process ignores the batch Spark replays (and a new query on a fresh checkpoint at
+# the same location, which numbers its batches from 0 again, does not)
 _APPLIED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _APPLIED_LOCK = threading.Lock()
 
@@ -162,10 +163,8 @@ class BatchFeeder:
         self.input = inp
         self.diff_col = diff_col
         self.resume_key = resume_key
+        self._key = None          # (resume_key, the query id in its checkpoint), read at the first batch
         self.last_batch_id: int | None = None
-        if resume_key is not None:
-            with _APPLIED_LOCK:
-                self.last_batch_id = _APPLIED.get(inp, {}).get(resume_key)
         self.applied = 0          # micro-batches applied
         self.replayed = 0         # micro-batches ignored as replays
         self.rows = 0             # rows applied
@@ -176,6 +175,11 @@ class BatchFeeder:
     def __call__(self, batch_df, batch_id):
         batch_id = int(batch_id)
         with self._lock:
+            if self.resume_key is not None and self._key is None:
+                # Spark writes the query's id into the checkpoint before its first batch
+                self._key = (str(self.resume_key), _checkpoint_query_id(self.resume_key))
+                with _APPLIED_LOCK:
+                    self.last_batch_id = _APPLIED.get(self.input, {}).get(self._key)
             if self.last_batch_id is not None and batch_id <= self.last_batch_id:
                 self.replayed += 1
                 return
@@ -192,9 +196,9 @@ class BatchFeeder:
             self._buffered = None
             self.last_batch_id = batch_id
             self.applied += 1
-            if self.resume_key is not None:
+            if self._key is not None:
                 with _APPLIED_LOCK:
-                    _APPLIED.setdefault(self.input, {})[self.resume_key] = batch_id
+                    _APPLIED.setdefault(self.input, {})[self._key] = batch_id
 
     def _insert(self, batch_df) -> int:
         if hasattr(batch_df, "columns") and hasattr(batch_df, "iloc"):  # pandas: read as the input reads it
@@ -221,6 +225,20 @@ class BatchFeeder:
         diffs = col.to_numpy()
         self.input.update(table.drop_columns([self.diff_col]), diffs)
         return table.num_rows
+
+
+def _checkpoint_query_id(location) -> str | None:
+    """The streaming query id Spark keeps in a local checkpoint's ``metadata`` file (None when the
+    location is not a local directory or has none yet)."""
+    import json
+    import os
+    path = str(location)
+    path = path[len("file:"):] if path.startswith("file:") else path
+    try:
+        with open(os.path.join(path, "metadata")) as f:
+            return json.load(f).get("id")
+    except (OSError, ValueError):
+        return None
 
 
 def _as_arrow(df):
@@ -303,8 +321,8 @@ def _check_stream_schema(inp, dtypes: dict):
 
 class ChangeWriter:
     """Follows a view on a thread of its own and appends every item ``view.follow()`` yields (the contents
-    first, then each completed epoch's changes: the view's columns plus ``time`` and ``diff``) to a Spark
-    sink. ``wait(epoch)`` blocks until the changes of every epoch before ``epoch`` are written; ``close()``
+    first, then each completed epoch's changes: the view's columns plus ``time`` and ``diff``, or
+    ``time_``/``diff_`` where the view has columns of those names) to a Spark sink. ``wait(epoch)`` blocks until the changes of every epoch before ``epoch`` are written; ``close()``
     stops following (after the write in progress) and raises what the writer failed with, if anything."""
 
     _POLL = 0.2  # how often the thread looks up from an idle follower (to report progress, to see close())
@@ -322,8 +340,8 @@ class ChangeWriter:
         self.done = False
         self._closing = False
         self._cond = threading.Condition()
-        self._schema = _arrow_schema(view.schema)
         self._follower = view.follow(timeout=self._POLL)
+        self._schema = _arrow_schema(view.schema, self._follower.time_col, self._follower.diff_col)
         self.thread = threading.Thread(target=self._run, name=f"kpgnb-write-{view.name}", daemon=True)
         self.thread.start()
 
@@ -391,11 +409,11 @@ class ChangeWriter:
         return False
 
 
-def _arrow_schema(schema):
+def _arrow_schema(schema, time_col: str, diff_col: str):
     import pyarrow as pa
     from .spark_workers import arrow_type
     return pa.schema([pa.field(n, arrow_type(d)) for n, d in zip(schema.names, schema.dtypes)]
-                     + [pa.field("time", pa.int64()), pa.field("diff", pa.int64())])
+                     + [pa.field(time_col, pa.int64()), pa.field(diff_col, pa.int64())])
 
 
 def write_changes(view, spark, path, format: str = "parquet", **options) -> ChangeWriter:
@@ -412,7 +430,7 @@ def run(build, inputs: dict, spark=None, *, diff_col: str | None = None, diffs: 
     function a user calls inside ``with eng.dataflow(...) as df`` (it defines views, or returns its
     collections); ``inputs`` maps the input names it reads to Spark DataFrames. Returns view name -> Spark
     DataFrame with the view's columns (rows repeated by multiplicity, or with ``diffs=True`` a ``diff``
-    column), equal to what the engine's views would hold. An operator Spark cannot run raises a
+    column, ``diff_`` for a view with a column named diff), equal to what the engine's views would hold. An operator Spark cannot run raises a
     DataflowError naming it before any job starts. See kpgnb/spark_backend.py."""
     from .spark_backend import run as run_on_spark
     return run_on_spark(build, inputs, spark, diff_col=diff_col, diffs=diffs, compact_every=compact_every)

@@ -38,6 +38,7 @@ from .engine.builder import DataflowBuilder
 from .engine.collection import Collection
 from .engine.columns import Schema
 from .engine.errors import DataflowError, SchemaError
+from .engine.inputs import DIFF_LIMIT
 from .engine.kernels import reduce as rk
 from .engine.operators.arrange import ArrangeOp, ImportOp, SinkOp
 from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp,
@@ -699,6 +700,11 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
         if has_diff and dt[diff_col] != "int64":
             raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} must be an integer column, "
                               f"got {dt[diff_col]}")
+        if has_diff:  # one scan: the engine's bound, so that products of multiplicities stay in int64
+            (big,) = df.agg(F.max(F.abs(F.col(diff_col).cast("decimal(20,0)")))).first()
+            if big is not None and big >= DIFF_LIMIT:
+                raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} holds {big}; diffs must be "
+                                  f"integers of magnitude below 2**62, as the engine's inputs take them")
         names = [c for c in dt if not (has_diff and c == diff_col)]
         schemas[n] = Schema.of(names, [dt[c] for c in names])
         nullable = {f.name: f.nullable for f in df.schema.fields}
@@ -722,7 +728,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
         df = val.df if val is not None else runner.empty(dts)
         cols = [F.col(_c(i)).alias(nm) for i, nm in enumerate(view.schema.names)]
         if diffs:
-            out[vname] = df.select(*cols, F.col(D).alias("diff"))
+            out[vname] = df.select(*cols, F.col(D).alias(view.schema.free("diff")))
         else:
             neg = F.raise_error(F.lit(f"view {vname!r} holds rows with negative multiplicity; run with "
                                       f"diffs=True"))

@@ -27,6 +27,9 @@ from .rows import cmp_cols, cmp_times, in_advance, leq_time
 from .sort import mix64, sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
+INT_MAX = np.int64(2**63 - 1)
+INT_MIN = np.int64(-2**63)
+SMALL = np.int64(2**31)  # an int64 sum term of two factors below this in magnitude cannot overflow
 MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
 
 
@@ -629,7 +632,8 @@ def _before(okeys, col, r1, r2):
 @kernel
 def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k, desc, out, outf):
     """Phase 2 for built-in reductions. ``out`` (ko x len(acc_row)) receives output values (``outf`` is
-    its float64 view); returns (des_off, des_cnt, rows used). ``okeys`` are the order keys of ``ivals``
+    its float64 view); returns (des_off, des_cnt, rows used), rows used -1 when an int64 SUM may wrap (a
+product or a partial sum past int64: the caller sums exactly). ``okeys`` are the order keys of ``ivals``
     (see order_keys; only read by MIN, MAX, ARGMIN, ARGMAX and TOPK). Phase 1 listed each group's rows in
     order-key order (lexicographic over the value columns), so taking the first row that is strictly
     better on ``col`` breaks ties by the smallest row, for argmin and argmax alike, and TOPK's stable sort
@@ -664,7 +668,16 @@ def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k,
             else:
                 s = 0
                 for a in range(a0, a1):
-                    s += ivals[col, acc_row[a]] * acc_cnt[a]
+                    v = ivals[col, acc_row[a]]
+                    c = acc_cnt[a]
+                    if not (-SMALL < v < SMALL and -SMALL < c < SMALL):
+                        if c != 0 and (v == INT_MIN or abs(v) > INT_MAX // abs(c)):
+                            return des_off, des_cnt[:0].copy(), -1  # may wrap: the caller sums exactly
+                    p = v * c
+                    t = s + p
+                    if (s ^ t) & (p ^ t) < 0:
+                        return des_off, des_cnt[:0].copy(), -1
+                    s = t
                 out[0, n] = s
             des_cnt[n] = 1
             n += 1

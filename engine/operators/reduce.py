@@ -227,6 +227,8 @@ class ReduceOp(Operator):
         fvals = ivals.view(np.float64)
         des_off, des_cnt, n = rk.reduce_apply(spec.op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, spec.mode,
                                               spec.col, spec.k, spec.desc, out, out.view(np.float64))
+        if n < 0:
+            return _exact_int_sums(g_off, acc_row, acc_cnt, ivals[spec.col])
         des_vals = out[:, :n]
         if spec.float_out:
             des_vals = _canonical_floats(des_vals)
@@ -275,3 +277,22 @@ def _threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
         raise ValueError(f"the threshold function must map an int64 array of counts to integers of the same "
                          f"shape; got dtype {out.dtype} and shape {out.shape}")
     return out.astype(np.int64)
+
+
+def _exact_int_sums(g_off, acc_row, acc_cnt, vals):
+    """SUM's phase 2 in Python integers, for the rare groups where int64 products or partial sums pass
+    2**63 (the kernel's wrapping arithmetic would still be exact for a total in range, but cannot tell):
+    a total outside int64 fails the dataflow rather than wrapping."""
+    des_off, totals = [], []
+    for g in range(len(g_off) - 1):
+        des_off.append(len(totals))
+        a0, a1 = int(g_off[g]), int(g_off[g + 1])
+        if a1 > a0:
+            total = sum(int(vals[r]) * int(c) for r, c in zip(acc_row[a0:a1], acc_cnt[a0:a1]))
+            if not -(1 << 63) <= total < (1 << 63):
+                raise OverflowError(f"an int64 sum overflows: a group's total is {total}, outside int64; sum a "
+                                    f"float64 column for such totals")
+            totals.append(total)
+    des_off.append(len(totals))
+    return (np.asarray(des_off, np.int64), np.ones(len(totals), np.int64),
+            np.asarray([totals], np.int64).reshape(1, len(totals)))
