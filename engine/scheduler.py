@@ -53,6 +53,8 @@ class Dataflow:
         self.context = context or contextvars.copy_context()  # its steps run in it (see commands.Install)
         self.graph = graph
         self.views = views          # view name -> View
+        for v in views.values():
+            v.serial = self.serial  # which install the view belongs to (a replacement has another)
         self.exports = exports      # names this dataflow exports
         self.uses = set(uses)       # export names it imports
         self.sources = sources      # InputSessions it reads, directly or through imports
@@ -227,6 +229,7 @@ class Scheduler:
         self._wake.set()
         if threading.current_thread() is not self.thread:
             self.thread.join(timeout=10)
+        self._refuse_queued()
         for df in list(self.dataflows.values()) + self.retired:
             df.release()
             for f in list(df.followers):
@@ -235,6 +238,18 @@ class Scheduler:
         self.retired.clear()
         self.catalog.clear()
         self._publish(True)
+
+    def _refuse_queued(self):
+        """Answer the commands the engine will never execute (it is closed): a caller waiting on one gets
+        EngineError instead of blocking forever."""
+        while True:
+            try:
+                _, cmd = self._cmds.popleft()
+            except IndexError:
+                return
+            reply = getattr(cmd, "reply", None)
+            if reply is not None:
+                reply.finish(error=EngineError("the engine is closed"))
 
     # -- operators' runtime (scheduler thread) ----------------------------------------------------
     def run(self, fn, items, rows: int | None = None):
@@ -258,6 +273,7 @@ class Scheduler:
                 self._wake.wait(timeout)
             self._wake.clear()
             if self._stop:
+                self._refuse_queued()
                 return
             try:
                 faults.point("scheduler")
@@ -565,7 +581,7 @@ class Scheduler:
     def _follow(self, cmd: Follow):
         view = cmd.view
         df = self.dataflows.get(view.dataflow)
-        if df is None or view.name not in df.views:
+        if df is None or df.views.get(view.name) is not view:
             raise UsageError(f"view {view.name!r}: dataflow {view.dataflow!r} has been dropped")
         if df.error is not None:
             raise df.error

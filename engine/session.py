@@ -76,10 +76,7 @@ class InputSession:
             raise EngineError(f"input {self.name!r} failed to seal or merge its epochs: {err}. The rows of the "
                               f"epochs advanced so far are kept and applied once it succeeds; this call did "
                               f"nothing, repeat it") from err
-        if self.dropped:
-            raise UsageError(f"input {self.name!r} was dropped")
-        if self.closed:
-            raise UsageError(f"input {self.name!r} is closed")
+        self._open()
 
     def _encode(self, rows) -> np.ndarray:
         self._check()
@@ -103,7 +100,15 @@ class InputSession:
     def _append(self, data, diffs):
         if data.shape[1]:
             with self._lock:
+                self._open()  # closed while the rows were encoded: refuse rather than lose them
                 self._buffer.append((data, diffs))
+
+    def _open(self):
+        """Refuse a call on a closed or dropped input (under ``_lock``: ``_check`` ran before it was taken)."""
+        if self.dropped:
+            raise UsageError(f"input {self.name!r} was dropped")
+        if self.closed:
+            raise UsageError(f"input {self.name!r} is closed")
 
     def advance_to(self, epoch: int):
         """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1."""
@@ -115,6 +120,7 @@ class InputSession:
                              f"one, {_MAX_EPOCH}")
         self._check()
         with self._lock:
+            self._open()
             if epoch <= self.epoch:
                 if epoch == self.epoch:
                     return
@@ -171,6 +177,9 @@ class InputSession:
             return
         self._check()
         with self._lock:
+            if self.closed:
+                return
+            self._open()
             self._send(Antichain())
             self.closed = True
 

@@ -416,6 +416,12 @@ class TraceHandle:
     def alive(self) -> bool:
         return self._finalizer.alive
 
+    def live_trace(self) -> Trace | None:
+        """The trace, or None once the handle is closed (never raises: any thread may ask while the
+        scheduler closes it)."""
+        t = self._trace
+        return t if t is not None and self._finalizer.alive else None
+
     @property
     def upper(self) -> Antichain:
         return self.trace.snapshot.upper

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -30,10 +31,11 @@ class View:
         self.name = name
         self.op = op
         self.schema = schema
+        self.serial = None  # which install of its dataflow it belongs to (set when installed)
 
     def _trace(self):
         h = self.op.handle
-        return h.trace if h is not None and h.alive else None
+        return h.live_trace() if h is not None else None
 
     @property
     def frontier(self) -> Antichain:
@@ -51,16 +53,31 @@ class View:
         """The first epoch not yet final (None when every input is closed)."""
         return epoch_of(self.frontier)
 
-    def _check(self):
+    def _check(self, snap=None) -> bool:
+        """Raise if the view cannot be read: the engine is closed, the view is not installed, or its dataflow
+        failed, was cancelled, dropped or replaced (as of ``snap``, default the latest snapshot). False when
+        the view's trace is gone but ``snap`` does not say why yet."""
         if self.engine.closed:
             raise EngineError("the engine is closed")
-        info = self.engine.snapshot().dataflows.get(self.dataflow)
         if self.op.handle is None:
             raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
-        if info is not None and info.error is not None:
-            raise_failure(self.dataflow, info.error)
-        if info is None or all(n != self.name for n, _ in info.views):
-            raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+        info = (snap or self.engine.snapshot()).dataflows.get(self.dataflow)
+        if info is not None and info.serial == self.serial:
+            if info.error is not None:
+                raise_failure(self.dataflow, info.error)
+            if any(n == self.name for n, _ in info.views):
+                return self._trace() is not None
+        raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+
+    def _released(self, wait: float = 10.0):
+        """Raise why the view's trace is gone. The scheduler releases a failed or cancelled dataflow's traces
+        just before it publishes why, so a reader that finds the trace gone waits for that snapshot rather
+        than calling the dataflow dropped."""
+        snap = self.engine.snapshot()
+        deadline = time.monotonic() + wait
+        while not self._check(snap) and time.monotonic() < deadline:
+            snap = self.engine.wait_snapshot(snap, timeout=deadline - time.monotonic())
+        raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
 
     def columns(self, at=None, diffs: bool = False) -> dict:
         """The view's rows as a dict of NumPy arrays (decoded), as of epoch ``at`` (default: latest)."""
@@ -69,10 +86,9 @@ class View:
     def _read_raw(self, at, diffs):
         """The engine's int64 column matrix, the multiplicities (rows repeated unless ``diffs``) and the
         first epoch the rows do not include (None: none is missing, every input closed)."""
-        self._check()
-        trace = self._trace()
+        trace = self._trace() if self._check() else None
         if trace is None:
-            raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+            self._released()
         snap = trace.snapshot
         if at is not None:
             if isinstance(at, (bool, np.bool_)) or not isinstance(at, (int, np.integer)):
@@ -89,6 +105,10 @@ class View:
                                  f"earlier epochs")
         try:
             keys, vals, cnt = self.op.handle.accumulate(at, snapshot=snap)
+        except UsageError:
+            if self._trace() is None:  # released while being read
+                self._released()
+            raise
         except CompactedError as e:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: {e}. Keep more history "
                                  f"with .view(name, history=...)") from None
@@ -141,9 +161,7 @@ class View:
         return spark.createDataFrame(self.to_arrow(at, diffs))
 
     def __len__(self):
-        self._check()
-        _, _, cnt = self.op.handle.accumulate(None)
-        return int(cnt.sum())
+        return int(self._read_raw(None, True)[1].sum())
 
     # -- following ------------------------------------------------------------------------------------
     def follow(self, timeout: float | None = None) -> "Follower":
