@@ -15,6 +15,7 @@ import pytest
 
 import kpgnb as kp
 from kpgnb import graphs
+from readback import close_enough, read
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -31,24 +32,6 @@ MODES = {
     "deg-bloom-p1-pct100": ("drop", kp.Drop(p=1.0, policy="degree", tracker="bloom", tau_min=0,
                                             tau_max_percentile=100.0, bloom_bits=1 << 12)),
 }
-
-
-def rows_of(view, cols, at=None):
-    df = view.to_pandas(at=at)
-    return sorted(tuple(r) for r in df[cols].itertuples(index=False, name=None))
-
-
-def close_rows(a, b, tol=1e-9):
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        for p, q in zip(x, y):
-            if isinstance(p, float) or isinstance(q, float):
-                if not abs(p - q) <= tol * max(1.0, abs(p), abs(q)):
-                    return False
-            elif p != q:
-                return False
-    return True
 
 
 # -- oracles (from scratch, over multisets: an edge is present while its net count is positive) ---------
@@ -209,8 +192,8 @@ class Multi:
         self.S.advance_to(self.ep)
         for v in self.views.values():
             self.eng.wait(v, timeout=120)
-        got = {label: rows_of(v, self.cols) for label, v in self.views.items()}
-        same = close_rows if self.approx else (lambda a, b: a == b)
+        got = {label: read(v, self.cols) for label, v in self.views.items()}
+        same = close_enough if self.approx else (lambda a, b: a == b)
         ref = got["full"]
         if self.set_compare:
             ref = sorted(set(ref))
@@ -408,7 +391,7 @@ def test_wcc_jod_refuses_the_int64_minimum_as_a_node_id(memory):
         with pytest.raises(kp.DataflowError, match="int64 minimum"):
             eng.wait(v, timeout=60)
         eng.wait(f, timeout=60)
-        assert rows_of(f, ["node", "label"]) == [(I64_MIN, I64_MIN), (1, I64_MIN), (2, 2), (3, 2)]
+        assert read(f, ["node", "label"]) == [(I64_MIN, I64_MIN), (1, I64_MIN), (2, 2), (3, 2)]
     finally:
         eng.close()
 
@@ -459,8 +442,8 @@ def test_scc_bfs_reachable_odd_ids_random_streams(seed, workers):
             # scc: one row per live (src, dst) pair inside a component; duplicates keep their multiplicity
             assert sorted(set(got)) == o_scc(m.edges)
             want = o_bfs(m.edges, m.sources)
-            assert rows_of(vb, ["node", "dist"]) == want, f"bfs epoch {m.ep - 1}"
-            assert rows_of(vr, ["node"]) == [(v,) for v, _ in want], f"reachable epoch {m.ep - 1}"
+            assert read(vb, ["node", "dist"]) == want, f"bfs epoch {m.ep - 1}"
+            assert read(vr, ["node"]) == [(v,) for v, _ in want], f"reachable epoch {m.ep - 1}"
 
 
 # -- eng.stats()["ife"] ---------------------------------------------------------------------------------
@@ -544,7 +527,7 @@ def _still_usable(eng, E, S, ok):
     for h in eng.inputs().values():
         h.advance_to(1)
     eng.wait(ok, timeout=60)
-    assert rows_of(ok, ["source", "node", "dist"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 3), (0, 3, 7)]
+    assert read(ok, ["source", "node", "dist"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 3), (0, 3, 7)]
 
 
 SCHEMA_CASES = {   # refused today with a kp.SchemaError, as they should be
@@ -617,7 +600,7 @@ def test_negative_weight_at_run_time_fails_only_its_dataflow(memory):
         with pytest.raises(kp.KpgnbError, match="negative"):
             eng.wait(bad, timeout=60)
         eng.wait(ok, timeout=60)
-        assert rows_of(ok, ["source", "node", "hops"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 5, 2)]
+        assert read(ok, ["source", "node", "hops"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 2), (0, 5, 2)]
         eng.drop("neg")
         E.remove([(1, 5, -3)])
         E.advance_to(2)
@@ -629,8 +612,8 @@ def test_negative_weight_at_run_time_fails_only_its_dataflow(memory):
         S.advance_to(3)
         eng.wait(later, timeout=60)
         eng.wait(ok, timeout=60)
-        assert rows_of(later, ["source", "node", "dist"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 3)]
-        assert rows_of(ok, ["source", "node", "hops"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 2)]
+        assert read(later, ["source", "node", "dist"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 3)]
+        assert read(ok, ["source", "node", "hops"]) == [(0, 0, 0), (0, 1, 1), (0, 2, 2)]
     finally:
         eng.close()
 
@@ -655,7 +638,7 @@ def test_bug_sssp_int_weights_overflow_silently(memory):
         except kp.KpgnbError as e:
             assert "overflow" in str(e), str(e)
             return
-        got = rows_of(v, ["source", "node", "dist"])
+        got = read(v, ["source", "node", "dist"])
         assert all(d >= 0 for _, _, d in got), got
     finally:
         eng.close()
@@ -695,6 +678,6 @@ def test_bug_wcc_str_node_ids_regressed(workers):
             v = graphs.wcc(df.input("edges")).view("out")
         E.advance_to(1)
         eng.wait(v, timeout=60)
-        assert rows_of(v, ["node", "label"]) == [("a", "a"), ("b", "a"), ("c", "c"), ("d", "c")]
+        assert read(v, ["node", "label"]) == [("a", "a"), ("b", "a"), ("c", "c"), ("d", "c")]
     finally:
         eng.close()

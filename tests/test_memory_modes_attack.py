@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import kpgnb as kp
 from kpgnb import graphs
+from readback import close_enough, read
 
 ALT = {
     "jod": ("jod", None),
@@ -26,28 +27,11 @@ ALT = {
     "bloom": ("drop", kp.Drop(p=0.5, policy="random", tracker="bloom", bloom_bits=64)),
     "all": ("drop", kp.Drop(p=1.0, policy="random", tracker="exact")),
 }
+
+
 def examples(n):
     return settings(max_examples=n, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
                     database=None)
-
-
-def read(view, cols, at=None):
-    df = view.to_pandas(at=at)
-    return sorted(tuple(r) for r in df[cols].itertuples(index=False, name=None))
-
-
-def close_enough(a, b, tol=1e-9):
-    """Row lists equal, floats within tol (relative): sums in another order differ in the last bits."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        for p, q in zip(x, y):
-            if isinstance(p, float) or isinstance(q, float):
-                if not abs(p - q) <= tol * max(1.0, abs(p), abs(q)):
-                    return False
-            elif p != q:
-                return False
-    return True
 
 
 class Multi:
