@@ -395,10 +395,13 @@ class Engine:
             raise
 
     def _view_goal(self, view: View):
-        info = self.snapshot().dataflows.get(view.dataflow)
-        if info is None:
-            raise UsageError(f"dataflow {view.dataflow!r} is not installed")
-        return self._goal_of(info)
+        return self._goal_of(self._view_info(self.snapshot(), view))
+
+    def _view_info(self, snap, view: View):
+        """The view's install in ``snap``; raises what the view's reads raise once it is gone (another
+        install of the dataflow's name is not the view's)."""
+        view.check(snap)
+        return self._check_dataflow(snap, view.dataflow)
 
     @staticmethod
     def _check_dataflow(snap, name: str):
@@ -415,7 +418,7 @@ class Engine:
         return info
 
     def _view_done(self, snap, view: View, goal) -> bool:
-        self._check_dataflow(snap, view.dataflow)
+        self._view_info(snap, view)
         f = view.frontier
         # a view released after this snapshot was taken: the next snapshot says why
         return not view.released and _past(f, goal)
@@ -440,7 +443,8 @@ class Engine:
         """Ctrl-C in wait: cancel the computations the caller was waiting for that have not caught up."""
         snap = self.snapshot()
         for name, info in snap.dataflows.items():
-            if info.error is not None or (isinstance(target, View) and name != target.dataflow) or \
+            if info.error is not None or (isinstance(target, View) and (name, info.serial) != (target.dataflow,
+                                                                                    target.serial)) or \
                     (isinstance(target, str) and name != target):
                 continue
             goal = target if isinstance(target, (int, np.integer)) else self._goal_of(info)

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import weakref
-from collections import deque
+from collections import Counter, deque
 
 from . import faults
 from .catalog import Catalog, CatalogEntry
@@ -80,8 +80,15 @@ class Dataflow:
         return "dropped (kept while its exports are read)" if self.dropped else "running"
 
     def release(self):
+        self.end_views(self.error if self.error is not None else f"dataflow {self.name!r} has been dropped")
         for op in self.graph.ops:
             op.release()
+
+    def end_views(self, why):
+        """Tell the views why they end (an error, or a sentence), before their traces are released."""
+        for v in self.views.values():
+            if v.ended is None:
+                v.ended = why
 
     def frontier(self) -> Antichain:
         """The meet of its top-level operators' output frontiers. One that feeds another top-level operator
@@ -142,8 +149,11 @@ class Dataflow:
             return self._info
         if self._shape != shape:  # the arrangements and views only change with the graph's shape
             self._shape = shape
-            self._traces = tuple((getattr(t, "name", None) or f"{op.kind}#{op.index}", weakref.ref(t))
-                                 for op in ops for t in [op.owned_trace()] if t is not None)
+            owned = [(getattr(t, "name", None) or f"{op.kind}#{op.index}", op, t)
+                     for op in ops for t in [op.owned_trace()] if t is not None]
+            seen = Counter(label for label, _, _ in owned)  # a label two traces share gets the operator's index
+            self._traces = tuple((label if seen[label] == 1 or "#" in label else f"{label}#{op.index}",
+                                  weakref.ref(t)) for label, op, t in owned)
             self._views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
                                 if v.op.handle is not None and v.op.handle.alive)
         traces, views = self._traces, self._views
@@ -241,7 +251,7 @@ class Scheduler:
 
     def _refuse_queued(self):
         """Answer the commands the engine will never execute (it is closed): a caller waiting on one gets
-        EngineError instead of blocking forever."""
+        EngineError instead of blocking forever. Seals still queued are dropped with the engine's state."""
         while True:
             try:
                 _, cmd = self._cmds.popleft()
@@ -425,17 +435,28 @@ class Scheduler:
         return found
 
     def _fail(self, df: Dataflow, error: BaseException, how: str = "failed"):
-        """End a dataflow: record the error, free its state, and fail the dataflows reading its exports."""
-        if df.error is not None:
+        """End a dataflow and the dataflows reading its exports: record why, publish it, then free their
+        state, so whoever finds a view's trace gone finds the reason in the snapshot too."""
+        ended = self._end(df, error, how, [])
+        if not ended:
             return
+        self._publish(False)
+        for d in ended:
+            d.release()
+            for f in list(d.followers):
+                f.end(d.error)
+
+    def _end(self, df: Dataflow, error: BaseException, how: str, ended: list) -> list:
+        """``_fail``'s bookkeeping: the error of ``df`` and of every dataflow reading its exports (appended
+        to ``ended``); their exports leave the catalog."""
+        if df.error is not None:
+            return ended
         if not isinstance(error, KpgnbError):
             wrapped = DataflowError(f"{type(error).__name__}: {error}")
             wrapped.__cause__ = error
             error = wrapped
         df.error, df.ended = error, how
-        df.release()
-        for f in list(df.followers):
-            f.end(error)
+        ended.append(df)
         exports = set(df.exports)
         for e in exports:
             self.catalog.remove(e)
@@ -446,7 +467,8 @@ class Scheduler:
                 err = DataflowError(f"dataflow {other.name!r} reads {sorted(other.uses & exports)} from dataflow "
                                     f"{df.name!r}, which {how}: {error}")
                 err.__cause__ = error
-                self._fail(other, err)
+                self._end(other, err, "failed", ended)
+        return ended
 
     # -- commands -----------------------------------------------------------------------------------
     def _install(self, cmd: Install):
@@ -525,6 +547,7 @@ class Scheduler:
             f.end(None)
         if df.error is not None:
             return  # failed or cancelled: released already
+        df.end_views(f"dataflow {name!r} has been dropped")
         for v in df.views.values():
             v.op.release()
         df.views = {}
@@ -564,6 +587,7 @@ class Scheduler:
                 if e in d.uses:
                     d.uses = (d.uses - {e}) | {entry.name}
         name = old.name
+        old.end_views(f"dataflow {name!r} was replaced by a new install of that name; read the new one's view")
         old.name = f"{name}~{k}"
         for v in old.views.values():
             v.dataflow = old.name

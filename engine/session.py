@@ -104,7 +104,9 @@ class InputSession:
                 self._buffer.append((data, diffs))
 
     def _open(self):
-        """Refuse a call on a closed or dropped input (under ``_lock``: ``_check`` ran before it was taken)."""
+        """Refuse a call on a closed or dropped input. Called under ``_lock``, which ``close`` holds too, so
+        nothing is buffered or sealed after the closing seal; ``dropped`` is set by the scheduler, which skips
+        the seals of a dropped input anyway."""
         if self.dropped:
             raise UsageError(f"input {self.name!r} was dropped")
         if self.closed:

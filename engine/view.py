@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from collections import deque
 
 import numpy as np
@@ -32,6 +31,10 @@ class View:
         self.op = op
         self.schema = schema
         self.serial = None  # which install of its dataflow it belongs to (set when installed)
+        # why its dataflow let go of it: the error it failed or was cancelled with, or a sentence (dropped,
+        # replaced); set by the scheduler before it releases the trace, so a reader that finds the trace
+        # gone knows why at once
+        self.ended: BaseException | str | None = None
 
     def _trace(self):
         h = self.op.handle
@@ -61,6 +64,8 @@ class View:
             raise EngineError("the engine is closed")
         if self.op.handle is None:
             raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
+        if self.ended is not None:
+            self._released()
         info = (snap or self.engine.snapshot()).dataflows.get(self.dataflow)
         if info is not None and info.serial == self.serial:
             if info.error is not None:
@@ -69,15 +74,35 @@ class View:
                 return self._trace() is not None
         raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
 
-    def _released(self, wait: float = 10.0):
-        """Raise why the view's trace is gone. The scheduler releases a failed or cancelled dataflow's traces
-        just before it publishes why, so a reader that finds the trace gone waits for that snapshot rather
-        than calling the dataflow dropped."""
-        snap = self.engine.snapshot()
-        deadline = time.monotonic() + wait
-        while not self._check(snap) and time.monotonic() < deadline:
-            snap = self.engine.wait_snapshot(snap, timeout=deadline - time.monotonic())
-        raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
+    def check(self, snap=None):
+        """Raise why the view cannot be read (the engine is closed; its dataflow failed, was cancelled,
+        dropped or replaced), as of the engine snapshot ``snap`` (default: the latest)."""
+        if not self._check(snap):
+            self._released()
+
+    def _released(self):
+        """Raise why the view's trace is gone."""
+        if self.engine.closed:
+            raise EngineError("the engine is closed")
+        why = self.ended
+        if isinstance(why, BaseException):
+            raise_failure(self.dataflow, why)
+        raise UsageError(f"view {self.name!r}: {why or f'dataflow {self.dataflow!r} has been dropped'}")
+
+    def _snapshot(self):
+        """The view's trace snapshot, or raise why the view cannot be read."""
+        trace = self._trace() if self._check() else None
+        if trace is None:
+            self._released()
+        return trace.snapshot
+
+    def _accumulate(self, at, snap):
+        try:
+            return self.op.handle.accumulate(at, snapshot=snap)
+        except UsageError:
+            if self._trace() is None:  # released while being read
+                self._released()
+            raise
 
     def columns(self, at=None, diffs: bool = False) -> dict:
         """The view's rows as a dict of NumPy arrays (decoded), as of epoch ``at`` (default: latest)."""
@@ -86,10 +111,7 @@ class View:
     def _read_raw(self, at, diffs):
         """The engine's int64 column matrix, the multiplicities (rows repeated unless ``diffs``) and the
         first epoch the rows do not include (None: none is missing, every input closed)."""
-        trace = self._trace() if self._check() else None
-        if trace is None:
-            self._released()
-        snap = trace.snapshot
+        snap = self._snapshot()
         if at is not None:
             if isinstance(at, (bool, np.bool_)) or not isinstance(at, (int, np.integer)):
                 raise UsageError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
@@ -104,11 +126,7 @@ class View:
                                  f"started from its inputs as of epoch {self.op.born} and has no answer for "
                                  f"earlier epochs")
         try:
-            keys, vals, cnt = self.op.handle.accumulate(at, snapshot=snap)
-        except UsageError:
-            if self._trace() is None:  # released while being read
-                self._released()
-            raise
+            keys, vals, cnt = self._accumulate(at, snap)
         except CompactedError as e:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: {e}. Keep more history "
                                  f"with .view(name, history=...)") from None
@@ -161,7 +179,7 @@ class View:
         return spark.createDataFrame(self.to_arrow(at, diffs))
 
     def __len__(self):
-        return int(self._read_raw(None, True)[1].sum())
+        return int(self._accumulate(None, self._snapshot())[2].sum())
 
     # -- following ------------------------------------------------------------------------------------
     def follow(self, timeout: float | None = None) -> "Follower":
