@@ -74,9 +74,11 @@ class _Header(w.HTML, Part):
             return
         arrs = reading.arrangements
         running = sum(d["status"] == "running" for d in reading.dataflows)
-        failed = sum(d["error"] is not None for d in reading.dataflows)
+        failed = sum(d["status"] == "failed" for d in reading.dataflows)
+        cancelled = sum(d["status"] == "cancelled" for d in reading.dataflows)
         value = (f"<b>kpgnb engine</b> · {reading.workers} workers · {running} dataflows running"
-                 f"{f' · {failed} failed' if failed else ''} · {len(arrs)} arrangements · "
+                 f"{f' · {failed} failed' if failed else ''}{f' · {cancelled} cancelled' if cancelled else ''}"
+                 f" · {len(arrs)} arrangements · "
                  f"{fmt.count(sum(a['records'] for a in arrs))} records · "
                  f"{fmt.nbytes(sum(a['bytes'] for a in arrs))}")
         if reading.error:

@@ -25,6 +25,7 @@ class Reading:
 
     @classmethod
     def take(cls, engine) -> "Reading":
+        """Every part from one published snapshot (a dataflow listed anywhere is listed everywhere)."""
         at, wall = time.perf_counter(), time.time()
         if engine.closed:
             return cls(at, wall, True, workers=engine.workers)
@@ -34,5 +35,5 @@ class Reading:
             for name, info in infos.items():
                 if info.latency_counts is not None:
                     latency[name] = info.latency_counts
-        return cls(at, wall, False, engine.arrangements(), engine.dataflow_stats(retired=True), latency,
-                   engine.workers, None if snap.error is None else str(snap.error), engine.ife_stats())
+        return cls(at, wall, False, engine.arrangements(snapshot=snap), engine.dataflow_stats(True, snap), latency,
+                   engine.workers, None if snap.error is None else str(snap.error), engine.ife_stats(snap))

@@ -57,8 +57,8 @@ class Updater:
         seconds), starting the thread if it is not running."""
         with self._lock:
             self._parts[part] = 0.0
+            self._stop.clear()  # (a thread told to stop because its last widget went stays for this one)
             if self.thread is None or not self.thread.is_alive():
-                self._stop.clear()
                 # not in the caller's context: ipykernel then sends the widgets' updates as part of whichever
                 # cell is running, so a notebook executed by nbclient stores their latest state
                 self.thread = threading.Thread(target=self._loop, name="kpgnb-widgets", daemon=True)
@@ -95,16 +95,19 @@ class Updater:
         engine = self._engine()
         if engine is None:
             return
-        reading = Reading.take(engine)
-        for p in parts if parts is not None else self.parts():
+        parts = parts if parts is not None else self.parts()
+        reading = self._take(engine, parts)
+        for p in parts if reading is not None else ():
             self._refresh(p, reading)
 
     # -- the thread -----------------------------------------------------------------------------------
     def _loop(self):
-        while not self._stop.wait(self.period):
+        while True:
+            self._stop.wait(self.period)
             engine = self._engine()
             now = time.perf_counter()
             with self._lock:
+                self._stop.clear()  # it ends below when no widget is left, never on the event alone
                 for p in [p for p in self._parts if not p.alive]:
                     del self._parts[p]
                 if engine is None or not self._parts:
@@ -114,7 +117,13 @@ class Updater:
             if not due:
                 continue
             c0 = time.thread_time()
-            reading = Reading.take(engine)
+            reading = self._take(engine, due)
+            if reading is None:
+                with self._lock:
+                    for p in due:
+                        if p in self._parts:
+                            self._parts[p] = time.perf_counter() + p.min_interval
+                continue
             self.refreshes += 1
             self.cpu_by_part["Reading"] = self.cpu_by_part.get("Reading", 0.0) + time.thread_time() - c0
             for p in (self.parts() if reading.closed else due):
@@ -130,16 +139,30 @@ class Updater:
                     self.thread = None
                 return
 
+    def _take(self, engine, parts):
+        """A reading of ``engine``, or None when reading it failed: then ``parts`` show why."""
+        try:
+            return Reading.take(engine)
+        except Exception as e:  # noqa: BLE001 - the widgets say so and the thread lives on
+            self.last_error = e
+            for p in parts:
+                self._show_error(p, e)
+            return None
+
+    @staticmethod
+    def _show_error(part, error):
+        try:
+            part.show_error(error)
+        except Exception:  # noqa: BLE001 - nothing more to do for it
+            pass
+
     def _refresh(self, part, reading) -> float:
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
             part.refresh(reading)
         except Exception as e:  # noqa: BLE001 - one widget's failure must not stop the others
             self.last_error = e
-            try:
-                part.show_error(e)
-            except Exception:  # noqa: BLE001 - nothing more to do for it
-                pass
+            self._show_error(part, e)
         name = type(part).__name__
         self.cpu_by_part[name] = self.cpu_by_part.get(name, 0.0) + time.thread_time() - c0
         return time.perf_counter() - t0
