@@ -449,7 +449,8 @@ def main(argv=None):
                    help="offered rate for the effort comparison (default: the highest rate the default "
                         "effort kept up with)")
     open_mode = p.parse_known_args(argv)[0].open_loop
-    a = parse_args(p, argv, OPEN_QUICK if open_mode else QUICK)
+    a = parse_args(p, argv, OPEN_QUICK if open_mode else QUICK,
+                   positive=("batches", "batch_size", "keys", "repeats"))
     if a.open_loop:
         rates = a.rates or halving(a.max_rate, a.min_rate)
         rates = [int(r) if r == int(r) else r for r in rates]

@@ -196,7 +196,7 @@ def main(argv=None):
     p.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", action=argparse.BooleanOptionalAction, default=True)
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("rows",))
     if not 0 < a.churn <= a.rows or (a.bfs and not 0 <= a.edge_churn <= a.edges):
         p.error("--churn must be in 1..rows and --edge-churn in 0..edges")
     res = run(a)

@@ -6,6 +6,8 @@ import os
 import platform
 import time
 
+import numpy as np
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
@@ -14,22 +16,54 @@ def machine() -> dict:
             "processor": platform.processor() or platform.machine()}
 
 
-def parse_args(parser, argv, quick: dict):
+def parse_args(parser, argv, quick: dict, positive=()):
     """Parse ``argv`` with a ``--quick`` option that swaps the defaults for ``quick`` (small sizes that
-    finish well under a minute on 2 cores); options given explicitly still win."""
+    finish well under a minute on 2 cores); options given explicitly still win. Integer options are
+    checked before anything runs (an argparse error, exit status 2): none is negative, and worker counts
+    and the ``positive`` options (by destination name) are at least 1."""
     parser.add_argument("--quick", action="store_true",
                         help="small sizes for a smoke run (explicit options still apply); writes "
                              "bench/results/NAME-quick.json, leaving the full results alone")
     if parser.parse_known_args(argv)[0].quick:
         parser.set_defaults(**quick)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name, value in vars(args).items():
+        least = 1 if name in positive or name.endswith("workers") else 0
+        for x in _ints(value, name.endswith("workers")):
+            if x < least:
+                parser.error(f"--{name.replace('_', '-')}: expected integers >= {least}, got {x}")
+    return args
+
+
+def _ints(value, listed: bool) -> list:
+    """An option's integers: an int, a list of them, or (``listed``) a comma-separated string of them."""
+    if isinstance(value, str) and listed:
+        try:
+            return [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            return []  # the benchmark's own parsing says what is wrong
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [x for x in items if isinstance(x, int) and not isinstance(x, bool)]
+
+
+def versions() -> dict:
+    """The versions of the libraries a result depends on (peers add their own)."""
+    from importlib import metadata
+    out = {}
+    for dist in ("kpgnb", "numpy", "numba", "pandas", "pyarrow"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
 
 
 def write_result(name: str, payload: dict, quick: bool = False) -> str:
     """Write ``bench/results/NAME.json`` (``NAME-quick.json`` for a --quick run, also marked in the JSON)."""
     os.makedirs(RESULTS, exist_ok=True)
     payload = {"benchmark": name, "quick": quick, "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-               "machine": machine(), **payload}
+               "machine": machine(), **payload,
+               "versions": {**versions(), **payload.get("versions", {})}}
     path = os.path.join(RESULTS, f"{name}-quick.json" if quick else f"{name}.json")
     with open(path, "w") as f:
         json.dump(payload, f, indent=2, default=str)
@@ -71,3 +105,51 @@ def peak_rss_bytes() -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class WrongAnswer(AssertionError):
+    """The engine's answer differs from the reference: a benchmark reports this, never a time."""
+
+
+def check_counts(view, keys, what: str):
+    """``view`` (columns k, count: ``count(by="k")``) holds the counts of ``keys``; else WrongAnswer."""
+    got = view.to_pandas()
+    k, c = got["k"].to_numpy(), got["count"].to_numpy()
+    order = np.argsort(k)
+    want_k, want_c = np.unique(np.asarray(keys), return_counts=True)
+    if not (np.array_equal(k[order], want_k) and np.array_equal(c[order], want_c)):
+        raise WrongAnswer(f"{what}: wrong answer: the view's counts are not those of the inserted keys "
+                          f"({len(k)} keys, {int(c.sum())} rows; expected {len(want_k)}, {len(keys)})")
+
+
+def bfs_distances(src, dst, nodes: int, roots) -> np.ndarray:
+    """Unweighted distances from the nearest root (-1: unreachable), by frontier expansion over CSR."""
+    order = np.argsort(src, kind="stable")
+    d = np.asarray(dst)[order]
+    start = np.searchsorted(np.asarray(src)[order], np.arange(nodes + 1))
+    dist = np.full(nodes, -1, np.int64)
+    frontier = np.unique(np.asarray(roots))
+    dist[frontier] = 0
+    level = 0
+    while len(frontier):
+        level += 1
+        lens = start[frontier + 1] - start[frontier]
+        at = np.repeat(start[frontier] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+        nxt = np.unique(d[at])
+        nxt = nxt[dist[nxt] < 0]
+        dist[nxt] = level
+        frontier = nxt
+    return dist
+
+
+def check_bfs(view, src, dst, nodes: int, roots, what: str):
+    """``view`` (columns node, dist: ``kpgnb.graphs.bfs``) holds the distances over the edges ``src -> dst``
+    (present ones: a multiset whose removals were applied); else WrongAnswer."""
+    got = view.to_pandas()
+    want = bfs_distances(src, dst, nodes, roots)
+    reached = np.flatnonzero(want >= 0)
+    n, dist = got["node"].to_numpy(), got["dist"].to_numpy()
+    order = np.argsort(n)
+    if not (np.array_equal(n[order], reached) and np.array_equal(dist[order], want[reached])):
+        raise WrongAnswer(f"{what}: wrong answer: the view's distances differ from a breadth-first search "
+                          f"({len(n)} nodes reached; expected {len(reached)})")

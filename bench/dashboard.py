@@ -116,7 +116,7 @@ def main(argv=None):
     p.add_argument("--updates", type=int, default=500, help="closed-loop updates per phase")
     p.add_argument("--rounds", type=int, default=12, help="closed/open phase pairs (closed-open, open-closed, ...)")
     p.add_argument("--workers", type=int, default=1)
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("keys", "updates", "rounds"))
     res = measure(a.keys, a.updates, a.rounds, a.workers)
     rows = [{"dashboard": "closed", "updates/s": res["closed_updates_per_s"],
              "CPU ms/update": med(res["closed"], "cpu_ms_per_update"),

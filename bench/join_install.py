@@ -337,7 +337,7 @@ def main(argv=None):
     p.add_argument("--peer-timeout", type=float, default=300.0, help="seconds before a peer is stopped")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--seed", type=int, default=0)
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("keys", "compare_keys", "repeats"))
     bigs = [a.keys] + ([a.compare_keys] if a.compare_keys else [])
     sizes = [m for m in a.sizes if m <= min(bigs)]
     res = run(bigs, sizes, a.repeats, a.unshared_repeats, a.workers, a.peer_timeout, a.seed, not a.no_peers,

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, percentile, table, write_result
+from .common import check_bfs, check_counts, parse_args, percentile, table, write_result
 
 QUICK = {"keys": 10_000, "updates": 200, "bfs_updates": 50, "nodes": 5_000, "edges": 50_000,
          "import_records": 100_000}
@@ -25,18 +25,20 @@ def count_latency(keys: int, updates: int, workers: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     with kp.Engine(workers=workers) as eng:
         inp = eng.input("keys", ["k"])
-        inp.insert({"k": rng.integers(0, keys, keys)})
+        first = rng.integers(0, keys, keys)
+        inp.insert({"k": first})
         inp.advance_to(1)
         with eng.dataflow("count") as df:
             view = df.input("keys").count(by="k").view("counts")
         eng.wait(view)
-        lat = []
+        lat, more = [], rng.integers(0, keys, updates)
         for e in range(2, updates + 2):
             t0 = time.perf_counter()
-            inp.insert([(int(rng.integers(0, keys)),)])
+            inp.insert([(int(more[e - 2]),)])
             inp.advance_to(e)
             eng.wait(view)
             lat.append(time.perf_counter() - t0)
+        check_counts(view, np.concatenate([first, more]), "count update")
     lat = np.array(lat[len(lat) // 10:]) * 1e3  # drop warm-up
     return {"keys": keys, "updates": len(lat), "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
             "max_ms": float(lat.max()), "latencies_ms": lat.tolist()}
@@ -51,23 +53,30 @@ def bfs_latency(nodes: int, edges: int, updates: int, workers: int, seed: int = 
         r_in = eng.input("roots", ["node"])
         src, dst = rng.integers(0, nodes, edges), rng.integers(0, nodes, edges)
         e_in.insert({"src": src, "dst": dst})
-        r_in.insert({"node": rng.choice(nodes, 4, replace=False)})
+        roots = rng.choice(nodes, 4, replace=False)
+        r_in.insert({"node": roots})
         e_in.advance_to(1)
         r_in.advance_to(1)
         with eng.dataflow("bfs") as df:
             view = bfs(df.input("edges").arrange_by("src"), df.input("roots")).view("dist")
         eng.wait(view)
         lat = []
+        present = np.ones(edges, bool)  # the original edges not removed
+        added = rng.integers(0, nodes, (updates, 2))
         for i in range(updates):
             t0 = time.perf_counter()
             if i % 2:
                 e_in.remove([(int(src[i]), int(dst[i]))])
+                present[i] = False
             else:
-                e_in.insert([(int(rng.integers(nodes)), int(rng.integers(nodes)))])
+                e_in.insert([(int(added[i, 0]), int(added[i, 1]))])
             e_in.advance_to(i + 2)
             r_in.advance_to(i + 2)
             eng.wait(view)
             lat.append(time.perf_counter() - t0)
+        ins = added[0::2]
+        check_bfs(view, np.concatenate([src[present], ins[:, 0]]), np.concatenate([dst[present], ins[:, 1]]),
+                  nodes, roots, "BFS update")
     lat = np.array(lat[len(lat) // 10:]) * 1e3
     return {"nodes": nodes, "edges": edges, "updates": len(lat), "p50_ms": percentile(lat, 50),
             "p99_ms": percentile(lat, 99), "max_ms": float(lat.max()), "latencies_ms": lat.tolist()}
@@ -118,7 +127,7 @@ def main(argv=None):
     p.add_argument("--edges", type=int, default=1_000_000)
     p.add_argument("--import-records", type=int, default=10_000_000)
     p.add_argument("--workers", type=int, default=1)
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("keys", "updates"))
     res = {"workers": a.workers,
            "count": count_latency(a.keys, a.updates, a.workers),
            "bfs": bfs_latency(a.nodes, a.edges, a.bfs_updates, a.workers),

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, table, write_result
+from .common import check_counts, parse_args, table, write_result
 
 QUICK = {"workers": "1,2", "updates": 200_000, "batch": 20_000, "keys": 50_000, "nodes": 10_000,
          "edges": 100_000, "repeats": 1}
@@ -22,7 +22,7 @@ QUICK = {"workers": "1,2", "updates": 200_000, "batch": 20_000, "keys": 50_000, 
 def count_throughput(workers: int, updates: int, batch: int, keys: int, seed: int = 0) -> float:
     import kpgnb as kp
     rng = np.random.default_rng(seed)
-    data = [rng.integers(0, keys, batch) for _ in range(updates // batch)]
+    data = [rng.integers(0, keys, batch) for _ in range(max(1, updates // batch))]
     with kp.Engine(workers=workers) as eng:
         inp = eng.input("keys", ["k"])
         with eng.dataflow("count") as df:
@@ -36,7 +36,9 @@ def count_throughput(workers: int, updates: int, batch: int, keys: int, seed: in
             inp.insert({"k": d})
             inp.advance_to(e)
             eng.wait(view)
-        return len(data) * batch / (time.perf_counter() - t0)
+        rate = len(data) * batch / (time.perf_counter() - t0)
+        check_counts(view, np.concatenate([data[0][:1000], *data]), "count throughput")
+        return rate
 
 
 def bfs_throughput(workers: int, nodes: int, edges: int, seed: int = 0) -> float:
@@ -72,7 +74,7 @@ def main(argv=None):
     p.add_argument("--nodes", type=int, default=200_000)
     p.add_argument("--edges", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=3)
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("updates", "batch", "keys", "repeats"))
     cores = os.cpu_count() or 1
     ws = [int(x) for x in a.workers.split(",")] if a.workers else [1, 2] + [w for w in (4, 8, 16) if w <= cores]
     # warm-up run compiles every kernel
