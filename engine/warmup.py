@@ -92,7 +92,8 @@ def kernel_signatures(family: str) -> list:
                 (rk.order_keys, (I2, I1, I1)),
                 (rk.reduce_apply, (i8, I1, I1, I1, I2, F2, I2, i8, i8, i8, b1, I2, F2)),
                 (rk._diff_run, (i8, I1, I2, I1, I2, I1, I1, I2, I2, I1,
-                                I1, I2, I2, I1, I2, I2, I1, I1, I1, I1, I2, I2, I2, I1))]
+                                I1, I2, I2, I1, I2, I2, I1, I1, I1, I1, I2, I2, I2, I1)),
+                (rk.probe_runs, (I1, I2, I2, I1))]
     if family == "views":
         return []
     if family == "ife":

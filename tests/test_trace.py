@@ -711,3 +711,37 @@ def test_spine_model_hypothesis(data, depth, effort, workers):
     for t in [handle.logical.elements[0], (epoch + 1,) + (5,) * (depth - 1)]:
         assert trace_accumulate(handle, t) == model.accumulate(t)
     check_spine(trace)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.integers(0, 2), st.integers(0, 2), st.integers(1, 2), st.data())
+def test_reduce_output_built_in_place_equals_formed(kk, kv, depth, data):
+    """A reduce's corrections to probe keys (in arrangement order) become a batch without forming when
+    they are in batch order already; either way the batch equals ``Batch.form`` of the same rows."""
+    from kpgnb.engine.operators.reduce import _output
+    from kpgnb.engine.kernels.reduce import probe_runs
+    nk = data.draw(st.integers(1, 8))
+    keys = np.array(data.draw(st.lists(st.tuples(*[st.integers(-3, 3)] * kk), min_size=nk, max_size=nk)),
+                    np.int64).reshape(nk, kk).T.copy()
+    pkh, pkeys, koff, *_ = form_arrays(keys, np.zeros((0, nk), np.int64), np.zeros((nk, depth), np.int64),
+                                       np.ones(nk, np.int64))
+    m = len(pkh)
+    rows = data.draw(st.lists(st.tuples(st.integers(0, m - 1), st.tuples(*[st.integers(0, 2)] * kv),
+                                        st.tuples(*[st.integers(0, 2)] * depth), st.integers(-2, 2)),
+                              max_size=12))
+    if data.draw(st.booleans()):  # the order phase 3 emits in (and no zero diffs): built in place
+        rows = sorted({(k, v, t): d or 1 for k, v, t, d in rows}.items())
+        rows = [(k, v, t, d) for (k, v, t), d in rows]
+    n = len(rows)
+    c_key = np.array([r[0] for r in rows], np.int64)
+    c_vals = np.array([r[1] for r in rows], np.int64).reshape(n, kv).T.copy()
+    c_time = np.array([r[2] for r in rows], np.int64).reshape(n, depth)
+    c_diff = np.array([r[3] for r in rows], np.int64)
+    lower, upper = Antichain([(0,) * depth]), Antichain()
+    got = _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper)
+    want = Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
+    for a in ("kh", "keys", "koff", "vals", "times", "diffs"):
+        assert np.array_equal(getattr(got, a), getattr(want, a)), a
+    in_order = all(d != 0 for *_, d in rows) and all(
+        (rows[i][0], rows[i][1], rows[i][2]) < (rows[i + 1][0], rows[i + 1][1], rows[i + 1][2]) for i in range(n - 1))
+    assert (len(probe_runs(c_key, c_vals, np.ascontiguousarray(c_time), c_diff)[1]) > 0) == in_order

@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from . import helper, kernel
-from .rows import cmp_cols, cmp_times, in_advance, leq_time
+from .rows import cmp_cols, cmp_times, cmp_val_time, in_advance, leq_time
 from .sort import mix64, sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
@@ -633,7 +633,7 @@ def _before(okeys, col, r1, r2):
 def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k, desc, out, outf):
     """Phase 2 for built-in reductions. ``out`` (ko x len(acc_row)) receives output values (``outf`` is
     its float64 view); returns (des_off, des_cnt, rows used), rows used -1 when an int64 SUM may wrap (a
-product or a partial sum past int64: the caller sums exactly). ``okeys`` are the order keys of ``ivals``
+    product or a partial sum past int64: the caller sums exactly). ``okeys`` are the order keys of ``ivals``
     (see order_keys; only read by MIN, MAX, ARGMIN, ARGMAX and TOPK). Phase 1 listed each group's rows in
     order-key order (lexicographic over the value columns), so taking the first row that is strictly
     better on ``col`` breaks ties by the smallest row, for argmin and argmax alike, and TOPK's stable sort
@@ -1101,3 +1101,28 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
     nc = counts[0]
     return (c_key[:nc], c_vals[:, :nc], c_time[:nc], c_diff[:nc],  # views, as in reduce_times
             (int(counts[P3_WORK]), int(counts[P3_GENERAL])))
+
+
+@kernel
+def probe_runs(c_key, c_vals, c_time, c_diff):
+    """(the distinct probe indices, row offsets per probe) when the corrections are already a batch's
+    rows: probe indices non-decreasing, each probe's (vals, time) strictly increasing, no zero diff (phase
+    3 emits a key's groups in time order, so this holds whenever each key has one group, or kv == 0);
+    else empty offsets. Probes are in arrangement order, so the batch can then be built without forming."""
+    n = c_key.shape[0]
+    keys = np.empty(n, np.int64)
+    off = np.empty(n + 1, np.int64)
+    m = 0
+    for i in range(n):
+        if c_diff[i] == 0:
+            return keys[:0].copy(), off[:0].copy()
+        if i == 0 or c_key[i] != c_key[i - 1]:
+            if i > 0 and c_key[i] < c_key[i - 1]:
+                return keys[:0].copy(), off[:0].copy()
+            keys[m] = c_key[i]
+            off[m] = i
+            m += 1
+        elif cmp_val_time(c_vals, c_time, i - 1, c_vals, c_time, i) >= 0:
+            return keys[:0].copy(), off[:0].copy()
+    off[m] = n
+    return keys[:m].copy(), off[:m + 1].copy()

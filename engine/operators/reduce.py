@@ -194,7 +194,7 @@ class ReduceOp(Operator):
         self.work[s][3] += work[1]
         if not len(c_key):
             return empty
-        return Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
+        return _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper)
 
     def _order_keys(self, vals):
         """Order keys of the input's value columns (their value order as signed int64), for the ops that
@@ -248,6 +248,18 @@ class ReduceOp(Operator):
                                                      np.ascontiguousarray(times), np.ones(n, np.int64))
         rep = np.diff(koff)
         self.pending[s] = (np.repeat(okh, rep), np.repeat(okeys, rep, axis=1), otimes)
+
+
+def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:
+    """The output batch of corrections to probe keys ``c_key``: built in place when phase 3 emitted them
+    in batch order (the probe keys are in arrangement order already), formed otherwise."""
+    c_vals, c_time = np.ascontiguousarray(c_vals), np.ascontiguousarray(c_time)
+    used, koff = rk.probe_runs(c_key, c_vals, c_time, c_diff)  # (empty koff: not in batch order)
+    if not len(koff):
+        return Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
+    # (phase 3's arrays are views of larger buffers: copies, so the trace does not keep those alive)
+    return Batch(pkh[used], np.ascontiguousarray(pkeys[:, used]), koff, np.array(c_vals), c_time.copy(),
+                 c_diff.copy(), lower, upper)
 
 
 def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec):
