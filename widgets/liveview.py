@@ -18,6 +18,7 @@ import weakref
 
 import ipywidgets as w
 
+from ..engine.errors import KpgnbError
 from . import fmt
 from .updater import Part, Updater
 
@@ -62,10 +63,10 @@ class LiveView(w.VBox, Part):
         if engine.closed or (reading is not None and reading.closed):
             self._end("the engine is closed")
             return
-        info = engine.snapshot().dataflows.get(view.dataflow)
-        if info is None or info.error is not None or all(n != view.name for n, _ in info.views):
-            why = "dropped" if info is None or info.error is None else f"failed: {info.error}"
-            self._end(f"dataflow {view.dataflow!r} {why}")
+        try:
+            view.check()
+        except KpgnbError as e:  # failed, cancelled, dropped or replaced: say which
+            self._end(str(e))
             return
         if self.state == "paused":
             return
