@@ -448,7 +448,9 @@ def main(argv=None):
     g.add_argument("--effort-rate", type=float, default=None,
                    help="offered rate for the effort comparison (default: the highest rate the default "
                         "effort kept up with)")
-    open_mode = p.parse_known_args(argv)[0].open_loop
+    pre = argparse.ArgumentParser(add_help=False)  # (--help is answered by the full parser, --quick included)
+    pre.add_argument("--open-loop", action="store_true")
+    open_mode = pre.parse_known_args(argv)[0].open_loop
     a = parse_args(p, argv, OPEN_QUICK if open_mode else QUICK,
                    positive=("batches", "batch_size", "keys", "repeats"))
     if a.open_loop:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .columns import Schema, SchemaError, infer_dtype
 from .dataflow import Site
+from .errors import UsageError
 from .scope import Scope
 from .kernels import reduce as rk
 from .operators.arrange import ArrangeOp, ExportOp, ViewOp
@@ -566,7 +567,7 @@ class Collection:
         if self.scope.parent is not None:
             raise SchemaError("views must be defined at the top level of a dataflow (leave() the loop first)")
         if name in self.builder.views:
-            raise SchemaError(f"this dataflow has a view named {name!r} already")
+            raise UsageError(f"this dataflow has a view named {name!r} already")
         arr = self if isinstance(self, Arranged) else self.arrange_by(*self.schema.names)
         op = ViewOp(arr.scope, arr.op, history, Site.capture())
         op.name = name
@@ -618,7 +619,7 @@ class Arranged(Collection):
         if not isinstance(name, str) or not name:
             raise SchemaError("export needs a non-empty name")
         if self.builder.exported(name):
-            raise SchemaError(f"an arrangement named {name!r} is exported already")
+            raise UsageError(f"an arrangement named {name!r} is exported already")
         op = ExportOp(self.scope, self.op, 1, Site.capture())
         op.name = name
         self.builder.exports[name] = Export(op, self.schema, tuple(self.key_names), tuple(self.val_names))

@@ -38,9 +38,11 @@ class Engine:
     def __init__(self, workers: int | None = None, effort: str = "default"):
         if effort not in EFFORT:
             raise UsageError(f"effort must be one of {sorted(EFFORT)}")
-        self.workers = int(workers) if workers else (os.cpu_count() or 1)
-        if self.workers < 1:
-            raise UsageError("workers must be at least 1")
+        if workers is None:
+            workers = os.cpu_count() or 1
+        if isinstance(workers, (bool, np.bool_)) or not isinstance(workers, (int, np.integer)) or workers < 1:
+            raise UsageError(f"workers must be an int, at least 1 (None: one per core), got {workers!r}")
+        self.workers = int(workers)
         self.effort = effort
         self.symbols = SymbolTable()
         self._lock = threading.Lock()

@@ -53,6 +53,7 @@ class InputSession:
         self._lock = threading.Lock()
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
+        self._lent = False   # its epoch was advanced by a goal (``lend``) past what its owner asked for
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
@@ -113,7 +114,10 @@ class InputSession:
             raise UsageError(f"input {self.name!r} is closed")
 
     def advance_to(self, epoch: int):
-        """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1."""
+        """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1.
+        An input that a goal advanced beyond what its owner asked for (``lend``) takes an ``epoch`` at or
+        below its own as "seal what I inserted": the rows buffered since then go in as the next epoch
+        (never held back by epochs the owner did not know of); one beyond its own resumes as usual."""
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
             raise TypeError(f"epoch must be an integer, not {type(epoch).__name__}")
         epoch = int(epoch)
@@ -124,14 +128,34 @@ class InputSession:
         with self._lock:
             self._open()
             if epoch <= self.epoch:
-                if epoch == self.epoch:
+                if self._lent and self._buffer:
+                    epoch = self.epoch + 1
+                elif epoch == self.epoch or self._lent:
                     return
-                raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
-                                 f"(asked for {epoch})")
+                else:
+                    raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
+                                     f"(asked for {epoch})")
+            else:
+                self._lent = False
             self._send(at_epoch(epoch))
             self.epoch = epoch
         for f in list(self._followers):
             f._catch_up(epoch)
+
+    def lend(self, epoch: int) -> bool:
+        """Advance to ``epoch`` on behalf of a goal, so that a binding it was just asked is answered at once
+        (the goal reads this input, and its answers are final only where every input it reads is sealed);
+        only when nothing is buffered. Returns whether it advanced. See ``advance_to`` for what the owner's
+        next advance does."""
+        with self._lock:
+            if self.closed or self.dropped or self._buffer or epoch <= self.epoch or self._engine_closed():
+                return False
+            self._send(at_epoch(epoch))
+            self.epoch = epoch
+            self._lent = True
+        for f in list(self._followers):
+            f._catch_up(epoch)
+        return True
 
     def follow(self, leader: "InputSession", carry: bool = False):
         """Advance with ``leader`` whenever it advances and this input has nothing buffered, so that an

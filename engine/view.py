@@ -322,7 +322,11 @@ class Follower:
         t = self.view.op.handle.trace
         keys, vals, cnt = accumulate_batches(snap.all_batches(), t.kk, t.kv, t.depth)
         last = epoch_of(snap.upper)
-        epoch = max(last - 1, 0) if last is not None else None
+        if last is not None:
+            epoch = max(last - 1, 0)
+        else:  # every input closed: the contents are final from the last time anything changed on
+            times = [b.times[:, 0].max() for b in snap.all_batches() if len(b)]
+            epoch = int(max(times)) if times else 0
         self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
 
     def deliver(self, batches, lower, upper):
@@ -366,7 +370,7 @@ class Follower:
             self.frontier = upper
             if kind == "contents":
                 cols = self.view._decode(data)
-                cols[self.time_col] = np.full(len(cnt), -1 if epoch is None else epoch, np.int64)
+                cols[self.time_col] = np.full(len(cnt), epoch, np.int64)
                 cols[self.diff_col] = cnt
                 if not upper.elements:  # started after every input closed: nothing more will come
                     self.end(self._error)

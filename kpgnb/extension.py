@@ -44,8 +44,9 @@ def unload(ip):
         return
     _state["warmer"].stop()
     kernel.close()
-    for kind in ("line", "cell"):
-        ip.magics_manager.magics[kind].pop("dataflow", None)
+    for kind, names in _state["magics"].magics.items():  # every magic the class registered
+        for name in names:
+            ip.magics_manager.magics[kind].pop(name, None)
     ip.magics_manager.registry.pop(type(_state["magics"]).__name__, None)
     exc, custom_tb = _state["previous"]
     if exc:

@@ -10,9 +10,14 @@ from .engine.collection import Variable
 from .engine.errors import SchemaError
 
 
-def bfs(edges, roots):
-    """Distances from a set of roots: iterate + min. ``edges`` (src, dst), ``roots`` (node)."""
+def bfs(edges, roots, memory: str = "full", drop=None):
+    """Distances from a set of roots: iterate + min. ``edges`` (src, dst), ``roots`` (node); output (node,
+    dist). ``memory`` ("full", "jod" or "drop", with ``drop=kp.Drop(...)``) as in ``Collection.ife``: the
+    answer is the same."""
     start = roots.map(lambda node: {"node": node, "dist": node * 0})
+    if memory != "full" or drop is not None:
+        return start.ife(edges.select("src", "dst"), key="node", node="node", value="dist",
+                         message=lambda dist: dist + 1, agg="min", memory=memory, drop=drop, name="bfs")
 
     def step(d):
         return (d.join(edges, left_on="node", right_on="src")
@@ -22,7 +27,14 @@ def bfs(edges, roots):
     return start.iterate(step)
 
 
-def reachable(edges, roots):
+def reachable(edges, roots, memory: str = "full", drop=None):
+    """The nodes reachable from ``roots`` (node) along ``edges`` (src, dst), the roots included; output
+    (node). ``memory`` and ``drop`` as in ``bfs``."""
+    if memory != "full" or drop is not None:
+        start = roots.map(lambda node: {"node": node, "seen": np.zeros(len(node), np.int64)})
+        return start.ife(edges.select("src", "dst"), key="node", node="node", value="seen",
+                         message=lambda seen: seen, agg="min", memory=memory, drop=drop,
+                         name="reachable").select("node")
     return roots.iterate(lambda r: r.join(edges, left_on="node", right_on="src")
                          .map(lambda dst: {"node": dst}).concat(roots).distinct())
 

@@ -50,7 +50,7 @@ class DataflowMagics(Magics):
             %%dataflow reach --inputs edges=edges_df
             g = edges.arrange_by("src").export("edges_by_src")
             reach = df.input("roots").iterate(lambda r: r.join(g, left_on="node", right_on="src")
-                                              .select(node="dst").concat(r).distinct()).view("reach")
+                                              .select("dst").rename(dst="node").concat(r).distinct()).view("reach")
         """
         args = parse_argstring(self.dataflow, line)
         if not _NAME.fullmatch(args.name):

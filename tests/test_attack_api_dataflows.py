@@ -259,7 +259,7 @@ def test_names_builders_and_exports(eng):
     assert rows(v1) == [(1, 1)]
     with eng.dataflow("e1") as df:
         df.input("x").arrange_by("k").export("ex")
-    with pytest.raises(kp.SchemaError, match="exported already"):
+    with pytest.raises(kp.UsageError, match="exported already"):
         with eng.dataflow("e2") as df:
             df.input("x").arrange_by("v").export("ex")
     assert "e2" not in eng.dataflows()

@@ -301,6 +301,27 @@ def pagerank(iterations):
                                                     memory=memory, drop=drop)
 
 
+def bfs(df, memory, drop):
+    roots = df.input("sources").map(lambda source: {"node": source})
+    return graphs.bfs(df.input("edges").select("src", "dst"), roots, memory=memory, drop=drop)
+
+
+def reachable(df, memory, drop):
+    roots = df.input("sources").map(lambda source: {"node": source})
+    return graphs.reachable(df.input("edges").select("src", "dst"), roots, memory=memory, drop=drop)
+
+
+def bfs_oracle(edges, sources):
+    best = {}
+    for s, v, d in khop_oracle(1 << 30)(edges, sources):
+        best[v] = min(d, best.get(v, d))
+    return sorted(best.items())
+
+
+def reachable_oracle(edges, sources):
+    return sorted((v,) for v, _ in bfs_oracle(edges, sources))
+
+
 def widest(df, memory, drop):
     """Widest path (max over paths of the min capacity): agg="max" through Collection.ife directly."""
     start = df.input("sources").map(lambda source: {"source": source, "node": source,
@@ -328,6 +349,21 @@ def test_khop_streams(stream, workers, k):
 @given(stream=streams(), workers=st.sampled_from([1, 2, 3]))
 def test_rpq_streams(stream, workers):
     with Multi(workers, rpq, ["source", "node"], rpq_oracle) as m:
+        play(m, stream)
+
+
+@examples(5)
+@given(stream=streams(), workers=st.sampled_from([1, 2, 3]))
+def test_bfs_streams(stream, workers):
+    """graphs.bfs (many roots, the nearest one's distance) in every mode."""
+    with Multi(workers, bfs, ["node", "dist"], bfs_oracle) as m:
+        play(m, stream)
+
+
+@examples(4)
+@given(stream=streams(), workers=st.sampled_from([1, 2, 3]))
+def test_reachable_streams(stream, workers):
+    with Multi(workers, reachable, ["node"], reachable_oracle) as m:
         play(m, stream)
 
 

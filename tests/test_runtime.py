@@ -155,7 +155,7 @@ def test_export_use_catalog_and_drop_rules(eng):
     # the consumer maintains its count (and the key-only arrangement feeding it): the import adds nothing
     assert sorted(name.split("#")[0] for name, _ in snap.dataflows["consumer"].traces) == ["arrange", "count"]
     del snap
-    with pytest.raises(SchemaError, match="exported already"):
+    with pytest.raises(kp.UsageError, match="exported already"):
         with eng.dataflow("x") as df:
             df.input("edges").arrange_by("dst").export("by_src")
     # dropping the producer keeps its export alive and maintained while the consumer reads it

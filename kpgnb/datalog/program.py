@@ -320,11 +320,7 @@ class Goal:
                 return
             self._session.advance_to(epoch + 1)
             for s in base:
-                if s.epoch <= epoch and not s.buffered:
-                    try:
-                        s.advance_to(epoch + 1)
-                    except UsageError:  # advanced meanwhile by its owner
-                        pass
+                s.lend(epoch + 1)  # (unless its owner advanced it meanwhile or has rows buffered)
 
     def drop(self):
         """Uninstall the goal's dataflow and forget its bindings."""
