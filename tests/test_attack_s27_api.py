@@ -187,3 +187,43 @@ def test_bench_arrange_help_lists_quick():
                          text=True, timeout=120)
     assert out.returncode == 0
     assert re.search(r"^\s+--quick\b", out.stdout, re.M), "bench.arrange --help does not list --quick"
+
+
+def test_goal_lends_epochs_and_the_owner_keeps_writing():
+    """Several asks and retracts move the graph input several epochs on; the owner's advance_to at or below
+    that epoch seals its rows as the next epoch, once per call with rows buffered; beyond it, numbering
+    resumes; an input no goal moved still refuses to go back."""
+    eng = kp.Engine(workers=2)
+    try:
+        edges = eng.input("edges", ["src", "dst"], rows=[(1, 2), (2, 3)])
+        other = eng.input("other", ["k"])
+        edges.advance_to(1)
+        prog = eng.datalog("tc(x, y) :- edge(x, y).\ntc(x, y) :- tc(x, z), edge(z, y).",
+                           inputs={"edge": "edges"}, name="graphq")
+        g = prog.goal("tc(?, _)")
+        for x in (1, 2, 3):
+            g.ask(x)
+            eng.wait(g.view, timeout=30)
+        g.retract(3)
+        eng.wait(g.view, timeout=30)
+        moved = edges.epoch
+        assert moved > 1
+        edges.advance_to(1)                      # nothing buffered: nothing to do, no error
+        assert edges.epoch == moved
+        edges.insert([(3, 4)])
+        edges.advance_to(2)                      # the owner's numbering: its rows go in as the next epoch
+        assert edges.epoch == moved + 1
+        edges.insert([(4, 5)])
+        edges.advance_to(3)
+        eng.wait(prog["tc"], timeout=30)
+        eng.wait(g.view, timeout=30)
+        assert {(3, 4), (4, 5), (1, 5)} <= set(rows(prog["tc"]))
+        assert rows(g.view) == [(1, 2), (1, 3), (1, 4), (1, 5), (2, 3), (2, 4), (2, 5)]
+        edges.advance_to(edges.epoch + 5)        # beyond: as usual
+        with pytest.raises(kp.UsageError, match="epochs only advance"):
+            edges.advance_to(edges.epoch - 1)
+        other.advance_to(3)
+        with pytest.raises(kp.UsageError, match="epochs only advance"):
+            other.advance_to(2)
+    finally:
+        eng.close()
