@@ -41,8 +41,8 @@ _LAZY = {
 
 
 def __getattr__(name):
-    if name in ("spark", "widgets"):  # kp.spark: the Spark bridge (pyspark only when a function needs it);
-        import importlib                # kp.widgets: the dashboard's widgets (ipywidgets, matplotlib)
+    if name in ("spark", "widgets", "graphs"):  # kp.spark: the Spark bridge (pyspark only when a function
+        import importlib  # needs it); kp.widgets: the dashboard's widgets (ipywidgets, matplotlib); kp.graphs
         return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
@@ -51,6 +51,11 @@ def __getattr__(name):
         globals()[name] = value
         return value
     raise AttributeError(f"module 'kpgnb' has no attribute {name!r}")
+
+
+def __dir__():
+    """The public names, the lazy ones included (``dir(kp)``, tab completion)."""
+    return sorted(set(__all__) | set(_LAZY) | {"spark", "widgets", "graphs", "__version__"})
 
 
 def _kernel_engine(workers: int | None = None):

@@ -102,7 +102,9 @@ def test_readers_see_whole_epochs(workers):
                     eng.wait(view)
                     assert as_counter(view.columns(diffs=True)) == answers[e]
             eng.wait(view)
-            time.sleep(0.2)
+            deadline = time.monotonic() + 30  # the reader has read a few times (slowly under load)
+            while len(seen) <= 10 and not errors and t.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
         finally:
             stop.set()
             t.join(30)

@@ -98,7 +98,7 @@ def test_collect_reports_wrong_answer_not_a_time(want):
 
 
 def test_run_child_kills_a_step_past_the_limit():
-    msgs, status = G.run_child(G._idle_side, (30.0,), timeout=2.0)
+    msgs, status = G.run_child(G._idle_side, (120.0,), timeout=15.0)  # (the child must start and report first)
     assert status == "timeout" and msgs == [("start", "idle")]
     msgs, status = G.run_child(G._idle_side, (0.0,), timeout=20.0)
     assert status == "done"

@@ -669,11 +669,11 @@ def test_long_computation_does_not_starve_a_dataflow_installed_after_it(eng2):
     running_behind(eng, v)
     w = small(eng, "small", "S")
     try:
-        eng.wait(w, timeout=5)
+        eng.wait(w, timeout=15)  # (well below the long computation's time: it is not starved)
         check_counts(w, S)
         S.insert(10)
         S.advance()
-        eng.wait(w, timeout=5)
+        eng.wait(w, timeout=15)
         check_counts(w, S)
     finally:
         eng.drop("long")
@@ -682,14 +682,16 @@ def test_long_computation_does_not_starve_a_dataflow_installed_after_it(eng2):
 # -- 3. / 4. Ctrl-C ------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def sigint_after(delay: float):
-    """Deliver SIGINT to the main thread after ``delay`` seconds (Python raises KeyboardInterrupt
-    there), as Ctrl-C in a notebook does."""
+def sigint_after(delay: float, after: threading.Event | None = None):
+    """Deliver SIGINT to the main thread after ``delay`` seconds, and once ``after`` is set (Python raises
+    KeyboardInterrupt there), as Ctrl-C in a notebook does."""
     assert threading.current_thread() is threading.main_thread()
     main = threading.main_thread().ident
     fired = threading.Event()
 
     def fire():
+        if after is not None:
+            after.wait(T)
         fired.set()
         signal.pthread_kill(main, signal.SIGINT)
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -792,7 +794,7 @@ def test_ctrl_c_during_install_while_it_executes(workers):
             return real_install(cmd)
         sched._install = held_install
         try:
-            with sigint_after(0.3) as fired:
+            with sigint_after(0.3, after=entered) as fired:  # (while the scheduler executes it)
                 with pytest.raises(KeyboardInterrupt):
                     with eng.dataflow("x") as df:
                         df.input("S").count(by="k").export("x_counts").view("cnt")

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -29,8 +30,13 @@ def test_warmer_api_with_kernels_cached():
     assert all(warmup.is_ready(f) for f in warmup.FAMILIES)
     w.stop()                                  # after it finished: nothing to do
     assert warmup.active() is not w
-    assert not any(t.name.startswith("kpgnb-warmer") and t.is_alive() for t in threading.enumerate()
-                   if t is not threading.current_thread()) or w.done
+    def warming():
+        return any(t.name.startswith("kpgnb-warmer") and t.is_alive() for t in threading.enumerate()
+                   if t is not threading.current_thread())
+    deadline = time.monotonic() + 10
+    while warming() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not warming(), "the warmer's threads end once it is done"
 
 
 def test_unknown_family_is_named():

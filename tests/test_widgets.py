@@ -87,25 +87,26 @@ def test_dashboard_follows_the_engine(workers):
         advance(eng, edges, view, 5, rows=20)
         goal = edges.epoch
         reach = lambda: next(d for d in dash.frontiers.rows if d["name"] == "reach")  # noqa: E731
-        until(lambda: reach()["epoch"] == goal, "the frontier reaching the last epoch")
-        assert f"<td class=''>{goal}</td>" in dash.frontiers.value
+        until(lambda: reach()["epoch"] == goal and f"<td class=''>{goal}</td>" in dash.frontiers.value,
+              "the frontier reaching the last epoch")  # (a refresh sets rows, then the HTML: both in the wait)
         assert reach()["input_frontier"] == Antichain([(goal,)]) and reach()["lag_epochs"] == 0
         until(lambda: dash.latency.value != ccdf_before, "a redrawn CCDF")
         assert dash.latency.value[:8] == b"\x89PNG\r\n\x1a\n"
         assert "reach" in dash.latency.curves
         until(lambda: row(dash.arrangements, "edges_by_src")["records"] >= records_before + 100, "a grown trace")
-        until(lambda: len(dash.sizes.samples) > samples_before, "a new trace size sample")
+        # (a sample taken while the epochs were advancing may hold fewer: wait for one with all of them)
+        until(lambda: len(dash.sizes.samples) > samples_before
+              and dash.sizes.samples[-1][1].get("edges_by_src (reach)", (0,))[0] >= records_before + 100,
+              "a new trace size sample with the grown trace")
         assert dash.sizes.value[:4] == b"\x89PNG"
-        last = dash.sizes.samples[-1][1]
-        assert last["edges_by_src (reach)"][0] >= records_before + 100
 
         # a reader that holds compaction back is named
         handle = eng.trace("edges_by_src")
         advance(eng, edges, view, 4)
-        until(lambda: (row(dash.arrangements, "edges_by_src") or {}).get("blocker") == "eng.trace('edges_by_src')",
-              "the handle named as the compaction blocker")
-        assert "eng.trace(&#x27;edges_by_src&#x27;)" in dash.arrangements.value
-        assert row(dash.arrangements, "edges_by_src")["blocked_epochs"] >= 4
+        until(lambda: (row(dash.arrangements, "edges_by_src") or {}).get("blocker") == "eng.trace('edges_by_src')"
+              and row(dash.arrangements, "edges_by_src")["blocked_epochs"] >= 4
+              and "eng.trace(&#x27;edges_by_src&#x27;)" in dash.arrangements.value,
+              "the handle named as the compaction blocker, 4 epochs behind")
         handle.close()
         advance(eng, edges, view, 2)
         until(lambda: row(dash.arrangements, "edges_by_src")["blocker"] is None, "the blocker going away")
@@ -288,8 +289,8 @@ def test_live_view_updates_pauses_and_ends():
         edges.insert([(1000, 1)])
         edges.advance_to(2)
         eng.wait(view)
-        until(lambda: lv.rows == 51, "the new row")
-        assert "final before epoch 2" in lv.header.value and "last update" in lv.header.value
+        until(lambda: lv.rows == 51 and "final before epoch 2" in lv.header.value
+              and "last update" in lv.header.value, "the new row")  # (rows are set before the header)
         lv.pause.value = True
         assert lv.state == "paused" and "paused" in lv.header.value
         edges.insert([(1001, 1)])
@@ -300,8 +301,8 @@ def test_live_view_updates_pauses_and_ends():
         lv.pause.value = False
         until(lambda: lv.rows == 52, "the resumed live view")
         eng.drop("reach")
-        until(lambda: lv.state == "ended", "the live view ending with its dataflow")
-        assert "dropped" in lv.header.value and lv.pause.disabled
+        until(lambda: lv.state == "ended" and "dropped" in lv.header.value and lv.pause.disabled,
+              "the live view ending with its dataflow")
         until(lambda: not widget_threads(), "the updater ending with its last widget")
     finally:
         eng.close()
@@ -347,8 +348,8 @@ def test_progress_by_hand_and_following_a_dataflow():
         assert follow.state == "running" and follow.bar.value == 0.0
         gate.set()
         eng.wait(view)
-        until(lambda: follow.state == "finished", "the finished progress bar")
-        assert follow.bar.value == 1.0 and "up to date" in follow.label.value
+        until(lambda: follow.state == "finished" and follow.bar.value == 1.0 and "up to date" in follow.label.value,
+              "the finished progress bar")  # (the state is set before the bar and the label)
         until(lambda: not widget_threads(), "the updater ending once the bar finished")
     finally:
         gate.set()
