@@ -16,34 +16,32 @@ def machine() -> dict:
             "processor": platform.processor() or platform.machine()}
 
 
-def parse_args(parser, argv, quick: dict, positive=()):
+def parse_args(parser, argv, quick: dict, positive=(), least: dict | None = None):
     """Parse ``argv`` with a ``--quick`` option that swaps the defaults for ``quick`` (small sizes that
     finish well under a minute on 2 cores); options given explicitly still win. Integer options are
-    checked before anything runs (an argparse error, exit status 2): none is negative, and worker counts
-    and the ``positive`` options (by destination name) are at least 1."""
+    checked before anything runs (an argparse error, exit status 2): none is negative, worker counts
+    (comma-separated where a benchmark takes several) and the ``positive`` options (by destination name)
+    are at least 1, and ``least`` gives other lower bounds (name -> bound)."""
     parser.add_argument("--quick", action="store_true",
                         help="small sizes for a smoke run (explicit options still apply); writes "
                              "bench/results/NAME-quick.json, leaving the full results alone")
     if parser.parse_known_args(argv)[0].quick:
         parser.set_defaults(**quick)
     args = parser.parse_args(argv)
+    bounds = {**{n: 1 for n in positive}, **(least or {})}
     for name, value in vars(args).items():
-        least = 1 if name in positive or name.endswith("workers") else 0
-        for x in _ints(value, name.endswith("workers")):
-            if x < least:
-                parser.error(f"--{name.replace('_', '-')}: expected integers >= {least}, got {x}")
+        flag = f"--{name.replace('_', '-')}"
+        if name.endswith("workers") and isinstance(value, str):
+            items = value.split(",")
+            if not all(x.strip().lstrip("-").isdigit() for x in items):
+                parser.error(f"{flag}: expected comma-separated integers, got {value!r}")
+            value = [int(x) for x in items]
+        bound = bounds.get(name, 1 if name.endswith("workers") else 0)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        for x in items:
+            if isinstance(x, int) and not isinstance(x, bool) and x < bound:
+                parser.error(f"{flag}: expected integers >= {bound}, got {x}")
     return args
-
-
-def _ints(value, listed: bool) -> list:
-    """An option's integers: an int, a list of them, or (``listed``) a comma-separated string of them."""
-    if isinstance(value, str) and listed:
-        try:
-            return [int(x) for x in value.split(",") if x.strip()]
-        except ValueError:
-            return []  # the benchmark's own parsing says what is wrong
-    items = value if isinstance(value, (list, tuple)) else [value]
-    return [x for x in items if isinstance(x, int) and not isinstance(x, bool)]
 
 
 def versions() -> dict:
@@ -55,6 +53,9 @@ def versions() -> dict:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             out[dist] = None
+    if out["kpgnb"] is None:  # a checkout that is not installed
+        import kpgnb
+        out["kpgnb"] = kpgnb.__version__
     return out
 
 

@@ -78,6 +78,9 @@ def bfs_latency(nodes: int, edges: int, updates: int, workers: int, seed: int = 
         check_bfs(view, np.concatenate([src[present], ins[:, 0]]), np.concatenate([dst[present], ins[:, 1]]),
                   nodes, roots, "BFS update")
     lat = np.array(lat[len(lat) // 10:]) * 1e3
+    if not len(lat):
+        return {"nodes": nodes, "edges": edges, "updates": 0, "p50_ms": None, "p99_ms": None, "max_ms": None,
+                "latencies_ms": []}
     return {"nodes": nodes, "edges": edges, "updates": len(lat), "p50_ms": percentile(lat, 50),
             "p99_ms": percentile(lat, 99), "max_ms": float(lat.max()), "latencies_ms": lat.tolist()}
 
@@ -127,7 +130,9 @@ def main(argv=None):
     p.add_argument("--edges", type=int, default=1_000_000)
     p.add_argument("--import-records", type=int, default=10_000_000)
     p.add_argument("--workers", type=int, default=1)
-    a = parse_args(p, argv, QUICK, positive=("keys", "updates"))
+    a = parse_args(p, argv, QUICK, positive=("keys", "updates", "bfs_updates", "edges"), least={"nodes": 4})
+    if a.bfs_updates > a.edges:
+        p.error(f"--bfs-updates {a.bfs_updates}: at most --edges ({a.edges}), whose edges the odd updates remove")
     res = {"workers": a.workers,
            "count": count_latency(a.keys, a.updates, a.workers),
            "bfs": bfs_latency(a.nodes, a.edges, a.bfs_updates, a.workers),

@@ -74,7 +74,8 @@ def main(argv=None):
     p.add_argument("--nodes", type=int, default=200_000)
     p.add_argument("--edges", type=int, default=2_000_000)
     p.add_argument("--repeats", type=int, default=3)
-    a = parse_args(p, argv, QUICK, positive=("updates", "batch", "keys", "repeats"))
+    a = parse_args(p, argv, QUICK, positive=("updates", "batch", "keys", "repeats"),
+                   least={"nodes": 4})
     cores = os.cpu_count() or 1
     ws = [int(x) for x in a.workers.split(",")] if a.workers else [1, 2] + [w for w in (4, 8, 16) if w <= cores]
     # warm-up run compiles every kernel

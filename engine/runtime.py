@@ -422,7 +422,7 @@ class Engine:
     def _view_done(self, snap, view: View, goal) -> bool:
         self._view_info(snap, view)
         f = view.frontier
-        # a view released after this snapshot was taken: the next snapshot says why
+        # (a view released after the check above is not done: the next pass raises why)
         return not view.released and _past(f, goal)
 
     def _epoch_done(self, snap, epoch: int) -> bool:

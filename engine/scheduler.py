@@ -87,8 +87,8 @@ class Dataflow:
     def end_views(self, why):
         """Tell the views why they end (an error, or a sentence), before their traces are released."""
         for v in self.views.values():
-            if v.ended is None:
-                v.ended = why
+            if v.end_reason is None:
+                v.end_reason = why
 
     def frontier(self) -> Antichain:
         """The meet of its top-level operators' output frontiers. One that feeds another top-level operator

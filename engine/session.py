@@ -53,7 +53,7 @@ class InputSession:
         self._lock = threading.Lock()
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
-        self._lent = False   # its epoch was advanced by a goal (``lend``) past what its owner asked for
+        self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
         self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
@@ -115,9 +115,11 @@ class InputSession:
 
     def advance_to(self, epoch: int):
         """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1.
-        An input that a goal advanced beyond what its owner asked for (``lend``) takes an ``epoch`` at or
-        below its own as "seal what I inserted": the rows buffered since then go in as the next epoch
-        (never held back by epochs the owner did not know of); one beyond its own resumes as usual."""
+        An input moved on by others (a goal's ``lend``, a leader it ``follow``s) past the epoch its owner
+        last asked for takes an ``epoch`` between the two as "seal what I inserted": the rows buffered since
+        go in as the next epoch, so they are never held back by epochs the owner did not know of (once per
+        owner epoch: asking for the same one again does nothing). One beyond the input's epoch is as usual;
+        one below the owner's own is refused."""
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
             raise TypeError(f"epoch must be an integer, not {type(epoch).__name__}")
         epoch = int(epoch)
@@ -127,20 +129,21 @@ class InputSession:
         self._check()
         with self._lock:
             self._open()
-            if epoch <= self.epoch:
-                if self._lent and self._buffer:
-                    epoch = self.epoch + 1
-                elif epoch == self.epoch or self._lent:
+            if epoch < self._owner:
+                raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
+                                 f"(asked for {epoch})")
+            target = epoch
+            if epoch <= self.epoch:  # the owner's epoch, or one the input was moved past already
+                new = epoch > self._owner
+                self._owner = epoch
+                if not (new and self._buffer):
                     return
-                else:
-                    raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
-                                     f"(asked for {epoch})")
-            else:
-                self._lent = False
-            self._send(at_epoch(epoch))
-            self.epoch = epoch
+                target = self.epoch + 1
+            self._owner = epoch
+            self._send(at_epoch(target))
+            self.epoch = target
         for f in list(self._followers):
-            f._catch_up(epoch)
+            f._catch_up(target)
 
     def lend(self, epoch: int) -> bool:
         """Advance to ``epoch`` on behalf of a goal, so that a binding it was just asked is answered at once
@@ -152,7 +155,6 @@ class InputSession:
                 return False
             self._send(at_epoch(epoch))
             self.epoch = epoch
-            self._lent = True
         for f in list(self._followers):
             f._catch_up(epoch)
         return True

@@ -34,7 +34,7 @@ class View:
         # why its dataflow let go of it: the error it failed or was cancelled with, or a sentence (dropped,
         # replaced); set by the scheduler before it releases the trace, so a reader that finds the trace
         # gone knows why at once
-        self.ended: BaseException | str | None = None
+        self.end_reason: BaseException | str | None = None
 
     def _trace(self):
         h = self.op.handle
@@ -57,14 +57,14 @@ class View:
         return epoch_of(self.frontier)
 
     def _check(self, snap=None) -> bool:
-        """Raise if the view cannot be read: the engine is closed, the view is not installed, or its dataflow
-        failed, was cancelled, dropped or replaced (as of ``snap``, default the latest snapshot). False when
-        the view's trace is gone but ``snap`` does not say why yet."""
+        """Raise if the view cannot be read: the engine is closed, the view is not installed, its dataflow
+        ended (``end_reason``, whatever the snapshot), or ``snap`` (default the latest snapshot) shows it
+        failed, cancelled, dropped or replaced. False when the trace is gone and neither says why yet."""
         if self.engine.closed:
             raise EngineError("the engine is closed")
         if self.op.handle is None:
             raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
-        if self.ended is not None:
+        if self.end_reason is not None:
             self._released()
         info = (snap or self.engine.snapshot()).dataflows.get(self.dataflow)
         if info is not None and info.serial == self.serial:
@@ -76,7 +76,8 @@ class View:
 
     def check(self, snap=None):
         """Raise why the view cannot be read (the engine is closed; its dataflow failed, was cancelled,
-        dropped or replaced), as of the engine snapshot ``snap`` (default: the latest)."""
+        dropped or replaced): what the scheduler recorded when it let go of the view, else what the engine
+        snapshot ``snap`` (default: the latest) shows."""
         if not self._check(snap):
             self._released()
 
@@ -84,7 +85,7 @@ class View:
         """Raise why the view's trace is gone."""
         if self.engine.closed:
             raise EngineError("the engine is closed")
-        why = self.ended
+        why = self.end_reason
         if isinstance(why, BaseException):
             raise_failure(self.dataflow, why)
         raise UsageError(f"view {self.name!r}: {why or f'dataflow {self.dataflow!r} has been dropped'}")

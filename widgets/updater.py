@@ -119,25 +119,26 @@ class Updater:
             c0 = time.thread_time()
             reading = self._take(engine, due)
             if reading is None:
-                with self._lock:
-                    for p in due:
-                        if p in self._parts:
-                            self._parts[p] = time.perf_counter() + p.min_interval
+                for p in due:
+                    self._next_turn(p, 0.0)
                 continue
             self.refreshes += 1
             self.cpu_by_part["Reading"] = self.cpu_by_part.get("Reading", 0.0) + time.thread_time() - c0
             for p in (self.parts() if reading.closed else due):
                 time.sleep(0)  # let the engine's threads have the GIL between widgets
-                spent = self._refresh(p, reading)
-                with self._lock:
-                    if p in self._parts:
-                        self._parts[p] = time.perf_counter() + max(p.min_interval, COST_FACTOR * spent)
+                self._next_turn(p, self._refresh(p, reading))
             self.cpu_s += time.thread_time() - c0
             if reading.closed:  # every widget has shown that the engine closed: nothing will change again
                 with self._lock:
                     self._parts.clear()
                     self.thread = None
                 return
+
+    def _next_turn(self, part, spent: float):
+        """When ``part`` is due again, after a refresh that took ``spent`` seconds."""
+        with self._lock:
+            if part in self._parts:
+                self._parts[part] = time.perf_counter() + max(part.min_interval, COST_FACTOR * spent)
 
     def _take(self, engine, parts):
         """A reading of ``engine``, or None when reading it failed: then ``parts`` show why."""

@@ -315,7 +315,9 @@ class Goal:
             self._session.advance_to(epoch)
             (self._session.insert if ask else self._session.remove)([row])
             (self._asked.add if ask else self._asked.discard)(row)
-            epoch = self._session.epoch  # (an input's advance on another thread may have carried it on)
+            # an input's advance on another thread may have carried the bindings on (``follow``): then the
+            # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
+            epoch = self._session.epoch
             if any(s.epoch == epoch and s.buffered for s in base):
                 return
             self._session.advance_to(epoch + 1)
