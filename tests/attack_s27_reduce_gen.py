@@ -13,21 +13,13 @@ from collections import Counter
 import numpy as np
 from numba import njit
 
+from attack_s26_gen import clean, wrap
+
 COLS = ["k", "s", "f", "b", "v"]
 DTYPES = ["int64", "str", "float64", "bool", "int64"]
 DEFAULT = {"k": 0, "s": "", "f": 0.0, "b": False, "v": 0}
 S = ["", "a", "ab", "b", "Z", "\u00e4", "a\u00e4", "zz"]
 F = [-1.5, -0.0, 0.0, 0.5, 2.0, 3.5]
-M64 = 1 << 64
-
-
-def wrap(x: int) -> int:
-    x %= M64
-    return x - M64 if x >= 1 << 63 else x
-
-
-def clean(c: Counter) -> Counter:
-    return Counter({k: v for k, v in c.items() if v != 0})
 
 
 def norm_val(x):

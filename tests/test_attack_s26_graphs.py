@@ -16,6 +16,7 @@ import pytest
 import kpgnb as kp
 from kpgnb import graphs
 from readback import close_enough, read
+from test_memory_modes_attack import pagerank_oracle
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -97,21 +98,7 @@ def o_wcc(edges, _=None):
     return sorted((v, min(u for u in parent if find(u) == find(v))) for v in parent)
 
 
-def o_pagerank(iterations, alpha=0.85):
-    def oracle(edges, _=None):
-        E = [((a, b), c) for (a, b, *_), c in edges.items() if c > 0]
-        nodes = {a for (a, _), _ in E} | {b for (_, b), _ in E}
-        outdeg = Counter()
-        for (a, _), c in E:
-            outdeg[a] += c
-        rank = {v: 1 - alpha for v in nodes}
-        for _ in range(iterations):
-            new = {v: 1 - alpha for v in nodes}
-            for (a, b), c in E:
-                new[b] += c * alpha * rank[a] / outdeg[a]
-            rank = new
-        return sorted(rank.items())
-    return oracle
+o_pagerank = pagerank_oracle
 
 
 def o_rpq(trans, accept, start_state=0, label=lambda w: w % 2):
