@@ -476,8 +476,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        self._scheduler.stop()
-        self._pool.shutdown()
+        self._scheduler.stop()  # (its thread shuts the worker pool down as it ends)
 
     shutdown = close
 

@@ -21,6 +21,7 @@ import itertools
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import Counter, deque
 
@@ -36,6 +37,7 @@ from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
 RETRY_S = 0.2  # how soon a failed seal is tried again when nothing else wakes the scheduler
 SLICE_S = 0.05  # a dataflow runs this long before the next one gets its turn
 PUBLISH_S = 0.5  # during a long computation, statistics are published this often
+STOP_WAIT_S = 10.0  # how long close() waits for a step in progress (a slow user function) before it warns
 IDLE_S = 0.02  # merges are finished after this long without commands (a closed loop of updates never waits for it)
 IDLE_FUEL = 20_000  # rows of merging per shard per idle maintenance step (a fraction of a millisecond)
 SWITCH_S = 0.001  # the interpreter's thread switch interval, at most (see Scheduler.__init__)
@@ -233,12 +235,24 @@ class Scheduler:
             if self.snapshot is seen:
                 self._published.wait(timeout)
 
-    def stop(self):
+    def stop(self, wait: float = STOP_WAIT_S):
+        """Stop the scheduler: its thread answers the commands still queued, releases every dataflow and
+        shuts the worker pool down as it ends (it owns that state), after the step it is in. Waits ``wait``
+        seconds for that; a step still running then (a slow user function) is not cut short: a
+        RuntimeWarning says so, and the thread ends when the step returns."""
         with self._submit_lock:
             self._stop = True
         self._wake.set()
-        if threading.current_thread() is not self.thread:
-            self.thread.join(timeout=10)
+        if threading.current_thread() is self.thread:
+            return  # (close() from a user function: the loop ends after this step)
+        self.thread.join(timeout=wait)
+        if self.thread.is_alive():
+            warnings.warn(f"kpgnb: the engine is closed, but its scheduler is still running a step (a user "
+                          f"function?) after {wait:g} s; it releases the engine's state when that step returns",
+                          RuntimeWarning, stacklevel=3)
+
+    def _shutdown(self):
+        """The end of the loop once stopped (scheduler thread)."""
         self._refuse_queued()
         for df in list(self.dataflows.values()) + self.retired:
             df.release()
@@ -248,6 +262,7 @@ class Scheduler:
         self.retired.clear()
         self.catalog.clear()
         self._publish(True)
+        self.pool.shutdown()
 
     def _refuse_queued(self):
         """Answer the commands the engine will never execute (it is closed): a caller waiting on one gets
@@ -283,7 +298,7 @@ class Scheduler:
                 self._wake.wait(timeout)
             self._wake.clear()
             if self._stop:
-                self._refuse_queued()
+                self._shutdown()
                 return
             try:
                 faults.point("scheduler")

@@ -45,10 +45,14 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
         try:
             wait(eng, handle, warmer, first=True)
         except CellError as e:
-            if not isinstance(e.error, KeyboardInterrupt):
+            if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
+                bind_views(ns, prog.views)
+                if output:
+                    ns[output] = prog
+            else:
                 prog.drop()
                 drop_loaded(eng, created)
-                raise
+            raise
     bind_views(ns, prog.views)
     if output:
         ns[output] = prog
