@@ -132,14 +132,12 @@ class InputSession:
             if epoch < self._owner:
                 raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
+            new, self._owner = epoch > self._owner, epoch
             target = epoch
             if epoch <= self.epoch:  # the owner's epoch, or one the input was moved past already
-                new = epoch > self._owner
-                self._owner = epoch
                 if not (new and self._buffer):
                     return
                 target = self.epoch + 1
-            self._owner = epoch
             self._send(at_epoch(target))
             self.epoch = target
         for f in list(self._followers):

@@ -253,13 +253,13 @@ class ReduceOp(Operator):
 def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:
     """The output batch of corrections to probe keys ``c_key``: built in place when phase 3 emitted them
     in batch order (the probe keys are in arrangement order already), formed otherwise."""
-    c_vals, c_time = np.ascontiguousarray(c_vals), np.ascontiguousarray(c_time)
+    # phase 3's arrays are views of larger buffers: one copy each (C-ordered), so a batch built from them
+    # does not keep those buffers alive
+    c_vals, c_time, c_diff = np.array(c_vals, order="C"), np.array(c_time, order="C"), c_diff.copy()
     used, koff = rk.probe_runs(c_key, c_vals, c_time, c_diff)  # (empty koff: not in batch order)
     if not len(koff):
         return Batch.form(pkeys[:, c_key], c_vals, c_time, c_diff, lower, upper)
-    # (phase 3's arrays are views of larger buffers: copies, so the trace does not keep those alive)
-    return Batch(pkh[used], np.ascontiguousarray(pkeys[:, used]), koff, np.array(c_vals), c_time.copy(),
-                 c_diff.copy(), lower, upper)
+    return Batch(pkh[used], np.ascontiguousarray(pkeys[:, used]), koff, c_vals, c_time, c_diff, lower, upper)
 
 
 def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec):
