@@ -95,6 +95,9 @@ class ReduceOp(Operator):
 
     def install(self, rt):
         self.input = ArrangedInput(self.inputs[0], self.label())
+        if self.spec.op in (rk.DISTINCT, rk.THRESHOLD) and self.input.kv == 0:
+            # a group's rows are all one (empty) value: its total multiplicity is all that phase 2 reads
+            self._listing = rk.LIST_TOTAL
 
     def release(self):
         if self.input is not None:
