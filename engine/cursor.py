@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import form_arrays
+from .kernels.merge import normalize_groups
 from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order
 from .scope import IDENTITY, TimeLens
@@ -78,11 +79,14 @@ class Cursor:
     """Navigates the union of some batches: for a sorted set of keys, gathers their histories with
     work proportional to the keys sought (galloping seeks), not to the size of the batches."""
 
-    def __init__(self, batches, kv: int, depth: int, lens: TimeLens = IDENTITY):
+    def __init__(self, batches, kv: int, depth: int, lens: TimeLens = IDENTITY, exact: bool = False):
         self.batches = [b for b in batches if len(b)]
         self.kv = kv
         self.depth = depth
         self.lens = lens
+        # histories consolidated where the lens advanced times (updates from before an import's start
+        # that cancel there, such as a row inserted and removed, are left out rather than read as +1 and -1)
+        self.exact = exact
 
     def seek(self, pkh: np.ndarray, pkeys: np.ndarray) -> Histories:
         m = pkh.shape[0]
@@ -91,8 +95,9 @@ class Cursor:
             # the probe is every key of the one batch (``keys()`` of a reduce's delta, or of a first
             # history that is the delta): its histories are the batch's own arrays, nothing to gather
             b = batches[0]
-            times = b.times if self.lens.identity else self.lens.apply(b.times)
-            return Histories(pkh, pkeys, b.koff, b.vals, times, b.diffs)
+            if self.lens.identity:
+                return Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs)
+            return self._seen(Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs))
         found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
         hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
@@ -108,9 +113,19 @@ class Cursor:
             for i in hit:  # (a few small probes mostly find rows in few of the batches)
                 b = batches[i]
                 gather_rows(found[i], b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
-        if not self.lens.identity:
-            times = self.lens.apply(times)
-        return Histories(pkh, pkeys, off, vals, times, diffs)
+        h = Histories(pkh, pkeys, off, vals, times, diffs)
+        return h if self.lens.identity else self._seen(h)
+
+    def _seen(self, h: Histories) -> Histories:
+        """Histories in the reader's times (the lens applied; consolidated where it moved times, if exact)."""
+        lens = self.lens
+        times = lens.apply(h.times)
+        if not (self.exact and lens.moves(h.times)):
+            return Histories(h.kh, h.keys, h.off, h.vals, times, h.diffs)
+        off, vals, diffs = h.off.copy(), np.array(h.vals, order="C"), h.diffs.copy()
+        times = np.array(times, order="C")  # (a new array whenever the lens moved a time)
+        n = normalize_groups(off, vals, times, diffs)
+        return Histories(h.kh, h.keys, off, vals[:, :n], times[:n], diffs[:n])
 
     def seek_keys(self, keys: np.ndarray) -> Histories:
         """Histories of arbitrary key columns (hashed, sorted and deduplicated first)."""

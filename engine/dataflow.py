@@ -105,6 +105,11 @@ class Operator:
     kind = "operator"
     family = "core"  # the kernels it runs, as engine/warmup.py groups them
     passive = False  # it only passes messages on (no state, no capabilities): a moved frontier gives it no work
+    # a move of the input frontier within a loop that leaves its least epoch as it was gives it work only if
+    # ``due()``: what it would do otherwise (extend its trace's upper, let its inputs compact) can wait for
+    # its next step, which covers the rounds in between; moves that change the epoch always step, so
+    # traces are complete and compacted at every epoch, as readers outside the loop see them
+    lazy_rounds = False
     arranged = False  # whether the output stream carries Batches messages
     lens = IDENTITY
     trace = None
@@ -147,7 +152,19 @@ class Operator:
         if self.passive:
             return False
         last = self.last_frontier
-        return last is None or self.frontier.elements != last.elements
+        if last is None:
+            return True
+        f, g = self.frontier.elements, last.elements
+        if f == g:
+            return False
+        if self.lazy_rounds and f and g and len(f[0]) > 1 and f[0][0] == g[0][0]:
+            return self.due()  # (elements are sorted: the first holds the least epoch)
+        return True
+
+    def due(self) -> bool:
+        """For ``lazy_rounds`` operators: whether the input frontier has passed work the operator holds
+        (it must step for the loop's frontier to move on)."""
+        return True
 
     # -- data -------------------------------------------------------------------------------------
     def take(self, port: int = 0) -> list:

@@ -178,3 +178,23 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
     state[2] = nk
     state[3] = nr
     return ia >= na and ib >= nb
+
+
+@kernel
+def normalize_groups(off, vals, times, diffs):
+    """Every group of rows [off[p], off[p + 1]) sorted by (val, time) and consolidated in place, the groups
+    then packed to the front and ``off`` rewritten to match. Returns the number of rows kept."""
+    m = off.shape[0] - 1
+    w = 0
+    for p in range(m):
+        s = off[p]
+        e = off[p + 1]
+        off[p] = w
+        if e > s:
+            end = normalize_segment(vals, times, diffs, s, e)
+            for r in range(s, end):
+                if w != r:
+                    _copy_row(vals, times, diffs, r, vals, times, diffs, w, diffs[r])
+                w += 1
+    off[m] = w
+    return w

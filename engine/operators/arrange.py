@@ -45,6 +45,12 @@ class ArrangeOp(Operator):
     def capabilities(self):
         return self.batcher.held
 
+    lazy_rounds = True
+
+    def due(self) -> bool:
+        held = self.batcher.held
+        return bool(held.elements) and not self.frontier.less_equal(held)
+
     @property
     def trace(self):
         return self._weak()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batch import form_arrays
+from ..batch import Batch, form_arrays, merge_arrays
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows, whole
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
@@ -330,6 +330,21 @@ def _consolidated(parts) -> UpdateBatch:
     return UpdateBatch(np.repeat(keys, np.diff(koff), axis=1), times, diffs)
 
 
+def _imported(parts, lens) -> UpdateBatch:
+    """A shard of an imported history as the importer sees it: merged with its times advanced to the
+    import's start, so updates that cancel there (a row inserted and removed before the dataflow was
+    installed) never reach its functions; the dataflow starts from the contents as of its start."""
+    first = parts[0]
+    f = lens.frontier.matrix(first.depth)
+    rest = parts[1:] or [Batch.empty(first.kk, first.kv, first.depth, first.upper, first.upper)]
+    arrays = first.arrays
+    for b in rest:
+        arrays = merge_arrays(arrays, b.arrays, f)
+    _, keys, koff, vals, times, diffs = arrays
+    data = np.concatenate([np.repeat(keys, np.diff(koff), axis=1), vals], axis=0)
+    return UpdateBatch(data, enter_times(times, lens.extend) if lens.extend else times, diffs)
+
+
 class FlattenOp(Operator):
     """An arranged stream as a stream of updates (key columns, then value columns)."""
 
@@ -347,6 +362,9 @@ class FlattenOp(Operator):
                 parts = [b for b in batches if len(b)]
                 if not parts:
                     shards.append(None)
+                    continue
+                if not lens.identity and any(lens.moves(b.times) for b in parts):
+                    shards.append(_imported(parts, lens))
                     continue
                 data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
                 times = np.concatenate([b.times for b in parts], axis=0)

@@ -75,8 +75,13 @@ class JoinOp(Operator):
             out = out.meet(lower)
         return out
 
+    lazy_rounds = True  # a move of the frontier alone only lets its inputs compact
+
     def has_work(self):
         return bool(self.futures) or super().has_work()
+
+    def due(self) -> bool:
+        return False
 
     def step(self, rt):
         for side in (0, 1):
@@ -107,8 +112,10 @@ class JoinOp(Operator):
         b = [x for x in b_batches if len(x)]
         if not a or not b:
             return None
-        ca = self.sides[0].cursor(a)
-        cb = self.sides[1].cursor(b)
+        # exact: each output pair is of rows present at some time this dataflow reads (none of an
+        # imported history's updates that cancel at its start)
+        ca = self.sides[0].cursor(a, exact=True)
+        cb = self.sides[1].cursor(b, exact=True)
         na = sum(x.nkeys for x in a)
         nb = sum(x.nkeys for x in b)
         pkh, pkeys = (ca if na <= nb else cb).keys()

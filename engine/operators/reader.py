@@ -35,8 +35,9 @@ class ArrangedInput:
         """The shard's batches acknowledged so far."""
         return self.handle.batches(shard, self.ack)
 
-    def cursor(self, batches) -> Cursor:
-        return Cursor(batches, self.kv, self.depth, self.lens)
+    def cursor(self, batches, exact: bool = False) -> Cursor:
+        """A cursor over these batches in the reader's times (``exact``: see ``Cursor``)."""
+        return Cursor(batches, self.kv, self.depth, self.lens, exact)
 
     def compact(self, frontier: Antichain):
         """Nothing before ``frontier`` (in the reader's scope) will be asked about again."""

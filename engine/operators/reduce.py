@@ -86,6 +86,11 @@ class ReduceOp(Operator):
     def capabilities(self):
         return self.held
 
+    lazy_rounds = True
+
+    def due(self) -> bool:
+        return bool(self.held.elements) and not self.frontier.less_equal(self.held)
+
     @property
     def trace(self):
         return self.out_trace
@@ -241,10 +246,14 @@ class ReduceOp(Operator):
 
     def _add_pending(self, s, kh, keys, times):
         cur = self.pending[s]
-        if cur is not None:
-            kh = np.concatenate([cur[0], kh])
-            keys = np.concatenate([cur[1], keys], axis=1)
-            times = np.concatenate([cur[2], times], axis=0)
+        if cur is None:
+            # phase 1 lists a key's future times once each, keys in probe (arrangement) order: already
+            # distinct (key, time) pairs in the order kept (times copied: they view a kernel buffer)
+            self.pending[s] = (kh, keys, times.copy())
+            return
+        kh = np.concatenate([cur[0], kh])
+        keys = np.concatenate([cur[1], keys], axis=1)
+        times = np.concatenate([cur[2], times], axis=0)
         # distinct (key, time) pairs
         n = len(kh)
         okh, okeys, koff, _, otimes, _ = form_arrays(np.ascontiguousarray(keys), np.zeros((0, n), np.int64),
