@@ -162,11 +162,13 @@ class DataflowMagics(Magics):
         for n in names:
             if n not in eng.dataflows():
                 raise KpgnbError(f"no dataflow named {n!r}; installed: {sorted(eng.dataflows())}")
+        for i, n in enumerate(names):
             try:
                 cell.wait(eng, DataflowHandle(eng, n, {}, []), self.warmer, deadline=deadline)
             except TimeoutError:
+                behind = [m for m in names[i:] if not _current(eng, m)] or [n]
                 raise IPyUsageError(f"%dataflow wait: not up to date after {a.timeout:g} s: "
-                                    f"{cell.how_far(eng, n)}") from None
+                                    + "; ".join(cell.how_far(eng, m) for m in behind)) from None
         print("up to date: " + (", ".join(repr(n) for n in names) if names else "no dataflows"))
 
     def _stats(self, rest):
@@ -220,3 +222,14 @@ def _parse(rest, sub: str, spec):
     for name, kw in spec:
         p.add_argument(name, **kw)
     return p.parse_args(rest)
+
+
+def _current(eng, name: str) -> bool:
+    """Whether dataflow ``name`` already reflects every epoch its inputs were advanced to (or is gone)."""
+    try:
+        eng.wait(name, timeout=0.001, cancel_on_interrupt=False)
+    except TimeoutError:
+        return False
+    except Exception:  # noqa: BLE001 - failed or dropped meanwhile: nothing to wait for
+        return True
+    return True

@@ -323,6 +323,21 @@ def test_handles_cancel_and_timeouts(ip, capsys):
     assert r.success and ip.user_ns["slow"].to_pandas()["k"].tolist() == [1]
 
 
+def test_wait_timeout_names_every_dataflow_still_behind(ip, capsys):
+    run(ip, capsys, "slow_df2 = pd.DataFrame({'k': [1]})")
+    for name in ("slow_a", "slow_b"):
+        r, out = run(ip, capsys, f"%%dataflow {name} --no-wait --inputs t=slow_df2\nimport time\n"
+                                 f"v = t.map(lambda k: (time.sleep(2), {{'k': k}})[1], out={{'k': 'int64'}}).view('{name}v')\n")
+        assert r.success, out
+    r, out = run(ip, capsys, "%dataflow wait --timeout 0.3")
+    assert not r.success and "not up to date after 0.3 s" in out, out
+    assert "'slow_a'" in out and "'slow_b'" in out, out
+    r, out = run(ip, capsys, "%dataflow wait")
+    assert r.success and "'slow_a', 'slow_b'" in out, out
+    for name in ("slow_a", "slow_b"):
+        run(ip, capsys, f"%dataflow drop {name}")
+
+
 def test_sorted_head_of_a_large_view_matches_a_full_sort():
     from kpgnb.engine.view import _sorted_head
     rng = np.random.default_rng(3)
