@@ -100,10 +100,15 @@ def wcc(edges, memory: str = "full", drop=None):
                      start_rounds=bit_length_rounds if memory == "full" else None)
 
 
-def scc(edges):
+def scc(edges, memory: str = "full", drop=None):
     """Edges (src, dst) whose endpoints lie in the same strongly connected component: repeatedly keep the
     edges whose endpoints get the same label from forward and then backward label propagation (a doubly
-    nested iteration)."""
+    nested iteration). ``memory`` is "full" only: its label propagations run inside the outer loop, and
+    join-on-demand and dropping process top-level epochs (``Collection.ife``)."""
+    if memory != "full" or drop is not None:
+        raise SchemaError(f"scc: memory={memory!r}{' with drop=' if drop is not None else ''} is not available: "
+                          f"its label propagations run inside a loop (a doubly nested iteration), and the "
+                          f"memory modes process top-level epochs; use memory='full'")
     def trim(cycle, es):
         # label each node by the smallest node reaching it along `cycle`; keep `es` edges within a label,
         # reversed (so two trims restore the orientation)

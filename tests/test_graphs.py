@@ -277,3 +277,18 @@ def test_regular_path_query(workers):
                                               "dst": dst})
         return rpq(labelled, s, trans, accept)
     run_weighted(6, workers, build, check)
+
+
+def test_scc_takes_memory_full_and_refuses_the_top_level_modes():
+    """DESIGN: the recursive graph queries take memory=; scc's propagations are nested, so only "full"."""
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("e", ["src", "dst"], rows=[(1, 2), (2, 1), (2, 3)])
+        e.advance_to(1)
+        with eng.dataflow("s") as df:
+            v = scc(df.input("e"), memory="full").view("v")
+        eng.wait(v)
+        assert sorted(map(tuple, v.to_pandas().values.tolist())) == [(1, 2), (2, 1)]
+        for kw in ({"memory": "jod"}, {"memory": "drop", "drop": kp.Drop(p=0.5)}):
+            with pytest.raises(kp.SchemaError, match="scc: memory=.*inside a loop"):
+                with eng.dataflow("s2") as df:
+                    scc(df.input("e"), **kw).view("v2")
