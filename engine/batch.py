@@ -23,7 +23,7 @@ import numpy as np
 
 from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
-from .kernels.merge import merge_step
+from .kernels.merge import merge_step, merge_whole
 from .kernels.exchange import bucket_counts, exchange_rows
 from .lattice import Antichain
 
@@ -242,6 +242,17 @@ def merge_arrays(a, b, frontier: np.ndarray | None = None):
     m = Merger(a, b, frontier)
     m.work(None)
     return m.result
+
+
+def merged(older: Batch, newer: Batch, since: Antichain) -> Batch:
+    """Two adjacent batches merged completely by one kernel call, their times advanced to ``since``: a
+    small merge, never one in progress."""
+    d = older.depth
+    f = since.matrix(d) if since.elements else np.zeros((0, d), np.int64)
+    *arrays, positive = merge_whole(*older.arrays, *newer.arrays, f)
+    out = Batch(*arrays, older.lower, newer.upper, since)
+    out._balance = 2 * positive - out.n
+    return out
 
 
 class Merger:

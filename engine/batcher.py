@@ -93,7 +93,8 @@ class Batcher:
         if not parts:
             return
         faults.point("exchange")
-        pieces = [Part(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3])) for p in parts]
+        # (a part of one update has one time: seals decide it without reading its rows)
+        pieces = [Part(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3]), single=len(p[3]) == 1) for p in parts]
         held = self.held
         for p in pieces:
             held = held.meet(p.lo)

@@ -338,6 +338,7 @@ class Graph:
         self._planned = None  # the ops list that ``_loops`` describes
         self._loops: list = []
         self.changes = 0  # bumped whenever an operator steps or an output frontier moves (what is published)
+        self.idle = False  # the last ``run`` ended because no operator had work (not interrupted)
 
     def add(self, op: Operator) -> int:
         self.ops.append(op)
@@ -455,6 +456,7 @@ class Graph:
         of operators further down the order (loop feedback) are those of the pass's start: no later than
         their current ones, so the refreshed frontiers stay safe lower bounds."""
         did = False
+        self.idle = False
         while True:
             self._settle()
             ops = self.ops
@@ -489,6 +491,7 @@ class Graph:
             if not ran:
                 if start:
                     continue  # a resumed pass saw only the tail: look at every operator before concluding
+                self.idle = True
                 return did
             did = True
             if rt.interrupted():

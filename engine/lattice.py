@@ -144,13 +144,13 @@ class Antichain:
     def join(self, other: "Antichain") -> "Antichain":
         """The frontier of times in advance of both (minimal pairwise lubs)."""
         a, b = self.elements, other.elements
+        if a == b:
+            return self
         if len(a) == 1 and len(b) == 1:  # the common case: one time each
-            return Antichain._of((a[0] if a == b else lub(a[0], b[0]),))
-        out = Antichain()
-        for a in self.elements:
-            for b in other.elements:
-                out.insert(lub(a, b))
-        return out
+            return Antichain._of((lub(a[0], b[0]),))
+        lubs = {lub(x, y) for x in a for y in b}
+        kept = sorted(t for t in lubs if not any(u != t and leq(u, t) for u in lubs))
+        return Antichain._of(tuple(kept))
 
     def copy(self) -> "Antichain":
         return Antichain._of(self.elements)

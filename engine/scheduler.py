@@ -418,6 +418,8 @@ class Scheduler:
                     self._fail(df, e)
                 if self._cmds or self._stop or time.perf_counter() > publish_at:
                     return False
+            if len(dfs) == 1 and dfs[0].graph.idle:
+                break  # (only another dataflow's appends could give a dataflow that ended idle new work)
         return True
 
     def _idle_maintenance(self, merges: bool, every: bool = False) -> bool:

@@ -34,7 +34,7 @@ look at a spine: they read the trace's published snapshot.
 from __future__ import annotations
 
 from . import faults
-from .batch import Batch, Merger, merge_arrays
+from .batch import Batch, Merger, merged
 from .lattice import Antichain
 
 EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
@@ -367,8 +367,7 @@ class Spine:
     def _merged(self, older: Batch, newer: Batch, since: Antichain) -> Batch:
         """Two adjacent batches merged completely (a small merge, never one in progress)."""
         faults.point("merge")
-        f = since.matrix(older.depth) if since.elements else None
-        out = Batch(*merge_arrays(older.arrays, newer.arrays, f), older.lower, newer.upper, since)
+        out = merged(older, newer, since)
         self._account(out, older, newer)
         return out
 

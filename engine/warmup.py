@@ -83,7 +83,8 @@ def kernel_signatures(family: str) -> list:
                 (seek.gather_rows, (I1, I1, I2, I2, I1, I1, I2, I2, I1, I1)),
                 (seek.merge_key_lists, (I1, I2, I1, I2)),
                 (merge.merge_step, (I1, I2, I1, I2, I2, I1) * 3 + (I1, I2, i8)),
-                (merge.normalize_groups, (I1, I2, I2, I1))]
+                (merge.normalize_groups, (I1, I2, I2, I1)),
+                (merge.merge_whole, (I1, I2, I1, I2, I2, I1) * 2 + (I2,))]
     if family == "join":
         return [(join.product_total, (I1, I1)),
                 (join.join_product, (I1, I2, I1, I1, I2, I1, I1, i8))]

@@ -198,3 +198,39 @@ def normalize_groups(off, vals, times, diffs):
                 w += 1
     off[m] = w
     return w
+
+
+@kernel
+def merge_whole(akh, akeys, akoff, avals, atimes, adiffs, bkh, bkeys, bkoff, bvals, btimes, bdiffs, frontier):
+    """Two batches' arrays merged completely in one call (a spine's small merges, where the bookkeeping of
+    a resumable merge would cost more than the merge): the outputs exactly sized, and the number of rows
+    with a positive diff (the result's balance)."""
+    nk = akh.shape[0] + bkh.shape[0]
+    n = adiffs.shape[0] + bdiffs.shape[0]
+    kk = akeys.shape[0]
+    kv = avals.shape[0]
+    d = atimes.shape[1]
+    okh = np.empty(nk, np.int64)
+    okeys = np.empty((kk, nk), np.int64)
+    okoff = np.empty(nk + 1, np.int64)
+    ovals = np.empty((kv, n), np.int64)
+    otimes = np.empty((n, d), np.int64)
+    odiffs = np.empty(n, np.int64)
+    state = np.zeros(4, np.int64)
+    merge_step(akh, akeys, akoff, avals, atimes, adiffs, bkh, bkeys, bkoff, bvals, btimes, bdiffs,
+               okh, okeys, okoff, ovals, otimes, odiffs, state, frontier, np.int64(1) << 62)
+    k = state[2]
+    r = state[3]
+    pos = 0
+    for i in range(r):
+        if odiffs[i] > 0:
+            pos += 1
+    rkeys = np.empty((kk, k), np.int64)
+    for c in range(kk):
+        for i in range(k):
+            rkeys[c, i] = okeys[c, i]
+    rvals = np.empty((kv, r), np.int64)
+    for c in range(kv):
+        for i in range(r):
+            rvals[c, i] = ovals[c, i]
+    return okh[:k].copy(), rkeys, okoff[:k + 1].copy(), rvals, otimes[:r].copy(), odiffs[:r].copy(), pos

@@ -20,6 +20,7 @@ from ..lattice import Antichain
 from .reader import ArrangedInput
 
 CHUNK = 1 << 20  # output rows per shard per step
+_NONE = Antichain()  # no capability (shared: antichains are never changed once built)
 
 
 class _Product:
@@ -70,7 +71,7 @@ class JoinOp(Operator):
                 side.release()
 
     def capabilities(self):
-        out = Antichain()
+        out = _NONE
         for lower, _ in self.futures:
             out = out.meet(lower)
         return out
