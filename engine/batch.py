@@ -222,6 +222,15 @@ class Batch:
             self._range = (tuple(lo.tolist()), tuple(hi.tolist()))
         return self._range
 
+    def collapses(self, frontier: Antichain) -> bool:
+        """Whether advancing its times to ``frontier`` could make two of them equal: its ``since`` lags the
+        frontier and its times differ in a coordinate where the least of them is behind it."""
+        since = self.since
+        if self.n < 2 or not frontier.elements or (since.elements and frontier.less_equal(since)):
+            return False  # (the frontier has not passed its since: compacting cannot change its times)
+        lo, hi = self.time_range
+        return any(lo[c] < hi[c] and lo[c] < f[c] for f in frontier.elements for c in range(len(lo)))
+
     def key_rows(self) -> np.ndarray:
         """The key columns repeated once per row (``kk x n``; the batch's own, read-only, keys when every
         key has one row)."""

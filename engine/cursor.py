@@ -9,6 +9,7 @@ from .batch import form_arrays
 from .kernels.merge import normalize_groups
 from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order
+from .lattice import rep
 from .scope import IDENTITY, TimeLens
 
 
@@ -46,6 +47,28 @@ class Histories:
 
     def __len__(self):
         return self.diffs.shape[0]
+
+
+def may_meet(batches, frontier) -> bool:
+    """Whether two updates of one (key, value) in these batches of a trace may have one time once their
+    times are advanced to ``frontier``: a batch whose own times collapse, or two batches whose advanced
+    time ranges (coordinate by coordinate) overlap. (Each batch is consolidated, so that is the only way;
+    compaction can advance a batch's times past its upper, onto the next one's.)"""
+    if frontier is None:
+        return False
+    if len(batches) == 1:
+        return batches[0].collapses(frontier)
+    boxes = []
+    for b in batches:
+        if b.collapses(frontier):
+            return True
+        lo, hi = b.time_range
+        lo, hi = rep(lo, frontier), rep(hi, frontier)  # (rep is monotone: these bound the advanced times)
+        for blo, bhi in boxes:
+            if all(x <= bh and bl <= y for x, y, bl, bh in zip(lo, hi, blo, bhi)):
+                return True
+        boxes.append((lo, hi))
+    return False
 
 
 def key_index(keys: np.ndarray):
@@ -97,7 +120,7 @@ class Cursor:
             b = batches[0]
             if self.lens.identity:
                 return Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs)
-            return self._seen(Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs))
+            return self._seen(Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs), batches)
         found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
         hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
@@ -114,13 +137,14 @@ class Cursor:
                 b = batches[i]
                 gather_rows(found[i], b.koff, b.vals, b.times, b.diffs, cursor, vals, times, diffs, probe)
         h = Histories(pkh, pkeys, off, vals, times, diffs)
-        return h if self.lens.identity else self._seen(h)
+        return h if self.lens.identity else self._seen(h, [batches[i] for i in hit])
 
-    def _seen(self, h: Histories) -> Histories:
-        """Histories in the reader's times (the lens applied; consolidated where it moved times, if exact)."""
+    def _seen(self, h: Histories, read) -> Histories:
+        """Histories in the reader's times: the lens applied and, if exact, the rows consolidated where
+        advancing the times of the batches ``read`` may have made two updates meet."""
         lens = self.lens
         times = lens.apply(h.times)
-        if not (self.exact and lens.moves(h.times)):
+        if not (self.exact and may_meet(read, lens.frontier)):
             return Histories(h.kh, h.keys, h.off, h.vals, times, h.diffs)
         off, vals, diffs = h.off.copy(), np.array(h.vals, order="C"), h.diffs.copy()
         times = np.array(times, order="C")  # (a new array whenever the lens moved a time)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lattice import Antichain, in_advance_mask, rep_matrix
+from .lattice import Antichain, rep_matrix
 
 
 class Scope:
@@ -115,10 +115,6 @@ class TimeLens:
         if self.frontier is not None:
             times = rep_matrix(times, self.frontier)
         return enter_times(times, self.extend) if self.extend else times
-
-    def moves(self, times: np.ndarray) -> bool:
-        """Whether advancing to the frontier changes any of these (trace) times: some is not in advance of it."""
-        return self.frontier is not None and not in_advance_mask(times, self.frontier).all()
 
     def native(self, frontier: Antichain) -> Antichain:
         """A frontier in the reader's scope mapped back to the trace's own times."""

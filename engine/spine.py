@@ -142,7 +142,7 @@ class Spine:
             balance -= b.balance
             window += b.n
         first = bs[0]
-        hidden = 0 if _collapsible(first, logical) else first.n - abs(first.balance)
+        hidden = 0 if first.collapses(logical) else first.n - abs(first.balance)
         est = abs(balance) + hidden + window
         self._estimate = (key, est)
         return est
@@ -290,7 +290,7 @@ class Spine:
             newer = es[1]
             if isinstance(newer, Batch) and newer.upper.less_equal(physical) and newer.lower.less_equal(logical):
                 return older, newer
-        if _collapsible(older, logical):
+        if older.collapses(logical):
             return older, Batch.empty(self.kk, self.kv, self.depth, older.upper, older.upper, older.since)
         return None
 
@@ -377,16 +377,6 @@ class Spine:
         self._balance += out.balance - older.balance - newer.balance
         self.merges_completed += 1
         self._changed()
-
-
-def _collapsible(batch: Batch, logical: Antichain) -> bool:
-    """Whether advancing the batch's times to ``logical`` could make two of them equal: its ``since``
-    lags ``logical`` and its times differ in a coordinate where the least of them is behind it."""
-    since = batch.since
-    if len(batch) < 2 or not logical.elements or (since.elements and logical.less_equal(since)):
-        return False  # (the frontier has not passed its since: compacting cannot change its times)
-    lo, hi = batch.time_range
-    return any(lo[c] < hi[c] and lo[c] < f[c] for f in logical.elements for c in range(len(lo)))
 
 
 def _passed(t, logical: Antichain) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch, form_arrays, merge_arrays
+from ..cursor import may_meet
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows, whole
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
@@ -363,7 +364,7 @@ class FlattenOp(Operator):
                 if not parts:
                     shards.append(None)
                     continue
-                if not lens.identity and any(lens.moves(b.times) for b in parts):
+                if not lens.identity and may_meet(parts, lens.frontier):
                     shards.append(_imported(parts, lens))
                     continue
                 data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
