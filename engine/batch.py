@@ -25,7 +25,7 @@ from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step, merge_whole
 from .kernels.exchange import bucket_counts, exchange_rows
-from .lattice import Antichain
+from .lattice import Antichain, rep
 
 
 def _c(a):
@@ -247,21 +247,44 @@ _EMPTY: dict = {}  # (kk, kv, d) -> the arrays and least since shared by empty b
 
 
 def merge_arrays(a, b, frontier: np.ndarray | None = None):
-    """Merge two sets of batch arrays completely (a older than b)."""
-    m = Merger(a, b, frontier)
-    m.work(None)
-    return m.result
+    """Two sets of batch arrays (a older than b) merged completely by one kernel call, times advanced to
+    ``frontier`` (an m x d matrix; None: kept): the merged arrays and the number of rows with a positive
+    diff."""
+    if frontier is None:
+        frontier = np.zeros((0, a[4].shape[1]), np.int64)
+    *arrays, positive = merge_whole(*a, *b, _c(frontier))
+    return tuple(arrays), int(positive)
 
 
 def merged(older: Batch, newer: Batch, since: Antichain) -> Batch:
-    """Two adjacent batches merged completely by one kernel call, their times advanced to ``since``: a
-    small merge, never one in progress."""
-    d = older.depth
-    f = since.matrix(d) if since.elements else np.zeros((0, d), np.int64)
-    *arrays, positive = merge_whole(*older.arrays, *newer.arrays, f)
+    """Two adjacent batches merged completely, their times advanced to ``since``: a small merge, never one
+    in progress."""
+    arrays, positive = merge_arrays(older.arrays, newer.arrays, since.matrix(older.depth) if since.elements else None)
     out = Batch(*arrays, older.lower, newer.upper, since)
     out._balance = 2 * positive - out.n
     return out
+
+
+def may_meet(batches, frontier: Antichain | None) -> bool:
+    """Whether two updates of one (key, value) in these batches of a trace may have one time once their
+    times are advanced to ``frontier``: a batch whose own times collapse, or two batches whose advanced
+    time ranges (coordinate by coordinate) overlap. (Each batch is consolidated, so that is the only way;
+    compaction can advance a batch's times past its upper, onto the next one's.)"""
+    if frontier is None:
+        return False
+    if len(batches) == 1:
+        return batches[0].collapses(frontier)
+    boxes = []
+    for b in batches:
+        if b.collapses(frontier):
+            return True
+        lo, hi = b.time_range
+        lo, hi = rep(lo, frontier), rep(hi, frontier)  # (rep is monotone: these bound the advanced times)
+        for blo, bhi in boxes:
+            if all(x <= bh and bl <= y for x, y, bl, bh in zip(lo, hi, blo, bhi)):
+                return True
+        boxes.append((lo, hi))
+    return False
 
 
 class Merger:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import form_arrays
+from .batch import form_arrays, may_meet
 from .kernels.merge import normalize_groups
 from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order
-from .lattice import rep
 from .scope import IDENTITY, TimeLens
 
 
@@ -49,28 +48,6 @@ class Histories:
         return self.diffs.shape[0]
 
 
-def may_meet(batches, frontier) -> bool:
-    """Whether two updates of one (key, value) in these batches of a trace may have one time once their
-    times are advanced to ``frontier``: a batch whose own times collapse, or two batches whose advanced
-    time ranges (coordinate by coordinate) overlap. (Each batch is consolidated, so that is the only way;
-    compaction can advance a batch's times past its upper, onto the next one's.)"""
-    if frontier is None:
-        return False
-    if len(batches) == 1:
-        return batches[0].collapses(frontier)
-    boxes = []
-    for b in batches:
-        if b.collapses(frontier):
-            return True
-        lo, hi = b.time_range
-        lo, hi = rep(lo, frontier), rep(hi, frontier)  # (rep is monotone: these bound the advanced times)
-        for blo, bhi in boxes:
-            if all(x <= bh and bl <= y for x, y, bl, bh in zip(lo, hi, blo, bhi)):
-                return True
-        boxes.append((lo, hi))
-    return False
-
-
 def key_index(keys: np.ndarray):
     """(hashes, keys, inverse): the distinct key columns in arrangement order, for seeking, and the index
     among them of each of the given keys (which may repeat, in any order)."""
@@ -107,8 +84,9 @@ class Cursor:
         self.kv = kv
         self.depth = depth
         self.lens = lens
-        # histories consolidated where the lens advanced times (updates from before an import's start
-        # that cancel there, such as a row inserted and removed, are left out rather than read as +1 and -1)
+        # histories consolidated where advancing times through the lens may make updates meet (``may_meet``):
+        # updates from before an import's start that cancel there, such as a row inserted and removed, are
+        # left out rather than read as +1 and -1
         self.exact = exact
 
     def seek(self, pkh: np.ndarray, pkeys: np.ndarray) -> Histories:
@@ -120,7 +98,7 @@ class Cursor:
             b = batches[0]
             if self.lens.identity:
                 return Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs)
-            return self._seen(Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs), batches)
+            return self._seen(Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs), batches, owned=False)
         found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
         hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
@@ -139,15 +117,16 @@ class Cursor:
         h = Histories(pkh, pkeys, off, vals, times, diffs)
         return h if self.lens.identity else self._seen(h, [batches[i] for i in hit])
 
-    def _seen(self, h: Histories, read) -> Histories:
-        """Histories in the reader's times: the lens applied and, if exact, the rows consolidated where
-        advancing the times of the batches ``read`` may have made two updates meet."""
+    def _seen(self, h: Histories, read, owned: bool = True) -> Histories:
+        """Histories in the reader's times: the lens applied and, if exact, the rows consolidated (in place
+        where ``owned``: this seek's own arrays, not a batch's) where advancing the times of the batches
+        ``read`` may have made two updates meet."""
         lens = self.lens
         times = lens.apply(h.times)
         if not (self.exact and may_meet(read, lens.frontier)):
             return Histories(h.kh, h.keys, h.off, h.vals, times, h.diffs)
-        off, vals, diffs = h.off.copy(), np.array(h.vals, order="C"), h.diffs.copy()
-        times = np.array(times, order="C")  # (a new array whenever the lens moved a time)
+        off, vals, diffs = (h.off, h.vals, h.diffs) if owned else (h.off.copy(), h.vals.copy(), h.diffs.copy())
+        times = np.ascontiguousarray(times)
         n = normalize_groups(off, vals, times, diffs)
         return Histories(h.kh, h.keys, off, vals[:, :n], times[:n], diffs[:n])
 

@@ -7,7 +7,8 @@ when it runs, every update before that frontier is in its queue or already consu
 output frontier is the meet of its capabilities (work it holds back) and of its input frontier and the
 lower bounds of the messages still queued at it, mapped through its path summary (enter adds a round,
 leave drops it, feedback adds 1).
-Operators run when they have messages or their frontier moved; many logical times travel in one
+Operators run when they have messages or their frontier moved (in a nested scope, a move that keeps the
+least epoch runs a ``lazy_rounds`` operator only if work is ``due``); many logical times travel in one
 physical message (K-Pg principle 1).
 """
 from __future__ import annotations
@@ -91,7 +92,8 @@ class Operator:
 
     - ``step(rt)`` does the work: take every queued message (``frontier`` counts on it), send results
       (``rt.run`` runs per-shard work on the pool). A ``passive`` operator steps only when messages
-      are queued; the others also step when their input frontier moved.
+      are queued; the others also step when their input frontier moved (``lazy_rounds`` ones, in a
+      nested scope, only when it moved to another epoch or work is ``due()``).
     - ``summary(frontier)`` maps an input frontier to the output (how times change), and
       ``capabilities()`` is the antichain of times the operator may still emit at without new input.
     - ``install(rt)`` runs on the scheduler when the dataflow is installed (open trace handles), then
@@ -105,10 +107,10 @@ class Operator:
     kind = "operator"
     family = "core"  # the kernels it runs, as engine/warmup.py groups them
     passive = False  # it only passes messages on (no state, no capabilities): a moved frontier gives it no work
-    # a move of the input frontier within a loop that leaves its least epoch as it was gives it work only if
-    # ``due()``: what it would do otherwise (extend its trace's upper, let its inputs compact) can wait for
-    # its next step, which covers the rounds in between; moves that change the epoch always step, so
-    # traces are complete and compacted at every epoch, as readers outside the loop see them
+    # in a nested scope (times of depth >= 2), a move of the input frontier that leaves its least epoch as
+    # it was gives it work only if ``due()``: what it would do otherwise (extend its trace's upper, let its
+    # inputs compact) can wait for its next step, which covers the rounds in between; moves that change
+    # the epoch always step, so traces are complete and compacted at every epoch, as readers outside see them
     lazy_rounds = False
     arranged = False  # whether the output stream carries Batches messages
     lens = IDENTITY

@@ -105,6 +105,8 @@ def scc(edges, memory: str = "full", drop=None):
     edges whose endpoints get the same label from forward and then backward label propagation (a doubly
     nested iteration). ``memory`` is "full" only: its label propagations run inside the outer loop, and
     join-on-demand and dropping process top-level epochs (``Collection.ife``)."""
+    if memory not in ("full", "jod", "drop"):
+        raise SchemaError(f"scc: memory must be 'full', 'jod' or 'drop', not {memory!r}")
     if memory != "full" or drop is not None:
         raise SchemaError(f"scc: memory={memory!r}{' with drop=' if drop is not None else ''} is not available: "
                           f"its label propagations run inside a loop (a doubly nested iteration), and the "

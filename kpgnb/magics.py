@@ -162,11 +162,11 @@ class DataflowMagics(Magics):
         for n in names:
             if n not in eng.dataflows():
                 raise KpgnbError(f"no dataflow named {n!r}; installed: {sorted(eng.dataflows())}")
-        for i, n in enumerate(names):
+        for n in names:
             try:
                 cell.wait(eng, DataflowHandle(eng, n, {}, []), self.warmer, deadline=deadline)
             except TimeoutError:
-                behind = [m for m in names[i:] if not _current(eng, m)] or [n]
+                behind = [m for m in names if not _current(eng, m)] or [n]
                 raise IPyUsageError(f"%dataflow wait: not up to date after {a.timeout:g} s: "
                                     + "; ".join(cell.how_far(eng, m) for m in behind)) from None
         print("up to date: " + (", ".join(repr(n) for n in names) if names else "no dataflows"))

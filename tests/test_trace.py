@@ -108,12 +108,12 @@ def test_formation_and_merge_with_collisions(hashes, kk, kv, depth):
             assert (a[0] < 3).all()
         check_invariants_coarse = check_invariants if hashes == "real" else (lambda x: None)
         check_invariants_coarse(a)
-        m = merge_arrays(a, b)
+        m, _ = merge_arrays(a, b)
         assert batch_rows(m) == consolidated(ra + rb)
         check_invariants_coarse(m)
         # merging with compaction advances times by rep_F and consolidates
         F = Antichain([tuple(rng.integers(0, 4, depth).tolist()) for _ in range(rng.integers(1, 3))])
-        mc = merge_arrays(a, b, F.matrix())
+        mc, _ = merge_arrays(a, b, F.matrix())
         expect = consolidated([(k, v, rep(t, F), d) for k, v, t, d in ra + rb])
         assert batch_rows(mc) == expect
         check_invariants_coarse(mc)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batch import Batch, form_arrays, merge_arrays
-from ..cursor import may_meet
+from ..batch import Batch, form_arrays, may_meet, merge_arrays
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows, whole
 from ..dataflow import Batches, Operator, Updates
 from ..lattice import Antichain
@@ -340,7 +339,7 @@ def _imported(parts, lens) -> UpdateBatch:
     rest = parts[1:] or [Batch.empty(first.kk, first.kv, first.depth, first.upper, first.upper)]
     arrays = first.arrays
     for b in rest:
-        arrays = merge_arrays(arrays, b.arrays, f)
+        arrays, _ = merge_arrays(arrays, b.arrays, f)
     _, keys, koff, vals, times, diffs = arrays
     data = np.concatenate([np.repeat(keys, np.diff(koff), axis=1), vals], axis=0)
     return UpdateBatch(data, enter_times(times, lens.extend) if lens.extend else times, diffs)
