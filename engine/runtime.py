@@ -420,18 +420,19 @@ class Engine:
         return info
 
     def _view_done(self, snap, view: View, goal) -> bool:
-        self._view_info(snap, view)
-        f = view.frontier
+        """Decided on the published snapshot, not the view's live trace: a wait returns with the state the
+        scheduler published after the step (its tidying done, what ``stats()`` shows next), never from
+        the middle of a scheduler pass."""
+        info = self._view_info(snap, view)
+        f = dict(info.view_uppers).get(view.name)
         # (a view released after the check above is not done: the next pass raises why)
-        return not view.released and _past(f, goal)
+        return f is not None and not view.released and _past(f, goal)
 
     def _epoch_done(self, snap, epoch: int) -> bool:
         for name, info in snap.dataflows.items():
             self._check_dataflow(snap, name)
-            for _, ref in info.views:
-                tr = ref()
-                if tr is not None and not _past(tr.snapshot.upper, epoch):
-                    return False
+            if not all(_past(f, epoch) for _, f in info.view_uppers):
+                return False
         return True
 
     def _idle(self, snap, seq: int) -> bool:

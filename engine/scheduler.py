@@ -167,7 +167,9 @@ class Dataflow:
                                   tuple(sorted(self.uses)), len(ops), sum(op.busy for op in ops),
                                   sum(op.steps for op in ops), traces, views, self.latency_s, self.updated_at,
                                   self.serial, latency_counts=self.latencies.published(),
-                                  installed_at=self._installed)
+                                  installed_at=self._installed,
+                                  view_uppers=tuple((n, t.snapshot.upper) for n, ref in views
+                                                    for t in [ref()] if t is not None))
         return self._info
 
 

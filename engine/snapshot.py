@@ -29,6 +29,7 @@ class DataflowInfo:
     serial: int = 0                  # which install this is: a replacement of the same name gets another
     latency_counts: object = None    # read-only int64 counts per bucket of engine/latency.py: every update
     installed_at: float | None = None  # time.perf_counter() when it was installed
+    view_uppers: tuple = ()          # (view name, its trace's upper) as of this snapshot: what eng.wait decides on
 
 
 @dataclass(frozen=True)

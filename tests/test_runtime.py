@@ -791,3 +791,33 @@ def test_to_pandas_says_which_epoch_its_rows_are():
         b.close()
         eng.wait(v)
         assert v.to_pandas().attrs["epoch"] is None
+
+
+def test_a_loop_operator_without_work_skips_the_rounds_in_between():
+    """lazy_rounds: inside a loop that runs 39 rounds, the arrangement of the variable's rows with k == 1
+    (rows only in round 0) steps about once per epoch, not once per round (the loop's other arrangements
+    step every round); the answer and the next epoch are as without skipping."""
+    with kp.Engine(workers=1) as eng:
+        s = eng.input("s", ["k"], rows=[(1,)])
+        t = eng.input("t", ["k", "v"], rows=[(k, 10 * k) for k in range(1, 50)])
+        s.advance_to(1), t.advance_to(1)
+        with eng.dataflow("d") as df:
+            tt = df.input("t")
+
+            def body(x):
+                nxt = x.map(lambda k: {"k": k + 1}).filter(lambda k: k < 40)
+                first = x.filter(lambda k: k == 1).join(tt.enter(x.scope), on="k").map(lambda k, v: {"k": -v})
+                return nxt.concat(first).concat(df.input("s").enter(x.scope)).distinct()
+            v = df.input("s").iterate(body).view("v")
+        eng.wait(v)
+        assert sorted(v.to_pandas()["k"]) == list(range(-10, 40))  # -10 counts up too
+
+        def arrange_steps():
+            return sorted(o["steps"] for o in eng.operator_stats("d") if o["kind"] == "arrange")
+        steps = arrange_steps()  # the input's own arrangement (outside the loop) steps once too
+        assert steps[-1] >= 39 and steps[1] <= 3, steps
+        s.insert([(2,)]), s.advance_to(2), t.advance_to(2)
+        eng.wait(v)
+        steps = arrange_steps()
+        assert steps[1] <= 5, steps
+        assert sorted(v.to_pandas()["k"]) == list(range(-10, 40))  # -10 counts up too

@@ -69,6 +69,13 @@ class UserFunctionOp(Operator):
         return self.fn(**self.user_columns(batch, copy=True))
 
 
+    def _send_rows(self, shards, lower):
+        """Send the function's output, unless it has no rows (a filter that kept none): an empty message
+        would only make the operators downstream step for nothing, every round of a loop."""
+        if any(b is not None and len(b) for b in shards):
+            self.send(Updates(shards, lower))
+
+
 class MapOp(UserFunctionOp):
     kind = "map"
     inferred = False  # the output schema came from a trial call, not from out=
@@ -83,7 +90,7 @@ class MapOp(UserFunctionOp):
                 data = encode_outputs(self.call(b), self.out_schema, len(b), self.symbols, "the map function",
                                      self.inferred)
                 return UpdateBatch(data, b.times, b.diffs)
-            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+            self._send_rows(_per_shard(rt, one, msg.shards), msg.lower)
 
 
 class FilterOp(UserFunctionOp):
@@ -99,7 +106,7 @@ class FilterOp(UserFunctionOp):
                     raise SchemaError(f"the filter function must return a boolean array of length {len(b)}, "
                                       f"got dtype {keep.dtype} and shape {keep.shape}")
                 return b if keep.all() else b.take(np.flatnonzero(keep))
-            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+            self._send_rows(_per_shard(rt, one, msg.shards), msg.lower)
 
 
 class FlatMapOp(UserFunctionOp):
@@ -134,7 +141,7 @@ class FlatMapOp(UserFunctionOp):
                 data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function",
                                       self.inferred)
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])
-            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+            self._send_rows(_per_shard(rt, one, msg.shards), msg.lower)
 
 
 class InspectOp(UserFunctionOp):
