@@ -29,6 +29,7 @@ class ArrangeOp(Operator):
 
     kind = "arrange"
     arranged = True
+    lazy_rounds = True
 
     def __init__(self, scope, input, key_idx, val_idx, workers, effort="default", site=None, name=None):
         super().__init__(scope, [input], site)
@@ -44,8 +45,6 @@ class ArrangeOp(Operator):
 
     def capabilities(self):
         return self.batcher.held
-
-    lazy_rounds = True
 
     def due(self) -> bool:
         held = self.batcher.held

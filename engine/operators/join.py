@@ -55,6 +55,7 @@ class _Product:
 class JoinOp(Operator):
     kind = "join"
     family = "join"
+    lazy_rounds = True  # a move of the frontier alone only lets its inputs compact
 
     def __init__(self, scope, left, right, workers, site=None):
         super().__init__(scope, [left, right], site)
@@ -75,8 +76,6 @@ class JoinOp(Operator):
         for lower, _ in self.futures:
             out = out.meet(lower)
         return out
-
-    lazy_rounds = True  # a move of the frontier alone only lets its inputs compact
 
     def has_work(self):
         return bool(self.futures) or super().has_work()

@@ -56,6 +56,7 @@ class ReduceOp(Operator):
     kind = "reduce"
     family = "reduce"
     arranged = True
+    lazy_rounds = True
 
     def __init__(self, scope, input, spec: ReduceSpec, kk: int, workers: int, effort="default", site=None,
                  name="reduce"):
@@ -85,8 +86,6 @@ class ReduceOp(Operator):
 
     def capabilities(self):
         return self.held
-
-    lazy_rounds = True
 
     def due(self) -> bool:
         return bool(self.held.elements) and not self.frontier.less_equal(self.held)
