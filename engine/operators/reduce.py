@@ -75,6 +75,7 @@ class ReduceOp(Operator):
         self.work = [[0, 0, 0, 0] for _ in range(workers)]
         # what phase 1 lists per group: COUNT reads the total only; MIN and MAX (over their one value
         # column, in value order) the first or last value of positive multiplicity; the rest everything
+        self._first_only = False  # distinct over key-only input: see _first_distinct
         self._listing = {rk.COUNT: rk.LIST_TOTAL, rk.MIN: rk.LIST_FIRST, rk.MAX: rk.LIST_LAST}.get(spec.op, rk.LIST_ALL)
 
     def work_done(self) -> dict:
@@ -102,6 +103,7 @@ class ReduceOp(Operator):
         if self.spec.op in (rk.DISTINCT, rk.THRESHOLD) and self.input.kv == 0:
             # a group's rows are all one (empty) value: its total multiplicity is all that phase 2 reads
             self._listing = rk.LIST_TOTAL
+            self._first_only = self.spec.op == rk.DISTINCT
 
     def release(self):
         if self.input is not None:
@@ -184,6 +186,10 @@ class ReduceOp(Operator):
         # histories of input (through the acknowledged frontier) and of our own output
         hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
         hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
+        if self._first_only and ready_kh is None and not len(hout) and len(hin) == m == len(dh):
+            out = self._first_distinct(s, pkh, pkeys, dh, hin, lower, upper)
+            if out is not None:
+                return out
         up = upper.matrix(d)
         okeys = self._order_keys(hin.vals)
         g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, work = rk.reduce_times(
@@ -202,6 +208,27 @@ class ReduceOp(Operator):
         if not len(c_key):
             return empty
         return _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper)
+
+    def _first_distinct(self, s, pkh, pkeys, dh, hin, lower, upper) -> Batch | None:
+        """``distinct`` where every probe key's whole history is one update, the new one, and it has no
+        output yet (a first load, or pairs a loop derives for the first time): its output is the key at
+        that time if the count is positive, with no phase to run. None when a time is not the new
+        update's own (the trace consolidated it with older history) or the frontier has not passed it."""
+        if not np.array_equal(hin.times, dh.times) or in_advance_mask(dh.times, upper).any():
+            return None
+        m = len(pkh)
+        keep = hin.diffs > 0
+        k = int(np.count_nonzero(keep))
+        self.work[s][0] += 2 * m  # (what phase 1 would visit: the seed time and the input row of each key)
+        self.work[s][1] += k
+        d = self.scope.depth
+        if not k:
+            return Batch.empty(len(pkeys), 0, d, lower, upper)
+        times = dh.times
+        if k < m:
+            pkh, pkeys, times = pkh[keep], np.ascontiguousarray(pkeys[:, keep]), times[keep]
+        return Batch(pkh, pkeys, np.arange(k + 1, dtype=np.int64), np.zeros((0, k), np.int64),
+                     np.ascontiguousarray(times), np.ones(k, np.int64), lower, upper)
 
     def _order_keys(self, vals):
         """Order keys of the input's value columns (their value order as signed int64), for the ops that
