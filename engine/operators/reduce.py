@@ -16,7 +16,7 @@ from ..batch import Batch, form_arrays
 from ..dataflow import Batches, Operator
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
-from ..cursor import Cursor
+from ..cursor import Cursor, Histories
 from ..lattice import Antichain, antichain_of, in_advance_mask
 from ..trace import Trace
 from .reader import ArrangedInput
@@ -75,7 +75,6 @@ class ReduceOp(Operator):
         self.work = [[0, 0, 0, 0] for _ in range(workers)]
         # what phase 1 lists per group: COUNT reads the total only; MIN and MAX (over their one value
         # column, in value order) the first or last value of positive multiplicity; the rest everything
-        self._first_only = False  # distinct over key-only input: see _first_distinct
         self._listing = {rk.COUNT: rk.LIST_TOTAL, rk.MIN: rk.LIST_FIRST, rk.MAX: rk.LIST_LAST}.get(spec.op, rk.LIST_ALL)
 
     def work_done(self) -> dict:
@@ -103,7 +102,6 @@ class ReduceOp(Operator):
         if self.spec.op in (rk.DISTINCT, rk.THRESHOLD) and self.input.kv == 0:
             # a group's rows are all one (empty) value: its total multiplicity is all that phase 2 reads
             self._listing = rk.LIST_TOTAL
-            self._first_only = self.spec.op == rk.DISTINCT
 
     def release(self):
         if self.input is not None:
@@ -142,7 +140,6 @@ class ReduceOp(Operator):
         kk, kv = inp.kk, inp.kv
         d = self.scope.depth
         spec = self.spec
-        empty = Batch.empty(kk, spec.out_kv, d, lower, upper)
         # pending work whose time the frontier has passed
         pend = self.pending[s]
         ready_kh = ready_keys = ready_times = None
@@ -154,7 +151,7 @@ class ReduceOp(Operator):
                 ready_kh, ready_keys, ready_times = pkh_all[ready], pkeys_all[:, ready], ptimes_all[ready]
                 self.pending[s] = (pkh_all[later], pkeys_all[:, later], ptimes_all[later]) if later.any() else None
         if not delta and ready_kh is None:
-            return empty
+            return Batch.empty(kk, spec.out_kv, d, lower, upper)
         dcur = inp.cursor(delta)
         pkh, pkeys = dcur.keys() if delta else (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64))
         if ready_kh is not None:
@@ -186,10 +183,30 @@ class ReduceOp(Operator):
         # histories of input (through the acknowledged frontier) and of our own output
         hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
         hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
-        if self._first_only and ready_kh is None and not len(hout) and len(hin) == m == len(dh):
-            out = self._first_distinct(s, pkh, pkeys, dh, hin, lower, upper)
-            if out is not None:
-                return out
+        fresh = _fresh(dh, hin, hout, soff, upper) if dh is not None else None
+        if fresh is None:
+            return self._phases(s, pkh, pkeys, hin, hout, soff, stimes, lower, upper)
+        out = self._first(s, fresh, dh, hin)
+        rest = ~fresh
+        if rest.any():  # the other keys take the three phases, on their rows alone
+            gi = np.flatnonzero(rest)
+            later = self._phases(s, pkh[gi], np.ascontiguousarray(pkeys[:, gi]), _select(hin, rest),
+                                 _select(hout, rest), *_select_seeds(soff, stimes, rest), lower, upper, raw=True)
+            if later is not None:
+                k, v, t, c = later
+                key = np.concatenate([gi[k], out[0]])
+                order = np.argsort(key, kind="stable")
+                out = (key[order], np.concatenate([v, out[1]], axis=1)[:, order],
+                       np.concatenate([t, out[2]])[order], np.concatenate([c, out[3]])[order])
+        if not len(out[0]):
+            return Batch.empty(kk, spec.out_kv, d, lower, upper)
+        return _output(pkh, pkeys, *out, lower, upper)
+
+    def _phases(self, s, pkh, pkeys, hin, hout, soff, stimes, lower, upper, raw: bool = False):
+        """The three phases for these probe keys: the output batch (``raw``: its rows as (probe index,
+        vals, times, diffs), or None when there are none); lubs beyond ``upper`` become pending work."""
+        spec = self.spec
+        d = self.scope.depth
         up = upper.matrix(d)
         okeys = self._order_keys(hin.vals)
         g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, work = rk.reduce_times(
@@ -198,37 +215,44 @@ class ReduceOp(Operator):
         self.work[s][2] += work[1]
         if len(f_key):
             self._add_pending(s, pkh[f_key], pkeys[:, f_key], f_time)
-        if not len(g_key):
-            return empty
-        des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals, okeys)
-        c_key, c_vals, c_time, c_diff, work = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
-                                                             hout.off, hout.vals, hout.times, hout.diffs)
-        self.work[s][1] += work[0]
-        self.work[s][3] += work[1]
+        c_key = ()
+        if len(g_key):
+            des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals, okeys)
+            c_key, c_vals, c_time, c_diff, work = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
+                                                                 hout.off, hout.vals, hout.times, hout.diffs)
+            self.work[s][1] += work[0]
+            self.work[s][3] += work[1]
+        if raw:
+            return (c_key, c_vals, c_time, c_diff) if len(c_key) else None
         if not len(c_key):
-            return empty
+            return Batch.empty(len(pkeys), spec.out_kv, d, lower, upper)
         return _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper)
 
-    def _first_distinct(self, s, pkh, pkeys, dh, hin, lower, upper) -> Batch | None:
-        """``distinct`` where every probe key's whole history is one update, the new one, and it has no
-        output yet (a first load, or pairs a loop derives for the first time): its output is the key at
-        that time if the count is positive, with no phase to run. None when a time is not the new
-        update's own (the trace consolidated it with older history) or the frontier has not passed it."""
-        if not np.array_equal(hin.times, dh.times) or in_advance_mask(dh.times, upper).any():
-            return None
-        m = len(pkh)
-        keep = hin.diffs > 0
-        k = int(np.count_nonzero(keep))
-        self.work[s][0] += 2 * m  # (what phase 1 would visit: the seed time and the input row of each key)
-        self.work[s][1] += k
-        d = self.scope.depth
-        if not k:
-            return Batch.empty(len(pkeys), 0, d, lower, upper)
-        times = dh.times
-        if k < m:
-            pkh, pkeys, times = pkh[keep], np.ascontiguousarray(pkeys[:, keep]), times[keep]
-        return Batch(pkh, pkeys, np.arange(k + 1, dtype=np.int64), np.zeros((0, k), np.int64),
-                     np.ascontiguousarray(times), np.ones(k, np.int64), lower, upper)
+    def _first(self, s, fresh, dh, hin) -> tuple:
+        """The output of the ``fresh`` probe keys (see ``_fresh``) as (probe index, vals, times, diffs): a
+        key's output at its one time is phase 2 over its rows; there is no earlier output to subtract
+        and no later time to visit."""
+        spec = self.spec
+        fi = np.flatnonzero(fresh)
+        hc = np.diff(hin.off)
+        rows = np.flatnonzero(np.repeat(fresh, hc))
+        times = dh.times[dh.off[fi]]
+        self.work[s][0] += 2 * len(rows)  # (what phase 1 would visit: each row, and each key's seed)
+        if self._listing == rk.LIST_TOTAL and spec.op == rk.DISTINCT:  # one row per key: kept if positive
+            keep = hin.diffs[rows] > 0
+            n = int(np.count_nonzero(keep))
+            self.work[s][1] += n
+            return fi[keep], np.zeros((spec.out_kv, n), np.int64), times[keep], np.ones(n, np.int64)
+        g_off = np.zeros(len(fi) + 1, np.int64)
+        np.cumsum(hc[fi], out=g_off[1:])
+        okeys = self._order_keys(hin.vals)
+        if okeys is not hin.vals:  # phase 2 reads a group's rows in value order: by their order keys
+            rows = rows[np.lexsort((*okeys[::-1, rows], np.repeat(fi, hc[fi])))]
+        des_off, des_cnt, des_vals = self._apply(g_off, rows, np.ascontiguousarray(hin.diffs[rows]), hin.vals,
+                                                 okeys)
+        per = np.diff(des_off)
+        self.work[s][1] += len(des_cnt)
+        return np.repeat(fi, per), des_vals, np.repeat(times, per, axis=0), des_cnt
 
     def _order_keys(self, vals):
         """Order keys of the input's value columns (their value order as signed int64), for the ops that
@@ -286,6 +310,52 @@ class ReduceOp(Operator):
                                                      np.ascontiguousarray(times), np.ones(n, np.int64))
         rep = np.diff(koff)
         self.pending[s] = (np.repeat(okh, rep), np.repeat(okeys, rep, axis=1), otimes)
+
+
+def _fresh(dh, hin, hout, soff, upper) -> np.ndarray | None:
+    """bool per probe key: whose whole input history is its new updates (the delta's rows ``dh``), distinct
+    values all at one time the frontier has passed, with no output yet and no other work due (a first
+    load, or what a loop derives for the first time). None when no key is."""
+    dc, hc, oc = np.diff(dh.off), np.diff(hin.off), np.diff(hout.off)
+    fresh = (dc > 0) & (hc == dc) & (oc == 0) & (np.diff(soff) == dc)
+    fi = np.flatnonzero(fresh)
+    if not len(fi):
+        return None
+    # the candidates' rows line up in both (same counts, probe order): each must be at its key's first time
+    first = dh.times[dh.off[fi]]
+    at = np.repeat(first, dc[fi], axis=0)
+    key = np.repeat(fi, dc[fi])
+    rows = np.repeat(fresh, hc)
+    bad = ~((dh.times[np.repeat(fresh, dc)] == at) & (hin.times[rows] == at)).all(axis=1)
+    if len(key) > len(fi):
+        # a key's rows must be distinct values, in order: advancing times through an import's lens can
+        # give rows of two batches one time without consolidating them
+        ahead, tied = np.zeros(len(key) - 1, bool), np.ones(len(key) - 1, bool)
+        for col in hin.vals[:, rows]:
+            ahead |= tied & (col[:-1] < col[1:])
+            tied &= col[:-1] == col[1:]
+        bad[1:] |= (key[1:] == key[:-1]) & ~ahead
+    fresh[key[bad]] = False
+    if upper.elements:
+        fresh[fi[in_advance_mask(first, upper)]] = False
+    return fresh if fresh.any() else None
+
+
+def _select(h: Histories, keys: np.ndarray) -> Histories:
+    """The histories of the probe keys where ``keys`` (bool) holds."""
+    counts = np.diff(h.off)
+    rows = np.repeat(keys, counts)
+    off = np.zeros(int(np.count_nonzero(keys)) + 1, np.int64)
+    np.cumsum(counts[keys], out=off[1:])
+    return Histories(h.kh[keys], h.keys[:, keys], off,
+                     np.ascontiguousarray(h.vals[:, rows]), np.ascontiguousarray(h.times[rows]), h.diffs[rows])
+
+
+def _select_seeds(soff, stimes, keys) -> tuple:
+    counts = np.diff(soff)
+    off = np.zeros(int(np.count_nonzero(keys)) + 1, np.int64)
+    np.cumsum(counts[keys], out=off[1:])
+    return off, np.ascontiguousarray(stimes[np.repeat(keys, counts)])
 
 
 def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:

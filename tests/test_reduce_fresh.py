@@ -1,14 +1,19 @@
-"""``distinct`` over key-only input takes a short cut where every probed key's whole history is the one
-new update and it has no output yet (``ReduceOp._first_distinct``): a first load, or pairs a loop derives
-for the first time. These check it against a from-scratch reference where the short cut applies and
-where it must not (duplicates, negative multiplicities, keys whose history the trace has consolidated,
-imports of compacted history, loops), at W = 1, 2 and 3."""
+"""A reduce takes a short cut for the probe keys whose whole history is their new updates, at one time,
+with no output yet (``ReduceOp._first``: a first load, or what a loop derives for the first time), and
+the three phases for the rest. These check both, and steps that mix them, against a from-scratch
+reference where the short cut applies and where it must not (duplicates, negative multiplicities,
+history an import's lens advances to one time from several batches, loops), at W = 1, 2 and 3."""
 from collections import Counter
 
 import numpy as np
 import pytest
 
 import kpgnb as kp
+
+from reference import COLS, build, evaluate, random_updates
+
+OPS = [("count",), ("sum",), ("min",), ("max",), ("argmin",), ("argmax",), ("topk", 2), ("distinct",),
+       ("threshold",), ("reduce",)]
 
 
 def _rows(view, at=None) -> Counter:
@@ -143,3 +148,44 @@ def test_reachability_loop_distinct_under_edge_changes(workers):
             eng.wait(v)
             got = _rows(v)
             assert set(got) == closure(edges) and set(got.values()) <= {1}, step
+
+
+def _counter(view, at=None) -> Counter:
+    cols = view.columns(at=at, diffs=True)
+    return Counter({(int(a), int(b)): int(d) for a, b, d in zip(cols["a"], cols["b"], cols["diff"]) if d})
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_every_reduction_installed_over_held_history(workers, seed):
+    """Epochs of random updates while a reader holds the input's compaction back (so its history stays in
+    batches of their own, which a late import reads advanced to one time), then every reduction installed
+    at once and read at every later epoch; then each again over a loop (the reduction's input a round's
+    rows)."""
+    rng = np.random.default_rng(seed)
+    state = Counter()
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("A", COLS)
+        with eng.dataflow("hold") as df:
+            df.input("A").view("held", history=100)
+
+        def epoch(e):
+            rows, diffs = random_updates(rng, int(rng.integers(1, 10)))
+            a.update(rows, diffs)
+            for r, d in zip(rows, diffs):
+                state[r] += d
+            a.advance_to(e + 1)
+
+        first = int(rng.integers(2, 7))
+        for e in range(first):
+            epoch(e)
+        progs = [(op[0], ("input", "A"), *op[1:]) for op in OPS]
+        progs += [("iterate", ("input", "A"), (op[0], ("concat", ("var", 0), ("input", "A")), *op[1:]), 2)
+                  for op in OPS]
+        with eng.dataflow("late") as df:
+            views = [build(p, df).view(f"v{i}") for i, p in enumerate(progs)]
+        for e in range(first, first + 5):
+            for p, v in zip(progs, views):
+                eng.wait(v)
+                assert _counter(v) == evaluate(p, {"A": state}), (p, e)
+            epoch(e)
