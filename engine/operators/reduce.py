@@ -225,7 +225,7 @@ class ReduceOp(Operator):
         if raw:
             return (c_key, c_vals, c_time, c_diff) if len(c_key) else None
         if not len(c_key):
-            return Batch.empty(len(pkeys), spec.out_kv, d, lower, upper)
+            return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
         return _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper)
 
     def _first(self, s, fresh, dh, hin) -> tuple:
@@ -316,7 +316,10 @@ def _fresh(dh, hin, hout, soff, upper) -> np.ndarray | None:
     """bool per probe key: whose whole input history is its new updates (the delta's rows ``dh``), distinct
     values all at one time the frontier has passed, with no output yet and no other work due (a first
     load, or what a loop derives for the first time). None when no key is."""
-    dc, hc, oc = np.diff(dh.off), np.diff(hin.off), np.diff(hout.off)
+    oc = np.diff(hout.off)
+    if oc.all():
+        return None  # (every key has output: the common case of a small update, decided in two calls)
+    dc, hc = np.diff(dh.off), np.diff(hin.off)
     fresh = (dc > 0) & (hc == dc) & (oc == 0) & (np.diff(soff) == dc)
     fi = np.flatnonzero(fresh)
     if not len(fi):
@@ -341,21 +344,25 @@ def _fresh(dh, hin, hout, soff, upper) -> np.ndarray | None:
     return fresh if fresh.any() else None
 
 
+def _rows_of(off: np.ndarray, keys: np.ndarray) -> tuple:
+    """(offsets, bool per row) of the rows grouped by ``off`` that belong to the probe keys where ``keys``
+    holds."""
+    counts = np.diff(off)
+    sub = np.zeros(int(np.count_nonzero(keys)) + 1, np.int64)
+    np.cumsum(counts[keys], out=sub[1:])
+    return sub, np.repeat(keys, counts)
+
+
 def _select(h: Histories, keys: np.ndarray) -> Histories:
     """The histories of the probe keys where ``keys`` (bool) holds."""
-    counts = np.diff(h.off)
-    rows = np.repeat(keys, counts)
-    off = np.zeros(int(np.count_nonzero(keys)) + 1, np.int64)
-    np.cumsum(counts[keys], out=off[1:])
+    off, rows = _rows_of(h.off, keys)
     return Histories(h.kh[keys], h.keys[:, keys], off,
                      np.ascontiguousarray(h.vals[:, rows]), np.ascontiguousarray(h.times[rows]), h.diffs[rows])
 
 
 def _select_seeds(soff, stimes, keys) -> tuple:
-    counts = np.diff(soff)
-    off = np.zeros(int(np.count_nonzero(keys)) + 1, np.int64)
-    np.cumsum(counts[keys], out=off[1:])
-    return off, np.ascontiguousarray(stimes[np.repeat(keys, counts)])
+    off, rows = _rows_of(soff, keys)
+    return off, np.ascontiguousarray(stimes[rows])
 
 
 def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:
