@@ -412,21 +412,40 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
     return data
 
 
-def flat_map_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> np.ndarray:
-    """The input row of each output row, from the function's index or repeat counts."""
-    if repeat is None:
-        if len(how) == n_out and len(how) != n_in:
-            repeat = False
-        elif len(how) == n_in and len(how) != n_out:
-            repeat = True
-        else:
-            repeat = bool(len(how)) and bool((how == 1).all())
+def flat_map_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> tuple:
+    """(the input row of each output row, what ``how`` turned out to be when ``repeat`` left it open: True
+    for repeat counts, False for an index, None when nothing told) from the function's index or counts."""
+    learned = None
+    if repeat is None and len(how):
+        learned = _counts_or_index(how, n_in, n_out)
+        repeat = True if learned is None else learned
     if repeat:
         if how.shape != (n_in,) or (how < 0).any() or how.sum() != n_out:
             raise SchemaError(f"flat_map repeat counts must be {n_in} non-negative integers summing to the "
                               f"{n_out} output rows")
-        return np.repeat(np.arange(n_in), how)
+        return np.repeat(np.arange(n_in), how), learned
     if len(how) != n_out or (len(how) and (how.min() < 0 or how.max() >= n_in)):
         raise SchemaError(f"a flat_map index must give, for each of the {n_out} output rows, its input row "
                           f"in [0, {n_in})")
-    return how
+    return how, learned
+
+
+def _counts_or_index(how: np.ndarray, n_in: int, n_out: int) -> bool | None:
+    """Whether undeclared ``how`` (non-empty) reads as repeat counts: by length (an index has one entry
+    per output row, counts one per input row); where the lengths agree, all-ones are counts (one row each;
+    None: nothing learned), else the one reading that is valid. Where both are valid they give different
+    rows, and guessing could be silently wrong: an error asks for ``repeat=``."""
+    if len(how) == n_out and len(how) != n_in:
+        return False
+    if len(how) == n_in and len(how) != n_out:
+        return True
+    if (how == 1).all():
+        return None
+    counts = bool((how >= 0).all() and how.sum() == n_out)
+    index = bool(how.min() >= 0 and how.max() < n_in)
+    if counts and index:
+        raise SchemaError(f"the flat_map function returned {len(how)} integers for {n_in} input and {n_out} "
+                          f"output rows, which read as repeat counts and as an index give different rows: pass "
+                          f"repeat=True (counts: how[j] output rows for input row j) or repeat=False (index: "
+                          f"output row i comes from input row how[i]) to flat_map")
+    return counts

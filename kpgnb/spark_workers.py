@@ -104,7 +104,9 @@ class UserBatches:
                     cols_out, how = res
                     how = np.asarray(how, dtype=np.int64).reshape(-1)
                     lengths = {len(np.atleast_1d(v)) for v in cols_out.values()}
-                    idx = flat_map_rows(self.repeat, how, n, max(lengths) if lengths else 0)
+                    idx, learned = flat_map_rows(self.repeat, how, n, max(lengths) if lengths else 0)
+                    if learned is not None:
+                        self.repeat = learned
                     out = _encode(cols_out, self.out_schema, len(idx), "the flat_map function", self.inferred)
                     yield self._batch(out, d.take(pa.array(idx)))
             except Exception as err:  # noqa: BLE001 - named after the operator, read back by the driver

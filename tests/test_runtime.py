@@ -544,6 +544,42 @@ def test_flat_map_tells_index_from_counts(eng):
     assert rows(ones) == [(10,), (20,), (30,)]
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_flat_map_counts_that_sum_to_the_rows_stay_counts(workers):
+    """Counts of a later batch can sum to its number of rows (lengths agree): once a call has told counts
+    from an index, later calls read the same way, at every W (they were read as an index: wrong rows at
+    W=1, an index error at W=2)."""
+    with kp.Engine(workers=workers) as eng:
+        e = eng.input("e", ["a"], rows=[(2,), (5,)])
+        e.advance_to(1)
+        with eng.dataflow("d") as df:
+            v = df.input("e").flat_map(lambda a: ({"a": np.repeat(a, a % 3)}, a % 3)).view("v")
+        eng.wait(v)
+        assert sorted(v.to_pandas()["a"].tolist()) == [2, 2, 5, 5]
+        e.remove([(2,)])
+        e.insert([(3,), (1,), (4,), (7,)])  # counts 0, 1, 1, 1 and the removal's 2: 5 rows in, 5 out
+        e.advance_to(2)
+        eng.wait(v)
+        assert sorted(v.to_pandas()["a"].tolist()) == [1, 4, 5, 5, 7]
+
+
+def test_flat_map_that_cannot_be_told_asks_for_repeat():
+    """A first call whose integers read as counts and as an index with different rows is an error naming
+    repeat=, not a guess; with repeat= the same function works."""
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("e", ["a"], rows=[(1,), (2,), (3,)])
+        e.advance_to(1)
+        fn = lambda a: ({"a": a[::-1]}, np.arange(len(a))[::-1])  # noqa: E731 - 3 in, 3 out: [2, 1, 0]
+        with eng.dataflow("d") as df:
+            v = df.input("e").flat_map(fn).view("v")
+        with pytest.raises(kp.DataflowError, match="repeat=True .* or repeat=False"):
+            eng.wait(v, timeout=30)
+        with eng.dataflow("d2") as df:
+            w = df.input("e").flat_map(fn, repeat=False).view("w")
+        eng.wait(w)
+        assert sorted(w.to_pandas()["a"].tolist()) == [1, 2, 3]
+
+
 def test_records_and_default_reduce_output(eng):
     from numba import njit
 

@@ -111,9 +111,8 @@ class FilterOp(UserFunctionOp):
 
 class FlatMapOp(UserFunctionOp):
     """The function returns (columns, how): ``how`` is either an index array (output row i comes from
-    input row how[i]) or repeat counts (input row j makes how[j] output rows). ``repeat`` says which;
-    left as None it is told apart by length (an index has one entry per output row, counts one per input
-    row), and when both lengths agree, all-ones counts (one row each) are the only counts read as such."""
+    input row how[i]) or repeat counts (input row j makes how[j] output rows). ``repeat`` says which; left
+    as None, the first call that tells (``columns.flat_map_rows``) decides it for the calls after."""
 
     kind = "flat_map"
     inferred = False  # the output schema came from a trial call, not from out=
@@ -137,7 +136,9 @@ class FlatMapOp(UserFunctionOp):
                 how = how.astype(np.int64)
                 lengths = {len(np.atleast_1d(v)) for v in cols.values()}
                 n_out = max(lengths) if lengths else 0
-                idx = flat_map_rows(self.repeat, how, len(b), n_out)
+                idx, learned = flat_map_rows(self.repeat, how, len(b), n_out)
+                if learned is not None:
+                    self.repeat = learned  # later calls read the same way, even when their lengths agree
                 data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function",
                                       self.inferred)
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])
