@@ -912,3 +912,51 @@ def test_goal_follows_input_changes(engine_factory, workers):
     e.flush()
     eng.wait(g.view, timeout=WAIT_S)
     assert rows_of(g.view) == {(0, 2), (0, 3)}
+
+
+@pytest.mark.parametrize("rule, bad", [
+    ("q(a, r) :- e(a), r = a + 1.", "a + 1"),
+    ("q(a, r) :- e(a), r = a - 1.", "a - 1"),
+    ("q(a, r) :- e(a), r = a * 2.", "a * 2"),
+    ("q(a, r) :- e(a), r = a / -1.", "a / -1"),
+    ("q(a) :- e(a), a * 3 > 0.", "a * 3"),
+])
+def test_int_arithmetic_out_of_int64_fails_instead_of_wrapping(rule, bad):
+    """int64 arithmetic that leaves int64 (Python's answer does not fit) fails the program and names the
+    expression; the extremes themselves, and results that fit, are computed exactly."""
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("e", ["a"], rows=[(2**63 - 1,), (-2**63,), (5,)])
+        e.advance_to(1)
+        p = eng.datalog(rule, name="p")
+        with pytest.raises(kp.DataflowError, match=rf"{bad.replace('*', '[*]').replace('+', '[+]')} \(line 1, "
+                                                   rf"column \d+\) is .* outside int64"):
+            eng.wait(p["q"], timeout=30)
+        e.remove([(2**63 - 1,), (-2**63,)])
+        e.insert([(2**61,), (-2**61,)])
+        e.advance_to(2)
+        ok = eng.datalog(rule, name="ok")
+        eng.wait(ok["q"])
+        want = {2**61, -2**61, 5}
+        got = ok["q"].to_pandas()
+        assert set(got["a"]) <= want and len(got)
+
+
+def test_int_overflow_in_a_ground_fact_is_a_datalog_error():
+    with kp.Engine(workers=1) as eng:
+        with pytest.raises(kp.DatalogError) as info:
+            eng.datalog("q(9223372036854775807 + 1).", name="p")
+        assert info.value.line == 1 and info.value.column == 3 and "outside int64" in str(info.value)
+        p = eng.datalog("q(9223372036854775806 + 1). q(-9223372036854775807 - 1).", name="p")
+        eng.wait(p["q"])
+        assert sorted(p["q"].to_pandas().iloc[:, 0]) == [-2**63, 2**63 - 1]
+
+
+def test_recursive_min_path_length_past_int64_fails():
+    """A shortest path whose lengths pass int64 on the way is an error, not a negative distance."""
+    with kp.Engine(workers=1) as eng:
+        w = eng.input("w", ["s", "d", "c"], rows=[(0, 1, 2**63 - 1), (1, 2, 10), (0, 2, 5)])
+        w.advance_to(1)
+        p = eng.datalog("sp(0, min<d>) :- w(0, _, _), d = 0.\nsp(y, min<d>) :- sp(x, d1), w(x, y, c), d = d1 + c.",
+                        name="p")
+        with pytest.raises(kp.DataflowError, match=r"d1 \+ c \(line 2, column \d+\) is .* outside int64"):
+            eng.wait(p["sp"], timeout=30)

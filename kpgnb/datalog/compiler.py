@@ -423,13 +423,57 @@ def evaluate(e, c, pre=""):
     if isinstance(e, Const):
         return e.value
     left, right = evaluate(e.left, c, pre), evaluate(e.right, c, pre)
-    if e.op == "/":
-        if _is_int(left) and _is_int(right):
-            with np.errstate(divide="ignore"):
-                return np.floor_divide(left, right)
+    ints = _is_int(left) and _is_int(right)
+    if e.op == "/" and not ints:
         return np.true_divide(left, right)
     with np.errstate(all="ignore"):
-        return _ARITH[e.op](left, right)
+        out = np.floor_divide(left, right) if e.op == "/" else _ARITH[e.op](left, right)
+    if ints and e.op != "%":
+        _check_int64(e, left, right, out)
+    return out
+
+
+def _check_int64(e, left, right, out):
+    """Integer arithmetic is Python's, on int64: a result outside int64 fails the program (as ``sum<v>``
+    does) rather than wrap into a wrong value."""
+    a, b, r = (np.asarray(x, np.int64) for x in (left, right, out))
+    if e.op == "+":
+        bad = ((a ^ r) & (b ^ r)) < 0
+    elif e.op == "-":
+        bad = ((a ^ b) & (a ^ r)) < 0
+    elif e.op == "*":
+        bad = (a != 0) & ((r // np.where(a != 0, a, 1) != b) | ((a == -1) & (b == _INT_MIN)))
+    else:  # floor division: only the least int64 by -1
+        bad = (a == _INT_MIN) & (b == -1)
+    if np.any(bad):
+        shape = np.broadcast(a, b).shape
+        i = int(np.flatnonzero(np.broadcast_to(bad, shape))[0])
+        x, y = (int(np.broadcast_to(v, shape).reshape(-1)[i]) for v in (a, b))
+        raise IntOverflow(e, x, y)
+
+
+_INT_MIN = np.iinfo(np.int64).min
+
+
+class IntOverflow(OverflowError):
+    """An int64 result out of range, naming the expression (``node``) and where it is in the program."""
+
+    def __init__(self, node, x: int, y: int):
+        exact = x // y if node.op == "/" else {"+": x + y, "-": x - y, "*": x * y}[node.op]
+        self.node = node
+        self.reason = (f"{_text(node)} is {x} {node.op} {y} = {exact}, outside int64: Datalog's integers are "
+                       f"int64, and a result that does not fit fails the program rather than wrap")
+        where = f" (line {node.span.line}, column {node.span.column})" if node.span is not None else ""
+        super().__init__(self.reason.replace(" is ", f"{where} is ", 1))
+
+
+def _text(e) -> str:
+    """An expression as it reads in a rule."""
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Const):
+        return repr(e.value)
+    return f"{_text(e.left)} {e.op} {_text(e.right)}"
 
 
 def _divisors(e):

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
 from .analysis import analyze
-from .compiler import Compiler, Relations, evaluate
+from .compiler import Compiler, IntOverflow, Relations, evaluate
+from .errors import at
 from .magic import ANSWER, GOAL, Pattern, parse_pattern, program_for, rewrite
 from .parser import parse
 from .syntax import Atom, Var, variables
@@ -343,8 +344,11 @@ def fact_rows(a) -> dict:
     """Derived predicate -> the rows of its ground facts (rules with no body), for those that have some."""
     out = {}
     for pred in a.derived:
-        rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
-                if r.head.pred == pred and not r.body]
+        try:
+            rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
+                    if r.head.pred == pred and not r.body]
+        except IntOverflow as e:
+            raise at(a.program.text, e.node, e.reason) from None
         if rows:
             out[pred] = rows
     return out
