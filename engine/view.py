@@ -180,7 +180,13 @@ class View:
         return spark.createDataFrame(self.to_arrow(at, diffs))
 
     def __len__(self):
-        return int(self._accumulate(None, self._snapshot())[2].sum())
+        """The number of rows ``to_pandas()`` gives (each row repeated by its multiplicity); a view holding
+        rows of negative multiplicity has no such count, and says so as ``to_pandas()`` does."""
+        cnt = self._accumulate(None, self._snapshot())[2]
+        if (cnt < 0).any():
+            raise UsageError(f"view {self.name!r} holds rows with negative multiplicity, so it has no number of "
+                             f"rows; count them with view.to_pandas(diffs=True)")
+        return int(cnt.sum())
 
     # -- following ------------------------------------------------------------------------------------
     def follow(self, timeout: float | None = None) -> "Follower":

@@ -89,6 +89,17 @@ def test_update_with_diffs_and_negative_multiplicity(eng):
     assert Counter(zip(*v.columns(diffs=True).values())) == Counter({(1, 2): 1, (2, 1): 1, (3, -1): 1})
     with pytest.raises(ValueError, match="negative multiplicity"):
         v.to_pandas()
+    with pytest.raises(kp.UsageError, match="negative multiplicity"):  # (was 3: a count to_pandas cannot give)
+        len(v)
+    e.update([3, 4], [1, -3])  # -3 alone: the sum was negative (a bare ValueError from __len__)
+    e.advance_to(2)
+    eng.wait(v)
+    with pytest.raises(kp.UsageError, match="negative multiplicity"):
+        len(v)
+    e.update([4], [3])
+    e.advance_to(3)
+    eng.wait(v)
+    assert len(v) == len(v.to_pandas()) == 3
 
 
 # -- building and installing -----------------------------------------------------------------------
