@@ -575,11 +575,18 @@ class Scheduler:
         self._collect()
 
     def _drop_input(self, cmd: DropInput):
-        readers = sorted(d.name for d in list(self.dataflows.values()) + self.retired
-                         if d.error is None and any(src.name == cmd.name for src in d.sources))
+        readers = sorted((d for d in list(self.dataflows.values()) + self.retired
+                          if d.error is None and any(src.name == cmd.name for src in d.sources)),
+                         key=lambda d: d.name)
         if readers:
-            raise UsageError(f"input {cmd.name!r} is read by dataflow{'s' if len(readers) > 1 else ''} "
-                             f"{', '.join(map(repr, readers))}; drop {'them' if len(readers) > 1 else 'it'} first")
+            live = [repr(d.name) for d in readers if d not in self.retired]
+            held = [self._holders(d, {d.name for d in readers}) for d in readers if d in self.retired]
+            what = []
+            if live:
+                what.append(f"dataflow{'s' if len(live) > 1 else ''} {', '.join(live)} (drop "
+                            f"{'them' if len(live) > 1 else 'it'} first)")
+            what += held
+            raise UsageError(f"input {cmd.name!r} is read by {'; and by '.join(what)}")
         session = cmd.session
         session.dropped = True
         if self.inputs.get(cmd.name) is session:
@@ -588,6 +595,22 @@ class Scheduler:
         self._dirty.pop(session, None)
         self._failing.pop(session, None)
         session.release()
+
+    def _holders(self, df: Dataflow, named: set) -> str:
+        """What keeps a dropped dataflow's exports alive (besides the dataflows ``named`` already), for an
+        error that asks to let them go."""
+        out = []
+        for e in df.exports:
+            entry = self.catalog.get(e)
+            users = sorted(d.name for d in list(self.dataflows.values()) + self.retired
+                           if d is not df and d.name not in named and e in d.uses)
+            if users:
+                out.append(f"dataflow{'s' if len(users) > 1 else ''} {', '.join(map(repr, users))} "
+                           f"(reading {e!r}: drop {'them' if len(users) > 1 else 'it'} first)")
+            if entry is not None and entry.has_handles():
+                out.append(f"an open handle on {e!r} (eng.trace({e!r}): close it first)")
+        return (f"dropped dataflow {df.name!r}, kept for its exports while " + " and ".join(out)) if out else \
+            f"dropped dataflow {df.name!r}"
 
     def _replace(self, old: Dataflow, exports: set):
         """Retire ``old`` in favour of a new dataflow of its name (installed in this same step). It is

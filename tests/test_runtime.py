@@ -298,6 +298,30 @@ def test_input_with_rows_is_created_only_if_they_load(eng):
     assert rows(v) == [(1,), (2,)]
 
 
+def test_drop_input_names_what_keeps_a_dropped_dataflow(eng):
+    """An input read by a dropped dataflow kept for its export: the error names what holds the export (a
+    reading dataflow, an open trace handle), and following its advice lets the input go (it said "drop
+    dataflow 'p' first", which was dropped already)."""
+    t = eng.input("t", ["g"], rows=[(1,)])
+    t.advance_to(1)
+    with eng.dataflow("p") as df:
+        df.input("t").arrange_by("g").export("ex")
+    with eng.dataflow("c") as df:
+        df.use("ex").view("cv")
+    h = eng.trace("ex")
+    eng.drop("p")
+    with pytest.raises(kp.UsageError, match=r"dataflow 'c' \(drop it first\).*dropped dataflow 'p'.*open handle "
+                                            r"on 'ex' \(eng.trace\('ex'\): close it first\)"):
+        eng.drop_input("t")
+    eng.drop("c")
+    with pytest.raises(kp.UsageError, match=r"^input 't' is read by dropped dataflow 'p', kept for its exports "
+                                            r"while an open handle on 'ex'"):
+        eng.drop_input("t")
+    h.close()
+    eng.drop_input("t")
+    assert "t" not in eng.inputs()
+
+
 def test_drop_input_only_when_unread(eng):
     x = eng.input("x", ["a"], rows=[(1,), (2,)])
     x.advance_to(1)
