@@ -23,7 +23,7 @@ readers' frontier lagged keeps times that later became indistinguishable. So a s
 
 Tidying merges get ``BOOST`` times the usual fuel, so one ends before new records bloat the spine again.
 One that did not shrink its input is not retried before the spine grows by ``BLOAT`` or the logical
-frontier passes every time of its output, so a wrong estimate costs bounded work. The scheduler tidies
+frontier passes every epoch of its output, so a wrong estimate costs bounded work. The scheduler tidies
 right after each step and finishes merges while idle (``exert``).
 
 Owner: a spine is written by the scheduler thread only (or by the one pool worker it hands this shard to
@@ -87,7 +87,7 @@ class Spine:
         self._balance = 0        # the sum of the held batches' balances
         self.upper = lower
         self._owed = 0  # rows appended since the last maintenance
-        self._guard = (0, None)  # (records, time): a failed tidy waits for more records or the frontier past time
+        self._guard = (0, None)  # (records, time): a failed tidy waits for more records or the frontier past its epoch
         self.merges_completed = 0
 
     # -- reading (owner only) ------------------------------------------------------------------
@@ -361,7 +361,7 @@ class Spine:
         self.entries[i] = out
         self._account(out, m.older, m.newer)
         if m.tidy and len(out) > SHRINK * len(m):
-            # retried once the spine grew, or once the frontier passed every time of the result
+            # retried once the spine grew, or once the frontier passed every epoch of the result
             self._guard = (int(BLOAT * self._records), out.time_range[1])
 
     def _merged(self, older: Batch, newer: Batch, since: Antichain) -> Batch:
@@ -380,8 +380,10 @@ class Spine:
 
 
 def _passed(t, logical: Antichain) -> bool:
-    """Whether time ``t`` is at or before an element of ``logical``."""
-    return t is not None and any(all(x <= f for x, f in zip(t, e)) for e in logical.elements)
+    """Whether every element of ``logical`` has passed the epoch of time ``t``: compacting to it then merges
+    every epoch up to t's (in a loop, rounds stay apart whatever the frontier: a frontier of epoch 21 at
+    round 0 collapses (20, 5) and (19, 5), and never passes (20, 5) in the product order)."""
+    return t is not None and bool(logical.elements) and all(t[0] <= f[0] for f in logical.elements)
 
 
 def _later(a: Antichain, b: Antichain) -> Antichain:
