@@ -283,12 +283,13 @@ def _bind(ns: dict, handle: DataflowHandle, output: str | None):
 
 def bind_views(ns: dict, views: dict):
     """Views into the notebook by name (also the ``%%datalog`` cell's relations)."""
+    import keyword
     import types
     for vname, view in views.items():
         held = ns.get(vname)
-        if not vname.isidentifier():
-            print(f"view {vname!r} has no notebook name (not an identifier): run the cell with -o VAR and "
-                  f"read it as VAR[{vname!r}]")
+        if not vname.isidentifier() or keyword.iskeyword(vname):
+            print(f"view {vname!r} has no notebook name (not an identifier, or a Python keyword): run the cell "
+                  f"with -o VAR and read it as VAR[{vname!r}]")
         elif isinstance(held, (types.ModuleType, types.FunctionType, type)):
             print(f"view {vname!r} is not bound: the notebook's {vname!r} is a {type(held).__name__}; run "
                   f"the cell with -o VAR and read it as VAR[{vname!r}]")

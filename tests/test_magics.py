@@ -289,10 +289,11 @@ def test_names_views_and_rebinding(ip, capsys):
     r, out = run(ip, capsys, "%%dataflow 'my flow' --inputs t=t\nv = t.view('v')\n")
     assert not r.success and "UsageError" in out and "one word" in out
     r, out = run(ip, capsys, "%%dataflow names --inputs t=t\nt.view('kp')\nt.view('my view')\n"
-                             "t = t.map(lambda k: {'k2': k * 2})\nv2 = t.view('v2')\n")
+                             "t.view('class')\nt = t.map(lambda k: {'k2': k * 2})\nv2 = t.view('v2')\n")
     assert r.success, out
     assert ip.user_ns["kp"] is kp and "view 'kp' is not bound" in out and "a module" in out
     assert "view 'my view' has no notebook name" in out
+    assert "view 'class' has no notebook name" in out and "class" not in ip.user_ns  # (a keyword: no name)
     assert type(ip.user_ns["t"]).__name__ != "DataFrame"   # the body's own assignment to an input name
     assert sorted(ip.user_ns["v2"].to_pandas()["k2"]) == [2, 4]
 
