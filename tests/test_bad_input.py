@@ -56,6 +56,11 @@ def _closed(act):
 
 # id, the bad call, error type, message, what the call leaves: "same" (engine as before), "failed" (the
 # new dataflow "bad" failed, nothing else changed), "closed" (the engine is closed; the epoch did not move)
+def _pd():
+    import pandas
+    return pandas
+
+
 CASES = [
     # 1. values that do not fit int64
     ("int_2**63", lambda t: t["x"].insert([(2 ** 63, 1)]), kp.SchemaError,
@@ -66,6 +71,9 @@ CASES = [
      rf"column 'a' is int64 but row 0 holds -9223372036854775809 \(int\), {I64}", "same"),
     ("int_mixed_list", lambda t: t["x"].insert([(2 ** 63, 1), (-1, 1)]), kp.SchemaError,
      rf"column 'a' is int64 but row 0 holds 9223372036854775808 \(int\), {I64}", "same"),
+    ("pandas_nullable_na", lambda t: t["x"].insert(_pd().DataFrame({"a": _pd().array([1, None], dtype="Int64"),
+                                                                    "b": [1, 2]})),
+     kp.SchemaError, r"column 'a' holds a null \(NA\) at row 1; kpgnb columns cannot hold nulls", "same"),
     ("uint64_dict", lambda t: t["x"].insert({"a": np.array([1, 2 ** 63], np.uint64), "b": [1, 2]}), kp.SchemaError,
      rf"column 'a' is int64 but row 1 holds 9223372036854775808 \(uint64\), {I64}", "same"),
     ("uint64_2d", lambda t: t["x"].insert(np.array([[1, 2], [3, 2 ** 64 - 1]], np.uint64)), kp.SchemaError,
