@@ -130,8 +130,17 @@ class Cursor:
         n = normalize_groups(off, vals, times, diffs)
         return Histories(h.kh, h.keys, off, vals[:, :n], times[:n], diffs[:n])
 
-    def seek_keys(self, keys: np.ndarray) -> Histories:
-        """Histories of arbitrary key columns (hashed, sorted and deduplicated first)."""
+    def seek_keys(self, keys) -> Histories:
+        """Histories of arbitrary keys (hashed, sorted and deduplicated first): ``kk x n`` key columns, or
+        for a one-column key a 1-D array of n keys."""
+        keys = np.asarray(keys, np.int64)
+        kk = self.batches[0].kk if self.batches else None
+        if keys.ndim == 1 and kk in (None, 1):
+            keys = keys.reshape(1, -1)
+        if keys.ndim != 2 or (kk is not None and keys.shape[0] != kk):
+            raise ValueError(f"seek_keys takes the key columns as a {kk or 'kk'} x n array (one row per key "
+                             f"column{', or a 1-D array for a one-column key' if kk in (None, 1) else ''}); got "
+                             f"shape {keys.shape}")
         return self.seek(*probe_keys(keys))
 
     def keys(self):

@@ -729,6 +729,11 @@ def test_trace_handle_on_a_named_arrangement(eng):
     assert sorted(zip(keys[0].tolist(), vals[0].tolist())) == [(1, 2), (1, 3), (2, 3)]
     if hist is not None:
         assert sorted(hist.vals[0].tolist()) == [2, 3]
+    # a 1-D array for the one key column, every shard sought: the same histories at any W
+    found = [v for s in range(eng.workers) for v in h.cursor(shard=s).seek_keys(np.array([1, 2])).vals[0].tolist()]
+    assert sorted(found) == [2, 3, 3]
+    with pytest.raises(ValueError, match=r"1 x n array .* got shape \(2, 1\)"):
+        [h.cursor(shard=s).seek_keys(np.array([[1], [2]])) for s in range(eng.workers)]
     eng.drop("p")
     keys, vals, cnt = h.accumulate()  # still readable: the handle keeps the trace
     assert len(cnt) == 3
