@@ -93,8 +93,10 @@ class Dataflow:
                 v.end_reason = why
 
     def frontier(self) -> Antichain:
-        """The meet of its top-level operators' output frontiers. One that feeds another top-level operator
-        is left out: a consumer's frontier is never ahead of its input's (top-level operators keep times)."""
+        """The meet of its top-level operators' output frontiers, and for a view or an export the upper of
+        the arrangement it reads (an arrangement whose input frontier moved has not sealed up to it until
+        it steps, and readers read the trace). One that feeds another top-level operator is left out: a
+        consumer's frontier is never ahead of its input's (top-level operators keep times)."""
         ops = self.graph.ops
         if self._last_ops is not ops or len(ops) != self._last_n:
             self._last_ops, self._last_n = ops, len(ops)
@@ -103,6 +105,9 @@ class Dataflow:
         out = Antichain()
         for op in self._last_ops_f:
             out = out.meet(op.out_frontier)
+            trace = op.handle.live_trace() if op.kind in ("view", "export") and op.handle is not None else None
+            if trace is not None:
+                out = out.meet(trace.snapshot.upper)
         return out
 
     def note_progress(self, frontier: Antichain, now: float):

@@ -122,6 +122,10 @@ class View:
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
                                  f"call eng.wait(view) or read an earlier epoch")
         upto = epoch_of(snap.upper) if at is None else at + 1
+        if at is None and upto is not None and upto <= self.op.born:
+            # a dataflow installed late answers from the epoch its imports start at (``born``) on; until that
+            # epoch is final the view holds no complete epoch (its trace has no rows before it): nothing
+            upto = 0
         if at is not None and self.op.born > 0 and at < self.op.born:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: dataflow {self.dataflow!r} "
                                  f"started from its inputs as of epoch {self.op.born} and has no answer for "
@@ -323,12 +327,17 @@ class Follower:
         self._ended = False
         self._error: BaseException | None = None
         self._closed = False
+        self._unborn = False  # started before the view's first answerable epoch was final
 
     # scheduler side
     def start(self, snap):
+        last = epoch_of(snap.upper)
+        if last is not None and last <= self.view.op.born:
+            self._unborn = True  # (no complete epoch yet: the contents come once the born epoch is final)
+            return
+        self._unborn = False
         t = self.view.op.handle.trace
         keys, vals, cnt = accumulate_batches(snap.all_batches(), t.kk, t.kv, t.depth)
-        last = epoch_of(snap.upper)
         if last is not None:
             epoch = max(last - 1, 0)
         else:  # every input closed: the contents are final from the last time anything changed on
@@ -337,6 +346,9 @@ class Follower:
         self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
 
     def deliver(self, batches, lower, upper):
+        if self._unborn:
+            self.start(self.view.op.handle.trace.snapshot)
+            return
         parts = [b for b in batches if len(b)]
         self._put(("changes", parts, None, None, upper))
 

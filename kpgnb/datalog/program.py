@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,11 +80,21 @@ class Source:
         return df.input(self.name) if self.kind == "input" else df.use(self.name)
 
 
+_NAMES_LOCK = threading.Lock()
+_GIVEN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # engine -> names handed out
+
+
 def _free_name(eng, base: str) -> str:
-    taken = eng.snapshot().dataflows
-    for k in itertools.count(1):
-        if f"{base}{k}" not in taken:
-            return f"{base}{k}"
+    """``base`` numbered from 1, neither installed nor handed out before by this engine: two threads
+    installing unnamed programs at once get different names (not both the first free one)."""
+    with _NAMES_LOCK:
+        given = _GIVEN.setdefault(eng, set())
+        taken = eng.snapshot().dataflows
+        for k in itertools.count(1):
+            name = f"{base}{k}"
+            if name not in taken and name not in given:
+                given.add(name)
+                return name
 
 
 class Program:

@@ -1,0 +1,182 @@
+"""Found by the session-29 service attack (many threads on one engine): a view of a dataflow installed
+late claimed an epoch before its start with rows missing; a wait by name returned while a view's
+arrangement was still behind; two unnamed Datalog installs at once took the same name."""
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import kpgnb as kp
+
+TC = "tc(a, b) :- edge(a, b).\ntc(a, c) :- tc(a, b), edge(b, c).\n"
+
+
+def as_counter(frame, names):
+    if not len(frame):
+        return Counter()
+    cols = [frame[n].to_numpy() for n in names]
+    return Counter(tuple(int(c[i]) for c in cols) for i in range(len(frame)))
+
+
+def _join_counter(frame):
+    return as_counter(frame, ["k", "v", "w"])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_late_join_view_claims_an_epoch_before_it_started_with_no_rows(workers):
+    """A dataflow installed while its two inputs are at different epochs (x at 5, y at 3) starts from its
+    imports as of epoch 4, so it has no answer before 4: until epoch 4 is final its view reads as nothing
+    (no rows, attrs['epoch'] 0) and a follower waits; it read as epoch 2 complete with no rows, although
+    both inputs held key 1 then. Once y passes 4: the join as of epoch 4, and the follower's first frame."""
+    with kp.Engine(workers=workers) as eng:
+        x = eng.input("x", ["k", "v"], rows=[(1, 10)])
+        y = eng.input("y", ["k", "w"], rows=[(1, 20)])
+        x.advance_to(5)
+        y.advance_to(3)
+        eng.wait(None, timeout=10)
+        with eng.dataflow("j") as df:
+            j = df.input("x").join(df.input("y"), on="k").view("j")
+        eng.wait(j, timeout=10)
+        d = j.to_pandas()
+        assert (d.attrs["epoch"], len(d)) == (0, 0)
+        with pytest.raises(kp.CompactedError, match="as of epoch 4"):
+            j.to_pandas(at=2)
+        f = j.follow(timeout=10)
+        y.advance_to(6)
+        eng.wait(j, timeout=10)
+        d = j.to_pandas()
+        assert d.attrs["epoch"] == 5 and _join_counter(d) == Counter({(1, 10, 20): 1})
+        assert _join_counter(j.to_pandas(at=4)) == Counter({(1, 10, 20): 1})
+        first = next(f)
+        f.close()
+        assert _join_counter(first) == Counter({(1, 10, 20): 1}) and set(first["time"]) == {4}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_late_iterate_view_claims_an_epoch_before_it_started_with_no_rows(workers):
+    """Single input, nothing concurrent but a read right after the install (a dashboard or another cell): a
+    loop installed over an input at epoch 5 publishes frontier 4 before it has computed anything, and
+    ``to_pandas()`` answers attrs['epoch'] == 4 with no rows (then epoch 5 with 25). Epoch 3 had edges, so
+    'no rows at epoch 3' is false; ``to_pandas(at=3)`` refuses it (born 4)."""
+    seen_bad = []
+    for rep in range(6):
+        eng = kp.Engine(workers=workers)
+        try:
+            e = eng.input("e", ["src", "dst"], rows=[(0, 1), (1, 2)])
+            for ep in range(1, 6):
+                e.insert([(ep % 5, (ep + 1) % 5)])
+                e.advance_to(ep)
+            eng.wait(None, timeout=10)
+            with eng.dataflow("tc") as df:
+                g = df.input("e").arrange_by("src")
+                v = df.input("e").iterate(
+                    lambda t: t.join(g, left_on="dst", right_on="src").select("src", "dst_right")
+                    .rename(dst_right="dst").concat(df.input("e")).distinct()).view("tc")
+            seq = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                d = v.to_pandas()
+                s = (d.attrs["epoch"], len(d))
+                if not seq or seq[-1] != s:
+                    seq.append(s)
+                if d.attrs["epoch"] == 5:
+                    break
+            if any(E and not n for E, n in seq):
+                seen_bad.append(seq)
+        finally:
+            eng.close()
+    assert not seen_bad, f"{len(seen_bad)} of 6 installs read as (attrs['epoch'], rows): {seen_bad[:3]}"
+
+
+def test_wait_by_name_returns_while_a_loop_view_is_still_behind():
+    """Two feeders (x, y) advance every few ms; three Datalog programs compute tc over the export x_by_k.
+    ``eng.wait('g0')`` -- documented as 'until every view of NAME has caught up with its inputs' (README:
+    eng.wait on a dataflow's name: all of its views do; %dataflow wait NAME) -- returns while g0's view still
+    reads an epoch before x's epoch at the time of the call. The dataflow's published frontier
+    (``eng.stats()['dataflows']``) runs ahead of the view's arrangement: the sink's frontier (and its
+    compaction, ``history``) moves on while the arrangement feeding it has not stepped, so the view reads
+    tens of epochs behind what the engine reports, and ``to_pandas(at=E - 1)`` for the E the view just
+    reported is refused as compacted."""
+    eng = kp.Engine(workers=3)
+    stop = threading.Event()
+    try:
+        x = eng.input("x", ["k", "v"])
+        y = eng.input("y", ["k", "w"])
+
+        def feed(sess, seed):
+            r = random.Random(seed)
+            e, present = 0, []
+            while not stop.is_set():
+                rows = [(r.randrange(6), r.randrange(6)) for _ in range(r.randint(1, 3))]
+                sess.insert(rows)
+                present += rows
+                if len(present) > 8:
+                    sess.remove([present.pop(r.randrange(len(present)))])
+                sess.advance_to(e + 1)
+                e += 1
+                time.sleep(r.random() * 0.004)
+
+        ts = [threading.Thread(target=feed, args=(sess, i), daemon=True) for i, sess in enumerate((x, y))]
+        for t in ts:
+            t.start()
+        with eng.dataflow("prod") as df:
+            df.input("x").arrange_by("k").export("x_by_k")
+        progs = [eng.datalog(TC, inputs={"edge": "x_by_k"}, name=f"g{i}") for i in range(3)]
+        with eng.dataflow("j") as df:
+            df.use("x_by_k").join(df.input("y").arrange_by("k"), on="k").view("v")
+        bad, total, worst = 0, 0, 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 8:
+            for p in progs:
+                goal = x.epoch
+                try:
+                    eng.wait(p.name, timeout=5)
+                except TimeoutError:
+                    continue
+                E = p["tc"].to_pandas().attrs["epoch"]
+                total += 1
+                if E < goal:
+                    bad += 1
+                    worst = max(worst, goal - E)
+        assert bad == 0, (f"eng.wait(NAME) returned with the program's view behind the goal in {bad} of {total} "
+                          f"waits (up to {worst} epochs behind)")
+    finally:
+        stop.set()
+        eng.close()
+
+
+def test_two_threads_install_unnamed_datalog_programs_at_once():
+    """``eng.datalog(text)`` with no ``name=`` picks a free name ('datalog1', ...). Two threads (two cells'
+    background jobs, a widget callback) calling it at once both pick 'datalog1' from the same snapshot and
+    one fails with UsageError("a dataflow named 'datalog1' is installed already") -- a name the user never
+    gave. Expected: both install, under different names."""
+    failures = []
+    for rep in range(10):
+        eng = kp.Engine(workers=2)
+        try:
+            eng.input("edge", ["src", "dst"], rows=[(0, 1), (1, 2)]).advance_to(1)
+            barrier = threading.Barrier(2)
+            out = []
+
+            def go():
+                barrier.wait(5)
+                try:
+                    out.append(eng.datalog(TC).name)
+                except Exception as err:  # noqa: BLE001
+                    out.append(err)
+
+            ts = [threading.Thread(target=go, daemon=True) for _ in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(30)
+            errs = [o for o in out if isinstance(o, Exception)]
+            if errs:
+                failures.append(repr(errs[0]))
+        finally:
+            eng.close()
+    assert not failures, f"{len(failures)} of 10: {failures[0]}"
