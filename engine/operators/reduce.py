@@ -16,7 +16,7 @@ from ..batch import Batch, form_arrays
 from ..dataflow import Batches, Operator
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
-from ..cursor import Cursor, Histories
+from ..cursor import Cursor
 from ..lattice import Antichain, antichain_of, in_advance_mask
 from ..trace import Trace
 from .reader import ArrangedInput
@@ -183,28 +183,13 @@ class ReduceOp(Operator):
         # histories of input (through the acknowledged frontier) and of our own output
         hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
         hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
-        fresh = _fresh(dh, hin, hout, soff, upper) if dh is not None else None
-        if fresh is None:
-            return self._phases(s, pkh, pkeys, hin, hout, soff, stimes, lower, upper)
-        out = self._first(s, fresh, dh, hin)
-        rest = ~fresh
-        if rest.any():  # the other keys take the three phases, on their rows alone
-            gi = np.flatnonzero(rest)
-            later = self._phases(s, pkh[gi], np.ascontiguousarray(pkeys[:, gi]), _select(hin, rest),
-                                 _select(hout, rest), *_select_seeds(soff, stimes, rest), lower, upper, raw=True)
-            if later is not None:
-                k, v, t, c = later
-                key = np.concatenate([gi[k], out[0]])
-                order = np.argsort(key, kind="stable")
-                out = (key[order], np.concatenate([v, out[1]], axis=1)[:, order],
-                       np.concatenate([t, out[2]])[order], np.concatenate([c, out[3]])[order])
-        if not len(out[0]):
-            return Batch.empty(kk, spec.out_kv, d, lower, upper)
-        return _output(pkh, pkeys, *out, lower, upper)
+        if dh is not None and _fresh(dh, hin, hout, soff, upper):
+            return self._first(s, pkh, pkeys, dh, hin, lower, upper)
+        return self._phases(s, pkh, pkeys, hin, hout, soff, stimes, lower, upper)
 
-    def _phases(self, s, pkh, pkeys, hin, hout, soff, stimes, lower, upper, raw: bool = False):
-        """The three phases for these probe keys: the output batch (``raw``: its rows as (probe index,
-        vals, times, diffs), or None when there are none); lubs beyond ``upper`` become pending work."""
+    def _phases(self, s, pkh, pkeys, hin, hout, soff, stimes, lower, upper) -> Batch:
+        """The three phases for these probe keys: the output batch; lubs beyond ``upper`` become pending
+        work."""
         spec = self.spec
         d = self.scope.depth
         up = upper.matrix(d)
@@ -215,44 +200,47 @@ class ReduceOp(Operator):
         self.work[s][2] += work[1]
         if len(f_key):
             self._add_pending(s, pkh[f_key], pkeys[:, f_key], f_time)
-        c_key = ()
-        if len(g_key):
-            des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals, okeys)
-            c_key, c_vals, c_time, c_diff, work = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
-                                                                 hout.off, hout.vals, hout.times, hout.diffs)
-            self.work[s][1] += work[0]
-            self.work[s][3] += work[1]
-        if raw:
-            return (c_key, c_vals, c_time, c_diff) if len(c_key) else None
+        if not len(g_key):
+            return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
+        des_off, des_cnt, des_vals = self._apply(g_off, acc_row, acc_cnt, hin.vals, okeys)
+        c_key, c_vals, c_time, c_diff, work = rk.reduce_diff(g_key, g_time, des_off, des_vals, des_cnt,
+                                                             hout.off, hout.vals, hout.times, hout.diffs)
+        self.work[s][1] += work[0]
+        self.work[s][3] += work[1]
         if not len(c_key):
             return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
         return _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper)
 
-    def _first(self, s, fresh, dh, hin) -> tuple:
-        """The output of the ``fresh`` probe keys (see ``_fresh``) as (probe index, vals, times, diffs): a
-        key's output at its one time is phase 2 over its rows; there is no earlier output to subtract
-        and no later time to visit."""
+    def _first(self, s, pkh, pkeys, dh, hin, lower, upper) -> Batch:
+        """The output where every probe key is fresh (``_fresh``): a key's output at its one time is phase 2
+        over its rows, with no earlier output to subtract and no later time to visit."""
         spec = self.spec
-        fi = np.flatnonzero(fresh)
-        hc = np.diff(hin.off)
-        rows = np.flatnonzero(np.repeat(fresh, hc))
-        times = dh.times[dh.off[fi]]
-        self.work[s][0] += 2 * len(rows)  # (what phase 1 would visit: each row, and each key's seed)
+        d = self.scope.depth
+        m = len(pkh)
+        times = dh.times[dh.off[:-1]]
+        self.work[s][0] += 2 * len(hin)  # (what phase 1 would visit: each row, and each key's seed)
         if self._listing == rk.LIST_TOTAL and spec.op == rk.DISTINCT:  # one row per key: kept if positive
-            keep = hin.diffs[rows] > 0
+            keep = hin.diffs > 0
             n = int(np.count_nonzero(keep))
             self.work[s][1] += n
-            return fi[keep], np.zeros((spec.out_kv, n), np.int64), times[keep], np.ones(n, np.int64)
-        g_off = np.zeros(len(fi) + 1, np.int64)
-        np.cumsum(hc[fi], out=g_off[1:])
+            if not n:
+                return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
+            if n < m:
+                pkh, pkeys, times = pkh[keep], np.ascontiguousarray(pkeys[:, keep]), times[keep]
+            return Batch(pkh, pkeys, np.arange(n + 1, dtype=np.int64), np.zeros((spec.out_kv, n), np.int64),
+                         np.ascontiguousarray(times), np.ones(n, np.int64), lower, upper)
+        rows = np.arange(len(hin), dtype=np.int64)
         okeys = self._order_keys(hin.vals)
         if okeys is not hin.vals:  # phase 2 reads a group's rows in value order: by their order keys
-            rows = rows[np.lexsort((*okeys[::-1, rows], np.repeat(fi, hc[fi])))]
-        des_off, des_cnt, des_vals = self._apply(g_off, rows, np.ascontiguousarray(hin.diffs[rows]), hin.vals,
+            rows = rows[np.lexsort((*okeys[::-1], np.repeat(np.arange(m), np.diff(hin.off))))]
+        des_off, des_cnt, des_vals = self._apply(hin.off, rows, np.ascontiguousarray(hin.diffs[rows]), hin.vals,
                                                  okeys)
         per = np.diff(des_off)
         self.work[s][1] += len(des_cnt)
-        return np.repeat(fi, per), des_vals, np.repeat(times, per, axis=0), des_cnt
+        if not len(des_cnt):
+            return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
+        return _output(pkh, pkeys, np.repeat(np.arange(m), per), des_vals, np.repeat(times, per, axis=0),
+                       des_cnt, lower, upper)
 
     def _order_keys(self, vals):
         """Order keys of the input's value columns (their value order as signed int64), for the ops that
@@ -312,57 +300,29 @@ class ReduceOp(Operator):
         self.pending[s] = (np.repeat(okh, rep), np.repeat(okeys, rep, axis=1), otimes)
 
 
-def _fresh(dh, hin, hout, soff, upper) -> np.ndarray | None:
-    """bool per probe key: whose whole input history is its new updates (the delta's rows ``dh``), distinct
-    values all at one time the frontier has passed, with no output yet and no other work due (a first
-    load, or what a loop derives for the first time). None when no key is."""
-    oc = np.diff(hout.off)
-    if oc.all():
-        return None  # (every key has output: the common case of a small update, decided in two calls)
-    dc, hc = np.diff(dh.off), np.diff(hin.off)
-    fresh = (dc > 0) & (hc == dc) & (oc == 0) & (np.diff(soff) == dc)
-    fi = np.flatnonzero(fresh)
-    if not len(fi):
-        return None
-    # the candidates' rows line up in both (same counts, probe order): each must be at its key's first time
-    first = dh.times[dh.off[fi]]
-    at = np.repeat(first, dc[fi], axis=0)
-    key = np.repeat(fi, dc[fi])
-    rows = np.repeat(fresh, hc)
-    bad = ~((dh.times[np.repeat(fresh, dc)] == at) & (hin.times[rows] == at)).all(axis=1)
-    if len(key) > len(fi):
-        # a key's rows must be distinct values, in order: advancing times through an import's lens can
-        # give rows of two batches one time without consolidating them
+def _fresh(dh, hin, hout, soff, upper) -> bool:
+    """Whether every probe key is fresh: its whole input history is its new updates (the delta's rows
+    ``dh``), distinct values all at one time the frontier has passed, with no output yet and no other work
+    due (a first load, or what a loop derives for the first time: sg's pairs, each derived once). Checked
+    cheapest first, so a step with an older key is told in a few calls."""
+    if len(hout) or len(hin) != len(dh) or not np.array_equal(dh.off, hin.off) or not np.array_equal(soff, dh.off):
+        return False
+    if not np.array_equal(hin.times, dh.times):  # (the rows line up: same offsets, probe order)
+        return False
+    first = dh.times[dh.off[:-1]]
+    counts = np.diff(dh.off)
+    if len(dh) > len(counts):  # a key with several rows: one time, and distinct values in order (advancing
+        # times through an import's lens can give rows of two batches one time without consolidating them)
+        if not (dh.times == np.repeat(first, counts, axis=0)).all():
+            return False
+        key = np.repeat(np.arange(len(counts)), counts)
         ahead, tied = np.zeros(len(key) - 1, bool), np.ones(len(key) - 1, bool)
-        for col in hin.vals[:, rows]:
+        for col in hin.vals:
             ahead |= tied & (col[:-1] < col[1:])
             tied &= col[:-1] == col[1:]
-        bad[1:] |= (key[1:] == key[:-1]) & ~ahead
-    fresh[key[bad]] = False
-    if upper.elements:
-        fresh[fi[in_advance_mask(first, upper)]] = False
-    return fresh if fresh.any() else None
-
-
-def _rows_of(off: np.ndarray, keys: np.ndarray) -> tuple:
-    """(offsets, bool per row) of the rows grouped by ``off`` that belong to the probe keys where ``keys``
-    holds."""
-    counts = np.diff(off)
-    sub = np.zeros(int(np.count_nonzero(keys)) + 1, np.int64)
-    np.cumsum(counts[keys], out=sub[1:])
-    return sub, np.repeat(keys, counts)
-
-
-def _select(h: Histories, keys: np.ndarray) -> Histories:
-    """The histories of the probe keys where ``keys`` (bool) holds."""
-    off, rows = _rows_of(h.off, keys)
-    return Histories(h.kh[keys], h.keys[:, keys], off,
-                     np.ascontiguousarray(h.vals[:, rows]), np.ascontiguousarray(h.times[rows]), h.diffs[rows])
-
-
-def _select_seeds(soff, stimes, keys) -> tuple:
-    off, rows = _rows_of(soff, keys)
-    return off, np.ascontiguousarray(stimes[rows])
+        if ((key[1:] == key[:-1]) & ~ahead).any():
+            return False
+    return not (upper.elements and in_advance_mask(first, upper).any())
 
 
 def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:
