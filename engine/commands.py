@@ -92,6 +92,7 @@ class Install:
     replace: bool = False
     context: contextvars.Context | None = None   # the installer's, for the dataflow's user code
     reply: Reply = field(default_factory=Reply)
+    replaced: bool = False                       # set by the scheduler once an installed one was swapped out
 
 
 @dataclass

@@ -397,8 +397,10 @@ class Scheduler:
             cmd.reply.finish(error=e)
             return
         self._publish(False)
-        if not cmd.reply.finish(result) and isinstance(cmd, Install):
-            self._discard(self.dataflows[cmd.builder.name])  # interrupted install: leave nothing behind
+        if not cmd.reply.finish(result) and isinstance(cmd, Install) and not cmd.replaced:
+            # interrupted install: leave nothing behind (one that replaced a dataflow keeps the new one: the
+            # old one is gone already, and neither would be left)
+            self._discard(self.dataflows[cmd.builder.name])
             self._publish(False)
 
     # -- running ------------------------------------------------------------------------------------
@@ -540,6 +542,7 @@ class Scheduler:
         if old is not None:
             # the new dataflow reads what it uses already: dropping the old one must not collect an
             # arrangement (of a dropped producer) that only the two of them read
+            cmd.replaced = True
             self._successor = df
             try:
                 self._replace(old, set(b.exports))

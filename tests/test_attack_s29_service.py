@@ -4,6 +4,7 @@ arrangement was still behind; two unnamed Datalog installs at once took the same
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -180,3 +181,51 @@ def test_two_threads_install_unnamed_datalog_programs_at_once():
         finally:
             eng.close()
     assert not failures, f"{len(failures)} of 10: {failures[0]}"
+
+
+def test_ctrl_c_during_a_replacing_install_keeps_a_dataflow():
+    """A cell re-runs ``%%dataflow a --replace`` (``eng.dataflow('a', replace=True)``) and the user presses
+    Ctrl-C while the scheduler is installing it. README: 'An install interrupted by Ctrl-C leaves nothing
+    behind'; for cells: 'A cell that fails installs nothing and changes nothing'. Expected: the old 'a' is
+    still installed and running (or, if the interrupt came too late, the new one). The scheduler is slowed
+    inside the Install command (a test-side wrapper) so the interrupt lands while it runs: the old one is
+    replaced by then, and the new one stays (both were gone)."""
+    eng = kp.Engine(workers=1)
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    sch = eng._scheduler
+    try:
+        x = eng.input("x", ["k"], rows=[(1,), (2,)])
+        x.advance_to(1)
+        with eng.dataflow("a") as df:
+            old = df.input("x").count(by=[]).view("c")
+        eng.wait(old, timeout=10)
+        orig = sch._install
+
+        def slow_install(cmd):
+            out = orig(cmd)
+            time.sleep(0.6)  # the scheduler is still in the command when Ctrl-C lands
+            return out
+
+        sch._install = slow_install
+        main = threading.main_thread().ident
+        timer = threading.Timer(0.2, lambda: signal.pthread_kill(main, signal.SIGINT))
+        timer.start()
+        interrupted = False
+        try:
+            with eng.dataflow("a", replace=True) as df:
+                df.input("x").distinct().view("d")
+            time.sleep(1.0)
+        except KeyboardInterrupt:
+            interrupted = True
+        timer.join()
+        sch._install = orig
+        time.sleep(0.8)
+        eng.wait(None, timeout=10)
+        assert interrupted
+        state = eng.dataflows()
+        assert state == {"a": "running"}, f"after Ctrl-C in the replacing install: dataflows {state}"
+        assert sorted(eng.operator_stats("a")[i]["kind"] for i in range(len(eng.operator_stats("a")))).count("distinct") == 1
+    finally:
+        sch._install = getattr(sch, "_install")
+        signal.signal(signal.SIGINT, old_handler)
+        eng.close()
