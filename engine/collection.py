@@ -15,7 +15,7 @@ import numpy as np
 
 from .columns import Schema, SchemaError, infer_dtype
 from .dataflow import Site
-from .errors import UsageError
+from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
 from .kernels import reduce as rk
 from .operators.arrange import ArrangeOp, ExportOp, ViewOp
@@ -125,7 +125,7 @@ class Collection:
 
     def _align(self, other: "Collection"):
         if not isinstance(other, Collection):
-            raise TypeError(f"expected a Collection, got {type(other).__name__}")
+            raise ArgumentTypeError(f"expected a Collection, got {type(other).__name__}")
         if other.builder is not self.builder:
             raise SchemaError("collections from different dataflows cannot be combined; export an arrangement "
                               "and df.use() it instead")

@@ -33,6 +33,11 @@ class UsageError(KpgnbError, ValueError):
     back, a view of another engine); nothing was changed. Also a ValueError."""
 
 
+class ArgumentTypeError(UsageError, TypeError):
+    """An argument of the wrong type (an epoch given as a str, a program that is not text): a UsageError,
+    and the TypeError Python code expects."""
+
+
 class UnknownNameError(KpgnbError, KeyError):
     """No dataflow or arrangement by that name; the message lists the ones there are. Also a KeyError."""
 

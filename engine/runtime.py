@@ -20,7 +20,7 @@ from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
-from .errors import DataflowError, EngineError, UnknownNameError, UsageError
+from .errors import ArgumentTypeError, DataflowError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler
@@ -354,6 +354,9 @@ class Engine:
         with, TimeoutError after ``timeout`` seconds. Ctrl-C cancels the computation it waited for, unless
         ``cancel_on_interrupt=False`` (then it only stops waiting: the notebook's ``%dataflow wait``)."""
         self._live()
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.number))):
+            raise ArgumentTypeError(f"eng.wait: timeout is a number of seconds or None, not "
+                                    f"{type(timeout).__name__} ({timeout!r})")
         deadline = None if timeout is None else time.monotonic() + timeout
         if isinstance(target, View):
             if target.engine is not self:
@@ -376,7 +379,8 @@ class Engine:
             e = int(target)
             done = lambda snap: self._epoch_done(snap, e)  # noqa: E731
         else:
-            raise TypeError("wait() takes a View, a dataflow name, an epoch or nothing")
+            raise ArgumentTypeError(f"wait() takes a View, a dataflow name, an epoch or nothing, not "
+                                    f"{type(target).__name__}")
         try:
             while True:
                 self._live()

@@ -25,7 +25,7 @@ import numpy as np
 from .batcher import Batcher
 from .columns import Schema
 from .commands import Chunk, Seal
-from .errors import EngineError, UsageError
+from .errors import ArgumentTypeError, EngineError, UsageError
 from .inputs import diffs_array, rows_to_columns
 from .lattice import Antichain
 from .scope import at_epoch, epoch_of, last_complete
@@ -121,7 +121,7 @@ class InputSession:
         owner epoch: asking for the same one again does nothing). One beyond the input's epoch is as usual;
         one below the owner's own is refused."""
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
-            raise TypeError(f"epoch must be an integer, not {type(epoch).__name__}")
+            raise ArgumentTypeError(f"input {self.name!r}: an epoch is an integer, not {type(epoch).__name__} ({epoch!r})")
         epoch = int(epoch)
         if epoch > _MAX_EPOCH:
             raise UsageError(f"input {self.name!r}: epochs are int64 times; advance_to({epoch}) is beyond the last "

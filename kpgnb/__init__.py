@@ -14,7 +14,7 @@ if _os.path.isdir(_os.path.join(_root, "engine")) and _os.path.isfile(_os.path.j
         __path__.append(_root)
 
 __all__ = ["Engine", "Variable", "Antichain", "Schema", "KpgnbError", "SchemaError", "DataflowError", "CompactedError",
-           "EngineError", "Cancelled", "DatalogError", "UsageError", "UnknownNameError", "Drop", "engine",
+           "EngineError", "Cancelled", "DatalogError", "UsageError", "ArgumentTypeError", "UnknownNameError", "Drop", "engine",
            "input", "dashboard"]
 __version__ = "0.1.0"
 
@@ -35,6 +35,7 @@ _LAZY = {
     "Cancelled": ("kpgnb.engine.errors", "Cancelled"),
     "DatalogError": ("kpgnb.engine.errors", "DatalogError"),
     "UsageError": ("kpgnb.engine.errors", "UsageError"),
+    "ArgumentTypeError": ("kpgnb.engine.errors", "ArgumentTypeError"),
     "UnknownNameError": ("kpgnb.engine.errors", "UnknownNameError"),
     "Drop": ("kpgnb.engine.dropping", "Drop"),
 }

@@ -298,6 +298,19 @@ def test_input_with_rows_is_created_only_if_they_load(eng):
     assert rows(v) == [(1,), (2,)]
 
 
+def test_arguments_of_the_wrong_type_are_usage_errors(eng):
+    """Deliberate refusals are KpgnbErrors (README: Errors); a wrong type is also the TypeError Python code
+    expects."""
+    x = eng.input("x", ["a"])
+    for call in (lambda: x.advance_to("3"), lambda: x.advance_to(3.0), lambda: x.advance_to(None),
+                 lambda: eng.wait(3.5), lambda: eng.wait(None, timeout="1"), lambda: eng.datalog(None)):
+        with pytest.raises(kp.ArgumentTypeError) as info:
+            call()
+        assert isinstance(info.value, kp.UsageError) and isinstance(info.value, TypeError)
+    x.advance_to(1)  # nothing changed
+    assert x.epoch == 1
+
+
 def test_drop_input_names_what_keeps_a_dropped_dataflow(eng):
     """An input read by a dropped dataflow kept for its export: the error names what holds the export (a
     reading dataflow, an open trace handle), and following its advice lets the input go (it said "drop

@@ -8,6 +8,7 @@ import re
 from lark import Lark, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
+from ..engine.errors import ArgumentTypeError
 from .errors import datalog_error
 from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Decl, Program, Rule, Span, Var
 
@@ -209,7 +210,7 @@ def _unfinished(text: str):
 def parse(text: str) -> Program:
     """The program in ``text``; raises DatalogError (line, column, caret) on a syntax error."""
     if not isinstance(text, str):
-        raise TypeError(f"a Datalog program is text, not {type(text).__name__}")
+        raise ArgumentTypeError(f"a Datalog program is text, not {type(text).__name__}")
     items = _transform(text, "start")
     rules = tuple(i for i in items if isinstance(i, Rule))
     decls = tuple(i for i in items if isinstance(i, Decl))
@@ -221,7 +222,7 @@ def parse_goal(text: str) -> tuple:
     name) or a Const, with the program's constants and escapes; DatalogError (located in ``text``) on a
     syntax error."""
     if not isinstance(text, str):
-        raise TypeError(f"a goal is text such as 'tc(?, _)', not {type(text).__name__}")
+        raise ArgumentTypeError(f"a goal is text such as 'tc(?, _)', not {type(text).__name__}")
     return _transform(text, "goal")
 
 
