@@ -137,11 +137,10 @@ class Engine:
         self._live()
         if name not in self.snapshot().dataflows:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.snapshot().dataflows)}")
-        self._scheduler.submit(Cancel(name, reason))
-        while True:
+        seq = self._scheduler.submit(Cancel(name, reason))
+        while True:  # until a snapshot published after the cancel ran (not by name: it may be installed anew)
             snap = self.snapshot()
-            info = snap.dataflows.get(name)
-            if info is None or info.error is not None or self._closed:
+            if snap.seq >= seq or self._closed:
                 return
             self._scheduler.wait_published(snap, 0.5)
 
