@@ -588,7 +588,8 @@ class Scheduler:
                          key=lambda d: d.name)
         if readers:
             live = [repr(d.name) for d in readers if d not in self.retired]
-            held = [self._holders(d, {d.name for d in readers}) for d in readers if d in self.retired]
+            named = {r.name for r in readers}
+            held = [self._holders(d, named) for d in readers if d in self.retired]
             what = []
             if live:
                 what.append(f"dataflow{'s' if len(live) > 1 else ''} {', '.join(live)} (drop "
