@@ -173,7 +173,8 @@ def _pandas_column(series, dtype):
         if not (values[seen] == uniques[codes[seen]]).all():
             return values
         return Coded(codes, uniques, nulls="null (None, NaN or NA)")
-    if series.dtype.kind in "iub" and series.hasnans:  # a nullable integer or boolean column (Int64) with NA
+    kind = getattr(getattr(series, "dtype", None), "kind", "")  # (a duplicated column name gives a frame)
+    if kind in ("i", "u", "b") and series.hasnans:  # a nullable integer or boolean column (Int64) with NA
         i = int(np.flatnonzero(np.asarray(series.isna()))[0])
         raise SchemaError(f"column {str(series.name)!r} holds a null (NA) at row {i}; kpgnb columns cannot hold "
                           f"nulls: drop or fill them first (e.g. df.dropna() or df.fillna(...))")

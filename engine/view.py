@@ -331,11 +331,13 @@ class Follower:
 
     # scheduler side
     def start(self, snap):
+        born = self.view.op.born
         last = epoch_of(snap.upper)
-        if last is not None and last <= self.view.op.born:
-            self._unborn = True  # (no complete epoch yet: the contents come once the born epoch is final)
+        if born and last is not None and last <= born:
+            # installed late: no epoch before ``born`` has an answer, and ``born`` is not final yet; the
+            # contents come with the append that makes it final (``deliver``)
+            self._unborn = True
             return
-        self._unborn = False
         t = self.view.op.handle.trace
         keys, vals, cnt = accumulate_batches(snap.all_batches(), t.kk, t.kv, t.depth)
         if last is not None:
@@ -346,12 +348,18 @@ class Follower:
         self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
 
     def deliver(self, batches, lower, upper):
-        if self._unborn:
-            self.start(self.view.op.handle.trace.snapshot)
-            return
         parts = [b for b in batches if len(b)]
+        if self._unborn:
+            born, last = self.view.op.born, epoch_of(upper)
+            if last is not None and last <= born:
+                return  # (only epochs before the start: nothing to tell)
+            self._unborn = False
+            # the contents as of ``born``, then this append's later updates as its changes
+            t = self.view.op.handle.trace
+            keys, vals, cnt = accumulate_batches(t.snapshot.all_batches(), t.kk, t.kv, t.depth, at=(born,))
+            self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, born, Antichain([(born + 1,)])))
+            parts = [_Later(b, born) for b in parts if (b.times[:, 0] > born).any()]
         self._put(("changes", parts, None, None, upper))
-
     def end(self, error: BaseException | None):
         with self._cond:
             self._ended = True
@@ -421,6 +429,19 @@ class Follower:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+class _Later:
+    """The updates of a batch after epoch ``born`` (what a late follower's first append adds to the
+    contents as of ``born``), read as ``Follower`` reads a batch."""
+
+    def __init__(self, b, born: int):
+        keep = b.times[:, 0] > born
+        self._keys, self.vals, self.times, self.diffs = b.key_rows()[:, keep], b.vals[:, keep], b.times[keep], \
+            b.diffs[keep]
+
+    def key_rows(self):
+        return self._keys
 
 
 class Subscription:

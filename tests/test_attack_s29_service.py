@@ -229,3 +229,45 @@ def test_ctrl_c_during_a_replacing_install_keeps_a_dataflow():
         sch._install = getattr(sch, "_install")
         signal.signal(signal.SIGINT, old_handler)
         eng.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_late_follower_reconstructs_every_epoch_from_its_start(workers):
+    """A follower of a view installed late (its dataflow starts at epoch 2) gets the contents as of epoch 2
+    once epoch 2 is final, then each later epoch's changes, also when epochs 2..5 arrive in one append: a
+    follower's frames rebuild every epoch the view can be read at."""
+    from kpgnb.engine import faults
+    with kp.Engine(workers=workers) as eng:
+        x = eng.input("x", ["k", "v"], rows=[(1, 10), (2, 20)])
+        y = eng.input("y", ["k", "w"], rows=[(1, 5)])
+        x.advance_to(3)
+        y.advance_to(1)
+        eng.wait(None, timeout=10)
+        with eng.dataflow("j") as df:
+            j = df.input("x").join(df.input("y"), on="k").view("j", history=20)
+        eng.wait(j, timeout=10)
+        f = j.follow(timeout=10)
+        go = threading.Event()
+        with faults.armed("scheduler", times=1, action=lambda: go.wait(30)):
+            for e, rows in enumerate([[(2, 6)], [(1, 7)], [(2, 8)], [(3, 9)], [(1, 1)]], start=1):
+                y.insert(rows)
+                y.advance_to(e + 1)
+            x.advance_to(6)
+            go.set()
+        eng.wait(j, timeout=10)
+        frames = [next(f)]
+        while f.epoch is None or f.epoch < 6:
+            frames.append(next(f))
+        f.close()
+        state = Counter()
+        for fr in frames:
+            for k, v, w, t, d in fr[["k", "v", "w", "time", "diff"]].itertuples(index=False):
+                state[(int(k), int(v), int(w), int(t))] += int(d)
+        assert set(frames[0]["time"]) <= {2}
+        for e in range(2, 6):
+            want = _join_counter(j.to_pandas(at=e))
+            got = Counter()
+            for (k, v, w, t), d in state.items():
+                if t <= e:
+                    got[(k, v, w)] += d
+            assert +got == want, e
