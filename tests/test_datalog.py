@@ -960,3 +960,15 @@ def test_recursive_min_path_length_past_int64_fails():
                         name="p")
         with pytest.raises(kp.DataflowError, match=r"d1 \+ c \(line 2, column \d+\) is .* outside int64"):
             eng.wait(p["sp"], timeout=30)
+
+
+@pytest.mark.parametrize("op, want", [("+", [1, 2]), ("-", [-1, 0]), ("*", [0, 1])])
+def test_bool_arithmetic_is_pythons(op, want):
+    """bool columns in arithmetic are the ints Python reads them as (True + True is 2: NumPy's bool + was
+    or, and its bool - failed the dataflow; found by the s29 review)."""
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("e", ["a", "b"], rows=[(True, True), (False, True)], dtypes={"a": "bool", "b": "bool"})
+        e.advance_to(1)
+        p = eng.datalog(f"q(a, r) :- e(a, b), r = a {op} b.", name="p")
+        eng.wait(p["q"])
+        assert sorted(p["q"].to_pandas()["r"].tolist()) == want

@@ -422,7 +422,7 @@ def evaluate(e, c, pre=""):
         return c[pre + e.name]
     if isinstance(e, Const):
         return e.value
-    left, right = evaluate(e.left, c, pre), evaluate(e.right, c, pre)
+    left, right = _number(evaluate(e.left, c, pre)), _number(evaluate(e.right, c, pre))
     ints = _is_int(left) and _is_int(right)
     if e.op == "/" and not ints:
         return np.true_divide(left, right)
@@ -433,23 +433,34 @@ def evaluate(e, c, pre=""):
     return out
 
 
+def _number(x):
+    """A bool column in arithmetic as the ints Python reads it as (True + True is 2; NumPy's bool + is
+    or, and its bool - fails)."""
+    return x.astype(np.int64) if isinstance(x, np.ndarray) and x.dtype.kind == "b" else x
+
+
 def _check_int64(e, left, right, out):
     """Integer arithmetic is Python's, on int64: a result outside int64 fails the program (as ``sum<v>``
     does) rather than wrap into a wrong value."""
     a, b, r = (np.asarray(x, np.int64) for x in (left, right, out))
-    if e.op == "+":
-        bad = ((a ^ r) & (b ^ r)) < 0
-    elif e.op == "-":
-        bad = ((a ^ b) & (a ^ r)) < 0
-    elif e.op == "*":
-        bad = (a != 0) & ((r // np.where(a != 0, a, 1) != b) | ((a == -1) & (b == _INT_MIN)))
-    else:  # floor division: only the least int64 by -1
-        bad = (a == _INT_MIN) & (b == -1)
+    with np.errstate(all="ignore"):
+        bad = _wrapped(e.op, a, b, r)
     if np.any(bad):
         shape = np.broadcast(a, b).shape
         i = int(np.flatnonzero(np.broadcast_to(bad, shape))[0])
         x, y = (int(np.broadcast_to(v, shape).reshape(-1)[i]) for v in (a, b))
         raise IntOverflow(e, x, y)
+
+
+def _wrapped(op, a, b, r):
+    """Where int64 ``r = a op b`` wrapped around."""
+    if op == "+":
+        return ((a ^ r) & (b ^ r)) < 0
+    if op == "-":
+        return ((a ^ b) & (a ^ r)) < 0
+    if op == "*":
+        return (a != 0) & ((r // np.where(a != 0, a, 1) != b) | ((a == -1) & (b == _INT_MIN)))
+    return (a == _INT_MIN) & (b == -1)  # floor division: only the least int64 by -1
 
 
 _INT_MIN = np.iinfo(np.int64).min
