@@ -265,7 +265,7 @@ def test_a_failing_cell_drops_the_inputs_it_loaded(ip, capsys):
 @pytest.mark.parametrize("frame_code, expect", [
     ("pd.DataFrame({0: [1]})", "column name 0 is of type int"),
     ("pd.DataFrame([[1, 2]], columns=['a', 'a'])", "duplicate column name 'a'"),
-    ("pd.DataFrame({'a': pd.array([2**53 + 1, None], dtype='Int64')})", "column 'a' is int64 but row 1"),
+    ("pd.DataFrame({'a': pd.array([2**53 + 1, None], dtype='Int64')})", "column 'a' holds a null (NA) at row 1"),
 ])
 def test_dataframes_the_engine_cannot_take_are_named(ip, capsys, frame_code, expect):
     run(ip, capsys, "bad_df = " + frame_code)
