@@ -20,7 +20,7 @@ from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
-from .errors import ArgumentTypeError, DataflowError, EngineError, UnknownNameError, UsageError
+from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler

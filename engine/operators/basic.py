@@ -68,7 +68,6 @@ class UserFunctionOp(Operator):
         self.writes = True
         return self.fn(**self.user_columns(batch, copy=True))
 
-
     def _send_rows(self, shards, lower):
         """Send the function's output, unless it has no rows (a filter that kept none): an empty message
         would only make the operators downstream step for nothing, every round of a loop."""

@@ -218,7 +218,7 @@ class ReduceOp(Operator):
         d = self.scope.depth
         m = len(pkh)
         times = dh.times[dh.off[:-1]]
-        self.work[s][0] += 2 * len(hin)  # (what phase 1 would visit: each row, and each key's seed)
+        self.work[s][0] += len(hin) + m  # (what phase 1 would visit: each row, and each key's seed)
         if self._listing == rk.LIST_TOTAL and spec.op == rk.DISTINCT:  # one row per key: kept if positive
             keep = hin.diffs > 0
             n = int(np.count_nonzero(keep))

@@ -15,7 +15,7 @@ from ..engine.collection import Arranged, Variable
 from ..graphs import bit_length_rounds
 from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
-from .syntax import EXPR_VAR, Aggregate, Atom, BinOp, Comparison, Const, Var, hidden, variables
+from .syntax import EXPR_VAR, Aggregate, Atom, BinOp, Comparison, Const, Var, hidden, show, variables
 
 
 class Relations:
@@ -471,20 +471,13 @@ class IntOverflow(OverflowError):
 
     def __init__(self, node, x: int, y: int):
         exact = x // y if node.op == "/" else {"+": x + y, "-": x - y, "*": x * y}[node.op]
+        expr = f"{show(node.left)} {node.op} {show(node.right)}"
+        value = (f"is {x} {node.op} {y} = {exact}, outside int64: Datalog's integers are int64, and a result "
+                 f"that does not fit fails the program rather than wrap")
         self.node = node
-        self.reason = (f"{_text(node)} is {x} {node.op} {y} = {exact}, outside int64: Datalog's integers are "
-                       f"int64, and a result that does not fit fails the program rather than wrap")
+        self.reason = f"{expr} {value}"
         where = f" (line {node.span.line}, column {node.span.column})" if node.span is not None else ""
-        super().__init__(self.reason.replace(" is ", f"{where} is ", 1))
-
-
-def _text(e) -> str:
-    """An expression as it reads in a rule."""
-    if isinstance(e, Var):
-        return e.name
-    if isinstance(e, Const):
-        return repr(e.value)
-    return f"{_text(e.left)} {e.op} {_text(e.right)}"
+        super().__init__(f"{expr}{where} {value}")
 
 
 def _divisors(e):
