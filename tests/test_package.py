@@ -41,3 +41,23 @@ def test_wheel_installs_and_imports(tmp_path):
     r = run(code, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().startswith(str(site))
+
+
+def test_huge_page_hint_follows_the_kernels_defrag_mode(tmp_path):
+    """NumPy's huge-page hint is off after the import exactly where a huge-page fault compacts memory,
+    and KPGNB_MALLOPT=0 leaves it as NumPy set it."""
+    from kpgnb.engine.memory import faults_compact
+    for mode, compacts in [("always", True), ("madvise", True), ("defer+madvise", True), ("defer", False),
+                           ("never", False)]:
+        f = tmp_path / mode
+        f.write_text(" ".join(f"[{m}]" if m == mode else m
+                              for m in ("always", "defer", "defer+madvise", "madvise", "never")) + "\n")
+        assert faults_compact(str(f)) is compacts, mode
+    assert faults_compact(str(tmp_path / "missing")) is False
+    probe = ("import kpgnb.engine; from numpy._core import multiarray as m; "
+             "from kpgnb.engine.memory import faults_compact; print(m._get_madvise_hugepage(), faults_compact())")
+    hint, compacts = run(probe, cwd=tmp_path).stdout.split()
+    if sys.platform.startswith("linux"):
+        assert hint == str(compacts != "True")
+    kept = run(probe, cwd=tmp_path, env={**os.environ, "KPGNB_MALLOPT": "0"}).stdout.split()
+    assert kept[0] == "True"
