@@ -308,6 +308,24 @@ def test_formation_of_heavy_keys():
     check_invariants(arrs)
 
 
+def test_formation_of_heavy_keys_with_constant_columns():
+    """Long runs whose rows agree on some compared columns (a key's rows of one batch at one time) skip
+    sorting those columns and still come out in (key, val, time) order, consolidated."""
+    rng = np.random.default_rng(9)
+    n = 12000
+    keys = rng.integers(0, 40, (2, n))
+    keys[1] = 3  # the second key column is the same everywhere
+    vals = np.stack([rng.integers(0, 30, n), np.full(n, 5), rng.integers(0, 2, n)])
+    times = np.stack([np.full(n, 4), rng.integers(0, 3, n)], axis=1)
+    times[keys[0] % 2 == 0, 1] = 1  # half the keys have a single time
+    diffs = rng.integers(-1, 3, n)
+    arrs = form_arrays(keys, vals, times, diffs)
+    rows = [(tuple(int(x) for x in k), tuple(int(x) for x in v), tuple(int(x) for x in t), int(d))
+            for k, v, t, d in zip(keys.T, vals.T, times, diffs)]
+    assert batch_rows(arrs) == consolidated(rows)
+    check_invariants(arrs)
+
+
 # -- spine and handles against a model ---------------------------------------------------------
 
 class TraceModel:

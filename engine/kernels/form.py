@@ -147,13 +147,16 @@ def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
 @kernel
 def _sort_long_run(oi, i, j, q0, rk, rv, rt):
     """Order oi[i:j] (rows of one long run of equal hash, all equal before compared column q0) by
-    columns q0.. (keys, then vals, then times; 1-based): stable sorts from the last column to q0."""
+    columns q0.. (keys, then vals, then times; 1-based): stable sorts from the last column to q0,
+    skipping the columns on which every row of the run agrees (a key's rows of one batch mostly share
+    their time: only its values need a sort)."""
     kk = rk.shape[0]
     kv = rv.shape[0]
     w = 1 + kk + kv + rt.shape[1]
     seg = oi[i:j].copy()
     col = np.empty(j - i, np.int64)
     for q in range(w - 1, q0 - 1, -1):
+        same = True
         for a in range(j - i):
             if q <= kk:
                 col[a] = rk[q - 1, seg[a]]
@@ -161,7 +164,9 @@ def _sort_long_run(oi, i, j, q0, rk, rv, rt):
                 col[a] = rv[q - 1 - kk, seg[a]]
             else:
                 col[a] = rt[seg[a], q - 1 - kk - kv]
-        seg = seg[np.argsort(col, kind="mergesort")]
+            same &= col[a] == col[0]
+        if not same:
+            seg = seg[np.argsort(col, kind="mergesort")]
     oi[i:j] = seg
 
 

@@ -174,6 +174,9 @@ class Compiler:
         rest = [st for st in plan.steps if st.kind != "atom"]
         columns = {a.name: self.a.dtypes[st.node.pred][i] for st in atoms  # each atom variable's type
                    for i, a in enumerate(st.node.args) if isinstance(a, Var)}
+        head = plan.rule.head
+        bindings = self.a.aggregates[head.pred] and any(a.func not in ("min", "max")
+                                                        for _, a in plan.rule.aggregates)
         b, bound = None, set()
         while atoms:
             nxt = next((st for st in atoms if b is not None and
@@ -181,17 +184,29 @@ class Compiler:
             atoms.remove(nxt)
             b = self._join_atom(b, bound, nxt.node)
             b = self._apply_ready(b, bound, rest, columns)
+            if atoms and not bindings:
+                b = self._live(b, head, atoms + rest)
         if b is None:
             if self.unit is None:
                 raise self.err(plan.rule, "a rule without a positive atom needs the program's unit input")
             b = self.unit
             b = self._apply_ready(b, bound, rest, columns)
         assert not rest, rest
-        head = plan.rule.head
-        if self.a.aggregates[head.pred] and any(a.func not in ("min", "max") for _, a in plan.rule.aggregates):
+        if bindings:
             named = [c for c in b.schema.names if c != self.unit_col and not hidden(c[len(self.pre):])]
             b = b.select(named).distinct() if named else b.select([self.unit_col]).distinct()
         return self._head(b, head)
+
+    def _live(self, b, head, steps):
+        """``b`` without the variables that neither the head nor any step still to come reads, so the
+        next join arranges and copies fewer columns (sg's ``a`` once ``sg(a, b)`` is joined). Set
+        semantics make the projection's extra multiplicity harmless: the head's ``distinct`` (or min/max)
+        removes it; a count or sum over bindings keeps them all (the caller does not call this)."""
+        need = {v.name for v in variables(head)}
+        for st in steps:
+            need.update(v.name for v in (variables(st.expr) + [st.var] if st.kind == "assign" else variables(st.node)))
+        keep = [c for c in b.schema.names if c == self.unit_col or c[len(self.pre):] in need]
+        return b.select(keep) if keep and len(keep) < len(b.schema.names) else b
 
     def _apply_ready(self, b, bound, rest, columns):
         progress = True
