@@ -20,7 +20,7 @@ from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
-from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
+from .errors import ArgumentTypeError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler
@@ -47,6 +47,7 @@ class Engine:
         self.symbols = SymbolTable()
         self._lock = threading.Lock()
         self._inputs: dict = {}
+        self._owned: dict = {}  # dataflow name -> the inputs dropped with it (``own_inputs``)
         self._pool = WorkerPool(self.workers)
         self._scheduler = Scheduler(self._pool)
         self._closed = False
@@ -116,6 +117,19 @@ class Engine:
         import its exports as well."""
         self._live()
         self._scheduler.call(Drop(name, cascade))
+        with self._lock:
+            owned = self._owned.pop(name, ())
+        for n in owned:
+            try:
+                self.drop_input(n)
+            except KpgnbError:  # gone already, or another dataflow reads it: it stays
+                pass
+
+    def own_inputs(self, dataflow: str, *inputs: str):
+        """Drop ``inputs`` when dataflow ``dataflow`` is dropped (``drop``): inputs made for it alone, as a
+        Datalog program's facts or a goal's bindings, go with it whichever way it is dropped."""
+        with self._lock:
+            self._owned.setdefault(dataflow, []).extend(inputs)
 
     def drop_input(self, name: str):
         """Forget an input that no installed dataflow reads (UsageError naming the readers otherwise): its

@@ -359,7 +359,13 @@ class Follower:
             keys, vals, cnt = accumulate_batches(t.snapshot.all_batches(), t.kk, t.kv, t.depth, at=(born,))
             self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, born, Antichain([(born + 1,)])))
             parts = [_Later(b, born) for b in parts if (b.times[:, 0] > born).any()]
-        self._put(("changes", parts, None, None, upper))
+        with self._cond:
+            if self._items and self._items[-1][0] == "changes":
+                # not read yet: one frame for several appends (a reader that falls behind, or appends
+                # that changed nothing, cost no queued item each)
+                parts = self._items.pop()[1] + parts
+            self._put(("changes", parts, None, None, upper))
+
     def end(self, error: BaseException | None):
         with self._cond:
             self._ended = True
@@ -368,8 +374,9 @@ class Follower:
 
     def _put(self, item):
         with self._cond:
-            self._items.append(item)
-            self._cond.notify_all()
+            if not self._closed:  # (a closed follower the user still holds buffers nothing)
+                self._items.append(item)
+                self._cond.notify_all()
 
     @property
     def epoch(self):
@@ -421,6 +428,7 @@ class Follower:
         """Stop following (the scheduler forgets this follower once it is garbage)."""
         with self._cond:
             self._closed = True
+            self._items.clear()
             self._cond.notify_all()
 
     def __enter__(self):

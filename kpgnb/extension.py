@@ -48,6 +48,8 @@ def unload(ip):
         for name in names:
             ip.magics_manager.magics[kind].pop(name, None)
     ip.magics_manager.registry.pop(type(_state["magics"]).__name__, None)
+    if _state["magics"] in ip.configurables:  # (IPython's Magics.__init__ put it there)
+        ip.configurables.remove(_state["magics"])
     exc, custom_tb = _state["previous"]
     if exc:
         ip.custom_exceptions, ip.CustomTB = exc, custom_tb

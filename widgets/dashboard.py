@@ -53,9 +53,14 @@ class Dashboard(w.VBox):
     def close(self):
         """Stop refreshing and close every widget; the updater thread ends if nothing else is live."""
         self.updater.remove(*self.parts)
-        for p in self.parts:
-            p.close()
-        super().close()
+        _close_tree(self.children)  # the parts and the titles and boxes around them: ipywidgets keeps
+        super().close()             # every widget not closed (and a box keeps its plots' figures)
+
+
+def _close_tree(widgets):
+    for c in widgets:
+        _close_tree(getattr(c, "children", ()))
+        c.close()
 
 
 def dashboard(engine) -> Dashboard:

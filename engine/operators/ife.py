@@ -141,6 +141,8 @@ class IfeOp(Operator):
         if self.h_timeline is not None:
             self.h_timeline.close()
             self.h_timeline = None
+            t = self.timeline  # an empty one in its place: whoever holds this operator keeps no state
+            self.timeline = Trace(t.kk, t.kv, t.depth, t.workers, name=t.name)
         if self.tracker is not None:
             self.tracker.close()
 

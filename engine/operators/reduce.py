@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import weakref
+
 import numpy as np
 
 from ..batch import Batch, form_arrays
@@ -68,6 +70,7 @@ class ReduceOp(Operator):
         self.upper = Antichain([(0,) * d])
         self.out_trace = Trace(kk, spec.out_kv, d, workers, self.upper, effort, name)
         self.h_out = self.out_trace.handle(owner=f"{self.label()} (its output)")
+        self._out = weakref.ref(self.out_trace)  # (what readers find once the operator is released)
         self.pending = [None] * workers  # per shard: (kh, keys, times) of future (key, time) work
         self.input = None  # ArrangedInput, from install until released
         self.held = Antichain()  # minimal times of pending work: where output may still change
@@ -92,10 +95,10 @@ class ReduceOp(Operator):
 
     @property
     def trace(self):
-        return self.out_trace
+        return self._out()
 
     def owned_trace(self):
-        return self.out_trace
+        return self._out()
 
     def install(self, rt):
         self.input = ArrangedInput(self.inputs[0], self.label())
@@ -104,8 +107,13 @@ class ReduceOp(Operator):
             self._listing = rk.LIST_TOTAL
 
     def release(self):
+        """The input's handle, and the output trace: whoever still holds this operator (a view of the
+        dropped dataflow, through its graph) must not keep it; importers of an export hold their own."""
         if self.input is not None:
             self.input.release()
+        if self.out_trace is not None:
+            self.h_out.close()
+            self.out_trace = None
 
     def step(self, rt):
         msgs = self.take()

@@ -156,6 +156,7 @@ class Program:
             raise
         for s in self._helpers:
             s.close()  # ground facts never change: closed, they hold no frontier back
+        eng.own_inputs(self.name, *[s.name for s in self._helpers])  # dropped with it, whoever drops it
 
     def _fact_inputs(self) -> dict:
         a, out = self.analysis, {}
@@ -222,9 +223,8 @@ class Program:
     def drop(self):
         """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (not the inputs
         made from DataFrames, which later cells may read). Dataflows that import its relations keep them."""
-        for g in self.goals:
+        for g in list(self.goals):
             g.drop()
-        self.goals.clear()
         if self.name in self.engine.snapshot().dataflows:
             self.engine.drop(self.name)
         self._drop_helpers()
@@ -278,6 +278,8 @@ class Goal:
                 eng.drop_input(self._session.name)
             raise
         self._goal_program = gp
+        if self._session is not None:
+            eng.own_inputs(self.name, self._session.name)
         self.view = gp.views[ANSWER]
         self._lock = threading.Lock()
         self._asked: set = set()  # the bindings asked (as the rows of the bindings' input)
@@ -313,11 +315,11 @@ class Goal:
         self._change(values, False)
 
     def _change(self, values, ask: bool):
-        """The binding goes in at the latest epoch of the inputs the goal reads. If one of them has
-        changes buffered at that epoch, the binding waits for them: it is sealed when that input advances
-        (``follow``), so it is answered as of those changes. Otherwise it is sealed at once, and the
-        inputs advance with it (an empty epoch each), so the answer is complete at once, as K-Pg's
-        interactive queries advance the graph and the query inputs together."""
+        """The binding goes in at the latest epoch of the inputs the goal reads. If one of them, or another
+        input at that epoch, has changes buffered, the binding waits for them: it is sealed when the goal's
+        input advances (``follow``), so it is answered as of those changes. Otherwise it is sealed at once,
+        and every input at that epoch advances with it (an empty epoch each), so the answer is complete at
+        once, as K-Pg's interactive queries advance the graph and the query inputs together."""
         row = self._rows(values)[0]
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
@@ -330,10 +332,15 @@ class Goal:
             # an input's advance on another thread may have carried the bindings on (``follow``): then the
             # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
             epoch = self._session.epoch
-            if any(s.epoch == epoch and s.buffered for s in base):
+            # every input at that epoch moves with the goal's, so that inputs advanced together stay
+            # together (a dataflow joining one the goal reads with one it does not would otherwise lag
+            # by an epoch per ask, for ever: see InputSession.advance_to)
+            peers = [s for s in self.program.engine.inputs().values()
+                     if s.epoch == epoch and not s.closed and not s.following and s not in base]
+            if any(s.epoch == epoch and s.buffered for s in base + peers):
                 return
             self._session.advance_to(epoch + 1)
-            for s in base:
+            for s in base + peers:
                 s.lend(epoch + 1)  # (unless its owner advanced it meanwhile or has rows buffered)
 
     def drop(self):
@@ -346,6 +353,10 @@ class Goal:
             self._session.unfollow(s)
         if self._session is not None and self._session.name in eng.inputs():
             eng.drop_input(self._session.name)
+        prog = self.program
+        with prog._lock:
+            if self in prog.goals:
+                prog.goals.remove(self)
 
     def __repr__(self):
         return f"<goal {self.pattern} of {self.program.name!r}: dataflow {self.name!r}>"
