@@ -132,8 +132,9 @@ class InputSession:
         with self._lock:
             self._open()
             if epoch < self._owner:
-                raise UsageError(f"input {self.name!r} is at epoch {self.epoch} (its owner's {self._owner}); epochs "
-                                 f"only advance (asked for {epoch})")
+                owner = f" (its owner's {self._owner}: goals moved it on)" if self._owner != self.epoch else ""
+                raise UsageError(f"input {self.name!r} is at epoch {self.epoch}{owner}; epochs only advance "
+                                 f"(asked for {epoch})")
             new, last = epoch > self._owner, self._owner
             target = epoch
             if not self.following and new:

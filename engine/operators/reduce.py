@@ -8,9 +8,8 @@ become pending work. The output is kept in an arrangement of its own, which othe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import weakref
+from dataclasses import dataclass, field
 
 import numpy as np
 
