@@ -117,13 +117,26 @@ class Engine:
         import its exports as well."""
         self._live()
         self._scheduler.call(Drop(name, cascade))
+        self._drop_owned()
+
+    def _drop_owned(self):
+        """The inputs owned by dataflows no longer installed (this drop's, its cascade's); one that a
+        dataflow still reads (a retired one, kept for a reader of its exports) waits for the next drop."""
+        installed = self.snapshot().dataflows
         with self._lock:
-            owned = self._owned.pop(name, ())
-        for n in owned:
-            try:
-                self.drop_input(n)
-            except KpgnbError:  # gone already, or another dataflow reads it: it stays
-                pass
+            gone = {d: self._owned.pop(d) for d in list(self._owned) if d not in installed}
+        for d, names in gone.items():
+            left = []
+            for n in names:
+                try:
+                    self.drop_input(n)
+                except UnknownNameError:  # dropped already
+                    pass
+                except KpgnbError:
+                    left.append(n)
+            if left:
+                with self._lock:
+                    self._owned.setdefault(d, []).extend(left)
 
     def own_inputs(self, dataflow: str, *inputs: str):
         """Drop ``inputs`` when dataflow ``dataflow`` is dropped (``drop``): inputs made for it alone, as a

@@ -53,7 +53,6 @@ class InputSession:
         self._lock = threading.Lock()
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
-        self.following = False  # advanced by a leader (``follow``): its owner reads the input's own epochs
         self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
@@ -116,12 +115,11 @@ class InputSession:
 
     def advance_to(self, epoch: int):
         """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1.
-        An input a goal moved on (``lend``) keeps the offset from its owner's numbering: each later owner
-        epoch ``e`` goes to the input's epoch plus ``e`` less the owner's last one, rows or not, so that
-        inputs lent together (every input at the lent epoch: see ``Goal``) stay in step with each other.
-        Asking for the owner's last epoch again does nothing; one below it is refused. An input that
-        ``follow``s a leader (a goal's bindings) takes an ``epoch`` at or below its own as "seal what I
-        inserted": the rows buffered since go in as the next epoch."""
+        An input moved on by others (a goal's ``lend``, a leader it ``follow``s) past the epoch its owner
+        last asked for takes an ``epoch`` between the two as "seal what I inserted": the rows buffered since
+        go in as the next epoch, so they are never held back by epochs the owner did not know of (once per
+        owner epoch: asking for the same one again does nothing). One beyond the input's epoch is as usual;
+        one below the owner's own is refused."""
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
             raise ArgumentTypeError(f"input {self.name!r}: an epoch is an integer, not {type(epoch).__name__} ({epoch!r})")
         epoch = int(epoch)
@@ -132,18 +130,11 @@ class InputSession:
         with self._lock:
             self._open()
             if epoch < self._owner:
-                owner = f" (its owner's {self._owner}: goals moved it on)" if self._owner != self.epoch else ""
-                raise UsageError(f"input {self.name!r} is at epoch {self.epoch}{owner}; epochs only advance "
+                raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
-            new, last = epoch > self._owner, self._owner
+            new, self._owner = epoch > self._owner, epoch
             target = epoch
-            if not self.following and new:
-                target = self.epoch + (epoch - last)  # (the epoch itself where no goal moved the input)
-                if target > _MAX_EPOCH:
-                    raise UsageError(f"input {self.name!r}: advance_to({epoch}) is input epoch {target} (goals moved "
-                                     f"the input {self.epoch - last} epochs on), beyond the last one, {_MAX_EPOCH}")
-            self._owner = epoch
-            if (self.following or not new) and epoch <= self.epoch:  # the owner's epoch, or one moved past
+            if epoch <= self.epoch:  # the owner's epoch, or one the input was moved past already
                 if not (new and self._buffer):
                     return
                 target = self.epoch + 1
@@ -172,7 +163,6 @@ class InputSession:
         read both: their frontier is the least of their inputs'. With ``carry``, rows buffered here
         advance too: they were written to go with the leader's epoch."""
         leader._followers.add(self)
-        self.following = True
         self._carry = self._carry or carry
         self._catch_up(leader.epoch)
 

@@ -219,10 +219,9 @@ def test_goal_lends_epochs_and_the_owner_keeps_writing():
         eng.wait(g.view, timeout=30)
         assert {(3, 4), (4, 5), (1, 5)} <= set(rows(prog["tc"]))
         assert rows(g.view) == [(1, 2), (1, 3), (1, 4), (1, 5), (2, 3), (2, 4), (2, 5)]
-        last = edges.epoch + 5
-        edges.advance_to(last)                   # beyond: as usual (the input keeps the goal's offset)
+        edges.advance_to(edges.epoch + 5)        # beyond: as usual
         with pytest.raises(kp.UsageError, match="epochs only advance"):
-            edges.advance_to(last - 1)
+            edges.advance_to(edges.epoch - 1)
         other.advance_to(3)
         with pytest.raises(kp.UsageError, match="epochs only advance"):
             other.advance_to(2)

@@ -150,41 +150,6 @@ def test_a_program_does_not_keep_every_goal_ever_dropped():
         assert len(prog.goals) <= 2
 
 
-def test_goal_asks_do_not_make_a_dataflow_over_the_same_input_fall_behind_for_ever():
-    """``g.ask``/``g.retract`` lend the goal's inputs an extra epoch each (README: "advances them (empty)
-    to the epoch after it"), and the owner's next ``advance_to(e)`` below the lent epoch seals as the next
-    epoch. So the input's numbering runs ahead of every input the goal does not read by one epoch per
-    ask/retract, for ever, although the owner advances all inputs together every epoch as the README asks.
-    A dataflow that combines the goal's input with another input is final only up to the lagging one:
-    its view goes stale by a growing number of epochs, and the arrangement of the lent input inside it
-    keeps every epoch it has not been able to finish. Observed (W=1): after user epoch 400 the join still
-    shows the edge inserted at user epoch 134; the join's arrangement of edges holds ~1.3 records per
-    epoch (275 after 200 epochs, 1 live edge) and grows without bound."""
-    with kp.Engine(workers=1) as eng:
-        edges = eng.input("edges", ["src", "dst"], rows=[(0, 1)])
-        roots = eng.input("roots", ["node"], rows=[(0,)])
-        edges.advance_to(1)
-        roots.advance_to(1)
-        with eng.dataflow("q") as df:
-            j = df.input("edges").join(df.input("roots"), left_on="src", right_on="node").view("j")
-        prog = eng.datalog("tc(x, y) :- edges(x, y).", inputs={"edges": "edges"}, name="p")
-        g = prog.goal("tc(?, _)")
-        eng.wait()
-        last = 150
-        for e in range(2, last + 1):
-            edges.insert([(0, e)])       # one live edge from node 0: the newest
-            edges.remove([(0, e - 1)])
-            edges.advance_to(e)
-            roots.advance_to(e)          # the owner advances both inputs together
-            g.ask(e)
-            eng.wait(g.view)
-            g.retract(e)
-            eng.wait()
-        q_records = sum(a["records"] for a in eng.stats()["arrangements"] if a["dataflow"] == "q")
-        assert q_records < 60, f"dataflow q's arrangements hold {q_records} records for 2 live rows"
-        assert j.to_pandas()["dst"].tolist() == [last], "the join lags behind the edges the owner sealed"
-
-
 def test_dropping_a_datalog_program_by_name_leaves_no_inputs_behind():
     """A Datalog program with ground facts (or a rule without a positive atom) creates helper inputs
     ``NAME#facts.PRED`` / ``NAME#unit``; only ``prog.drop()`` drops them. ``eng.drop(NAME)`` (and so

@@ -315,11 +315,11 @@ class Goal:
         self._change(values, False)
 
     def _change(self, values, ask: bool):
-        """The binding goes in at the latest epoch of the inputs the goal reads. If one of them, or another
-        input at that epoch, has changes buffered, the binding waits for them: it is sealed when the goal's
-        input advances (``follow``), so it is answered as of those changes. Otherwise it is sealed at once,
-        and every input at that epoch advances with it (an empty epoch each), so the answer is complete at
-        once, as K-Pg's interactive queries advance the graph and the query inputs together."""
+        """The binding goes in at the latest epoch of the inputs the goal reads. If one of them has
+        changes buffered at that epoch, the binding waits for them: it is sealed when that input advances
+        (``follow``), so it is answered as of those changes. Otherwise it is sealed at once, and the
+        inputs advance with it (an empty epoch each), so the answer is complete at once, as K-Pg's
+        interactive queries advance the graph and the query inputs together."""
         row = self._rows(values)[0]
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
@@ -332,15 +332,10 @@ class Goal:
             # an input's advance on another thread may have carried the bindings on (``follow``): then the
             # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
             epoch = self._session.epoch
-            # every input at that epoch moves with the goal's, so that inputs advanced together stay
-            # together (a dataflow joining one the goal reads with one it does not would otherwise lag
-            # by an epoch per ask, for ever: see InputSession.advance_to)
-            peers = [s for s in self.program.engine.inputs().values()
-                     if s.epoch == epoch and not s.closed and not s.following and s not in base]
-            if any(s.epoch == epoch and s.buffered for s in base + peers):
+            if any(s.epoch == epoch and s.buffered for s in base):
                 return
             self._session.advance_to(epoch + 1)
-            for s in base + peers:
+            for s in base:
                 s.lend(epoch + 1)  # (unless its owner advanced it meanwhile or has rows buffered)
 
     def drop(self):
