@@ -226,8 +226,7 @@ class Program:
         for g in list(self.goals):
             g.drop()
         if self.name in self.engine.snapshot().dataflows:
-            self.engine.drop(self.name)
-        self._drop_helpers()
+            self.engine.drop(self.name)  # (and its fact inputs: ``own_inputs``)
 
     def __repr__(self):
         return f"<Datalog program {self.name!r}: relations {', '.join(self.views)}>"
@@ -342,12 +341,9 @@ class Goal:
         """Uninstall the goal's dataflow and forget its bindings."""
         eng = self.program.engine
         if self.name in eng.snapshot().dataflows:
-            eng.drop(self.name)
-        self._goal_program._drop_helpers()
+            eng.drop(self.name)  # (and the inputs made for it: ``own_inputs``)
         for s in self._leaders:
             self._session.unfollow(s)
-        if self._session is not None and self._session.name in eng.inputs():
-            eng.drop_input(self._session.name)
         prog = self.program
         with prog._lock:
             if self in prog.goals:
