@@ -284,30 +284,37 @@ def test_interrupted_wait_cancels_and_interrupted_install_leaves_nothing():
             g = df.input("x").count().view("g")
         eng.wait(g, timeout=30)
 
+        # each slow step holds the scheduler until the test lets it go, after the interrupt: however late a
+        # loaded machine runs the timer, the interrupt lands while the wait (or the install) is pending
+        release = threading.Event()
+
         def slow(k):
             if len(k):
-                time.sleep(1.0)
+                release.wait(30)
             return {"k": k}
 
         with eng.dataflow("slow") as df:
             s = df.input("x").map(slow).view("s")
         timer = threading.Timer(0.3, _thread.interrupt_main)
         timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            eng.wait(s, timeout=20)
-        timer.join()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                eng.wait(s, timeout=20)
+        finally:
+            timer.join()
+            release.set()
         with pytest.raises(kp.Cancelled):
             eng.wait(s, timeout=20)
         eng.wait(g, timeout=20)
         assert rows(g) == [(2,)]
         eng.drop("slow")
 
-        busy = threading.Event()
+        busy, release2 = threading.Event(), threading.Event()
 
         def slow2(k):
             if len(k):
                 busy.set()
-                time.sleep(1.0)
+                release2.wait(30)
             return {"k": k}
 
         with eng.dataflow("slow2") as df:       # keeps the scheduler busy in a step
@@ -315,12 +322,15 @@ def test_interrupted_wait_cancels_and_interrupted_install_leaves_nothing():
         assert busy.wait(30)                    # (the install below then queues behind that step)
         timer = threading.Timer(0.2, _thread.interrupt_main)
         timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            with eng.dataflow("inst") as df:
-                df.input("x").view("iv")
-            time.sleep(5)  # in case the install returned before the interrupt
-        timer.join()
-        time.sleep(2.5)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                with eng.dataflow("inst") as df:
+                    df.input("x").view("iv")
+        finally:
+            timer.join()
+            release2.set()
+        with eng.dataflow("barrier") as df:     # commands run in order: the interrupted install came first
+            df.input("x").view("b")
         assert "inst" not in eng.dataflows()
         with eng.dataflow("inst") as df:
             iv = df.input("x").view("iv")

@@ -123,8 +123,16 @@ class ImportOp(Operator):
         self.handle.subscribe()
         self.lens = TimeLens(frontier) if frontier.elements else IDENTITY
         shards = tuple(self.handle.batches(s) for s in range(trace.workers))
-        self.snapshot = Batches(shards, frontier, upper, upper)
+        self.snapshot = Batches(shards, frontier, self._seen(upper), upper)
         self.cap = frontier
+
+    def _seen(self, upper: Antichain) -> Antichain:
+        """A trace frontier as this import's readers see it: advanced to the import frontier, where the lens
+        puts every time. An export whose dataflow has not run yet can have an upper behind the frontier its
+        readers compacted it to (its dataflow starts at a later epoch); the import never emits before that
+        frontier, so its capability and its messages' bounds must not fall back there either."""
+        f = self.lens.frontier
+        return upper if f is None else upper.join(f)
 
     def finish_install(self):
         self._strong = None
@@ -153,9 +161,10 @@ class ImportOp(Operator):
             self.handle.inbox.clear()
             upper = entries[-1][2]
             shards = tuple(tuple(e[0][s] for e in entries if len(e[0][s])) for s in range(len(entries[0][0])))
+            seen = self._seen(upper)
             if any(shards):
-                self.send(Batches(shards, self.cap, upper, upper))
-            self.cap = upper
+                self.send(Batches(shards, self.cap, seen, upper))
+            self.cap = seen
             self.handle.set_physical_compaction(upper)
             if upper.elements:
                 self.handle.set_logical_compaction(last_complete(upper, self.handle.logical))
