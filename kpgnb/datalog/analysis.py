@@ -174,7 +174,7 @@ class _Analyzer:
             return RulePlan(r, [], [])
         atoms, pending = [], []
         for lit in r.body:
-            if isinstance(lit, Atom) and not lit.negated:
+            if isinstance(lit, Atom):
                 args = []
                 for a in lit.args:  # an expression argument becomes a fresh variable and an equality
                     if isinstance(a, BinOp):
@@ -183,7 +183,8 @@ class _Analyzer:
                         args.append(v)
                     else:
                         args.append(a)
-                atoms.append(Atom(lit.pred, tuple(args), False, lit.span))
+                # (a negated atom's expressions are assigned first: the atom then tests their values)
+                (pending if lit.negated else atoms).append(Atom(lit.pred, tuple(args), lit.negated, lit.span))
             else:
                 pending.append(lit)
         steps, bound = [], []
@@ -334,6 +335,11 @@ class _Analyzer:
             elif st.kind == "anti":
                 for a, t in zip(st.node.args, dtypes[st.node.pred]):
                     if isinstance(a, Var) and a.name in vt and vt[a.name] != t:
+                        if a.name.startswith(EXPR_VAR):  # an expression argument, assigned before the test
+                            expr = next(s.expr for s in plan.steps if s.kind == "assign" and s.var is a)
+                            raise self.err(expr, f"the argument {show(expr)} is {_show_t(vt[a.name])} but column "
+                                                 f"{_col(st.node, a)} of {st.node.pred!r} is {_show_t(t)}: a negated "
+                                                 f"atom tests for rows with its arguments' values, of its columns' types")
                         raise self._mixed(a, vt[a.name], st.node, t)
                     if isinstance(a, Const):
                         self._compare_types(a, _const_t(a), t, st.node)

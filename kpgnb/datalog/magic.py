@@ -50,9 +50,10 @@ class Pattern:
         return f"{self.pred}({', '.join(repr(x) for x in self.args)})"
 
 
-def rewrite(a: Analysis, pattern: Pattern) -> tuple:
+def rewrite(a: Analysis, pattern: Pattern, whole_aggregates: bool = False) -> tuple:
     """(rewritten rules, names of the original derived predicates they read whole, the generated
-    predicates: name -> (original predicate, the argument positions it keeps))."""
+    predicates: name -> (original predicate, the argument positions it keeps)). ``whole_aggregates``:
+    aggregated predicates in rule bodies are read whole too (see ``Goal``)."""
     derived, rules_of = a.derived, {}
     for r in a.program.rules:
         rules_of.setdefault(r.head.pred, []).append(r)
@@ -104,12 +105,17 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
         for r in rules_of[pred]:
             head_args = r.head.args
             margs = tuple(head_args[i] for i, c in enumerate(adn) if c == "b")
-            m_atom = Atom(magic, margs, False, r.head.span)
-            bound = {v.name for x in margs for v in variables(x)}
+            # a bound head argument that is an expression (q(x + 1, y)) binds none of its variables: x is
+            # not known from x + 1. The magic atom is then read twice: first with such arguments left out,
+            # passing on what the others bind, and last in full, once the body has bound their variables
+            exprs = any(isinstance(x, BinOp) for x in margs)
+            passed = tuple(Var(f"_#m{next(fresh)}") if isinstance(x, BinOp) else x for x in margs)
+            m_atom = Atom(magic, passed, False, r.head.span)
+            bound = {v.name for x in passed for v in variables(x) if not v.anonymous}
             body = [m_atom]
             for lit in r.body:
                 if isinstance(lit, Atom) and lit.pred in derived:
-                    if lit.negated:
+                    if lit.negated or (whole_aggregates and lit.pred in a.aggregates):
                         whole.add(lit.pred)
                         body.append(lit)
                         continue
@@ -133,7 +139,9 @@ def rewrite(a: Analysis, pattern: Pattern) -> tuple:
                     for t, e in ((lit.left, lit.right), (lit.right, lit.left)):
                         if isinstance(t, Var) and all(v.name in bound for v in variables(e)):
                             bound.add(t.name)
-            if any(_same_binding(lit, generated("", pred, adn), margs, adn) for lit in body[1:]):
+            if exprs:
+                body.append(Atom(magic, margs, False, r.head.span))
+            elif any(_same_binding(lit, generated("", pred, adn), margs, adn) for lit in body[1:]):
                 # a recursive atom bound like the head: its facts are all for asked values already, so
                 # the magic join would filter nothing (every round)
                 body = body[1:]

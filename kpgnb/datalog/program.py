@@ -239,27 +239,14 @@ class Goal:
         self.program = prog
         self.pattern = pattern
         a, eng = prog.analysis, prog.engine
-        rules, whole, names = rewrite(a, pattern)
-        if not prog.materialized and whole:  # nothing to import: the goal derives those relations itself
-            rules = rules + [r for r in a.program.rules if r.head.pred in _dependencies(a, whole)]
-            whole = set()
-        text = program_for(a, pattern, rules, names)
         self.name = _free_name(eng, f"{prog.name}.goal")
         asked = pattern.asked
         self._session = None
         if asked:
             self._session = eng.input(f"{self.name}#asked", [a.columns[pattern.pred][i] for i in asked],
                                       [a.dtypes[pattern.pred][i] for i in asked])
-        extra = {GOAL: (self._session.schema.names, self._session.schema.dtypes)} if asked else {}
-
-        def input_schema(pred):
-            if pred in extra:
-                return list(extra[pred][0]), list(extra[pred][1])
-            if pred in a.inputs or pred in whole:
-                return a.columns[pred], a.dtypes[pred]
-            return None
         try:
-            self.analysis = analyze(text, input_schema)
+            self.analysis, whole = self._rewritten()
             gp = Program(eng, self.name, self.analysis)
 
             def source(df, pred):
@@ -285,6 +272,32 @@ class Goal:
         self._leaders = self._upstream() if self._session is not None else []
         for s in self._leaders:  # the bindings' input keeps up with the inputs the goal reads, and
             self._session.follow(s, carry=True)  # bindings waiting for an input's changes go with them
+
+    def _rewritten(self) -> tuple:
+        """The goal's program (magic sets), analysed, and the program's relations it reads whole. Adorning
+        an aggregated relation that a recursive rule reads can put its aggregate in a cycle that only the
+        magic predicates make (m__c -> c__bf -> d__bf -> m__d -> m__c, where the program itself had none):
+        the goal is then rewritten with aggregated relations read whole, as negated ones are."""
+        prog, pattern = self.program, self.pattern
+        a = prog.analysis
+        extra = {GOAL: (self._session.schema.names, self._session.schema.dtypes)} if self._session else {}
+        for whole_aggregates in (False, True):
+            rules, whole, names = rewrite(a, pattern, whole_aggregates)
+            if not prog.materialized and whole:  # nothing to import: the goal derives those relations itself
+                rules = rules + [r for r in a.program.rules if r.head.pred in _dependencies(a, whole)]
+                whole = set()
+
+            def input_schema(pred, whole=whole):
+                if pred in extra:
+                    return list(extra[pred][0]), list(extra[pred][1])
+                if pred in a.inputs or pred in whole:
+                    return a.columns[pred], a.dtypes[pred]
+                return None
+            try:
+                return analyze(program_for(a, pattern, rules, names), input_schema), whole
+            except DatalogError:
+                if whole_aggregates or not a.aggregates:
+                    raise
 
     def _upstream(self) -> list:
         """The open engine inputs the goal's dataflow reads (directly or through imports), but its own."""
