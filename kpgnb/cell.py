@@ -78,23 +78,24 @@ def _weak(v):
         return lambda: v
 
 
-def input_for(eng, var: str, obj):
+def input_for(eng, var: str, obj, flag: str = "--inputs"):
     """The engine input a namespace value stands for, and the session if this call created it. An
     InputSession is itself; a DataFrame (pandas, Spark, Arrow table, dict of arrays) becomes an input
     named after its variable, its rows loaded (not yet sealed: ``seal_loaded`` does that once the
-    dataflow is installed) and kept, so later cells reuse (and may change) it."""
+    dataflow is installed) and kept, so later cells reuse (and may change) it. ``flag`` names the option
+    in errors (``inputs=`` from ``eng.datalog``)."""
     from .engine.session import InputSession
     if isinstance(obj, InputSession):
         if eng.inputs().get(obj.name) is not obj:
-            raise UsageError(f"--inputs: {var} is an input of another engine; use kp.engine().input(...)")
+            raise UsageError(f"{flag}: {var} is an input of another engine; use kp.engine().input(...)")
         return obj.name, None
     from .engine.view import View
     if isinstance(obj, View):
-        raise UsageError(f"--inputs: {var} is a view; export the arrangement in its dataflow "
+        raise UsageError(f"{flag}: {var} is a view; export the arrangement in its dataflow "
                          f"(.export('name')) and import it here with df.use('name')")
     kind = _frame_kind(obj)
     if kind is None:
-        raise UsageError(f"--inputs: {var} is a {type(obj).__name__}; expected a pandas or Spark DataFrame, "
+        raise UsageError(f"{flag}: {var} is a {type(obj).__name__}; expected a pandas or Spark DataFrame, "
                          f"an Arrow table, a dict of arrays or an input session")
     sources = _loaded.setdefault(eng, {})
     existing = eng.inputs().get(var)
@@ -104,7 +105,7 @@ def input_for(eng, var: str, obj):
         src = sources.get(var)
         if src is not None and src.is_(obj):
             return var, None
-        raise UsageError(f"--inputs: an engine input named {var!r} exists already"
+        raise UsageError(f"{flag}: an engine input named {var!r} exists already"
                          + (", loaded from an earlier value of the variable" if src is not None else "")
                          + f". Change it through kp.input({var!r}).insert/remove, or load this value under "
                          f"another name")

@@ -160,3 +160,14 @@ def test_goals_over_head_expressions_and_aggregates_read_by_recursion(workers, c
             assert _rows(g.view) == want, epoch
             answered += len(want)
         assert answered
+
+
+def test_datalog_inputs_errors_name_the_argument_not_the_magic_flag():
+    """eng.datalog(inputs={"e": frame}) where an input "e" exists: the error names ``inputs=`` (there is no
+    ``--inputs`` flag outside the magics) and nothing changes."""
+    import pandas as pd
+    with kp.Engine(workers=1) as eng:
+        eng.input("e", ["a", "b"], rows=[(1, 2)])
+        with pytest.raises(kp.UsageError, match=r"^inputs=: an engine input named 'e' exists already"):
+            eng.datalog("p(x) :- e(x, _).", inputs={"e": pd.DataFrame({"a": [3], "b": [4]})}, name="p")
+        assert eng.dataflows() == {} and list(eng.inputs()) == ["e"]

@@ -42,7 +42,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
                                      f"named {src!r}; inputs are {sorted(eng.inputs())}, arrangements "
                                      f"{sorted(catalog)}")
             else:
-                input_name, session = input_for(eng, pred, src)
+                input_name, session = input_for(eng, pred, src, flag="inputs=")
                 bound[pred] = Source("input", input_name)
                 if session is not None:
                     created.append(session)
