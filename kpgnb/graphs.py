@@ -201,6 +201,10 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     states and the labels' dtype, ``accept`` the accepting states. Output (source, node): the nodes a
     path from the source reaches whose labels spell a word the automaton accepts."""
     label_dtype = edges.schema.dtype("label")
+    for what, x in (("transitions", transitions), ("accept", accept)):
+        if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
+            of = "(state, label, next state) triples" if what == "transitions" else "accepting states"
+            raise SchemaError(f"rpq: {what} is a list of {of}, got {x!r}")
     trans = []
     for t in transitions:
         if not isinstance(t, (tuple, list)) or len(t) != 3 or not _count(t[0]) or not _count(t[2]):

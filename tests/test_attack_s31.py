@@ -171,3 +171,29 @@ def test_datalog_inputs_errors_name_the_argument_not_the_magic_flag():
         with pytest.raises(kp.UsageError, match=r"^inputs=: an engine input named 'e' exists already"):
             eng.datalog("p(x) :- e(x, _).", inputs={"e": pd.DataFrame({"a": [3], "b": [4]})}, name="p")
         assert eng.dataflows() == {} and list(eng.inputs()) == ["e"]
+
+
+# -- memory modes: argument checks ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("knob", ["tau_min", "bloom_hashes", "bloom_bits", "seed"])
+def test_drop_refuses_a_bool_for_an_int_knob(knob):
+    """Python counts True as 1: ``kp.Drop(tau_min=True)`` was accepted (``seed=True`` was refused)."""
+    with pytest.raises(kp.SchemaError, match=knob):
+        kp.Drop(**{knob: True})
+
+
+@pytest.mark.parametrize("memory", ["full", "jod"])
+@pytest.mark.parametrize("which", ["transitions", "accept"])
+def test_rpq_without_an_automaton_is_a_schema_error(memory, which):
+    """``rpq(e, s, None, [1])`` raised a bare TypeError from iterating None; nothing is installed."""
+    from kpgnb import graphs
+    with kp.Engine(workers=1) as eng:
+        eng.input("edges", ["src", "label", "dst"])
+        eng.input("sources", ["source"])
+        args = {"transitions": [(0, 1, 1)], "accept": [1]}
+        args[which] = None
+        with pytest.raises(kp.SchemaError, match=f"rpq: {which} is a list"):
+            with eng.dataflow("q") as df:
+                graphs.rpq(df.input("edges"), df.input("sources"), args["transitions"], args["accept"],
+                           memory=memory).view("r")
+        assert eng.dataflows() == {}
