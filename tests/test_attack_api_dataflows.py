@@ -4,6 +4,7 @@ values of the wrong type; reads outside the kept history; followers of finished 
 Tests named ``test_bug_*`` assert the documented behaviour for bugs the attack found (each failed before its
 fix)."""
 import _thread
+import signal
 import threading
 import time
 
@@ -276,6 +277,9 @@ def test_names_builders_and_exports(eng):
 
 
 def test_interrupted_wait_cancels_and_interrupted_install_leaves_nothing():
+    # Python's own Ctrl-C handler, which interrupt_main calls: a process started in the background of a
+    # non-interactive shell inherits SIGINT ignored, and then interrupt_main does nothing
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     eng = kp.Engine(workers=1)
     try:
         x = eng.input("x", ["k"], rows=[(1,), (2,)])
@@ -338,3 +342,4 @@ def test_interrupted_wait_cancels_and_interrupted_install_leaves_nothing():
         assert rows(iv) == [(1,), (2,)]
     finally:
         eng.close()
+        signal.signal(signal.SIGINT, old_handler)
