@@ -197,3 +197,40 @@ def test_rpq_without_an_automaton_is_a_schema_error(memory, which):
                 graphs.rpq(df.input("edges"), df.input("sources"), args["transitions"], args["accept"],
                            memory=memory).view("r")
         assert eng.dataflows() == {}
+
+
+MAGIC_LOOP = """
+t(x, y) :- e(x, y).
+t(x, y) :- t(x, z), e(z, y).
+c(x, AGG<y>) :- t(x, y).
+q(x, y) :- u(x), y = x.
+q(x, y) :- q(x, z), c(z, y).
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("agg, edges, ask", [
+    ("max", [(1, 10), (10, 10), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 20)], 1),
+    ("min", [(0, 6), (6, 0)], 0),
+])
+def test_goal_keeps_a_min_computed_outside_recursion_out_of_its_loop(workers, agg, edges, ask):
+    """``c``'s max over the recursive ``t`` is computed once, after ``t``; adorned for ``q(?, _)``, it sat in
+    one loop with ``q__bf`` and the magic predicates, was iterated from empty with them, and a partial max
+    (``c(1) = 10``) derived ``q(1, 10)``, which then held itself up through ``c(10) = 10``; with min over a
+    2-cycle the loop never settled. The goal's answers equal the full relation filtered."""
+    with kp.Engine(workers=workers) as eng:
+        e = eng.input("e", ["a", "b"], rows=edges)
+        u = eng.input("u", ["a"], rows=[(ask,)])
+        e.advance_to(1)
+        u.advance_to(1)
+        prog = eng.datalog(MAGIC_LOOP.replace("AGG", agg), name="p")
+        g = prog.goal("q(?, _)")
+        g.ask(ask)
+        for epoch in (2, 3):
+            if epoch == 3:
+                e.insert([(ask, ask + 30)])
+            e.advance_to(epoch)
+            u.advance_to(epoch)
+            eng.wait(prog["q"], timeout=60)
+            eng.wait(g.view, timeout=60)
+            assert _rows(g.view) == [r for r in _rows(prog["q"]) if r[0] == ask] != []

@@ -277,7 +277,10 @@ class Goal:
         """The goal's program (magic sets), analysed, and the program's relations it reads whole. Adorning
         an aggregated relation that a recursive rule reads can put its aggregate in a cycle that only the
         magic predicates make (m__c -> c__bf -> d__bf -> m__d -> m__c, where the program itself had none):
-        the goal is then rewritten with aggregated relations read whole, as negated ones are."""
+        a count there is refused, and a min or max would be iterated from empty with the loop instead of
+        computed over its finished relation (a partial value can derive rows that then hold themselves
+        up, or the loop never settles). The goal is then rewritten with aggregated relations read whole,
+        as negated ones are."""
         prog, pattern = self.program, self.pattern
         a = prog.analysis
         extra = {GOAL: (self._session.schema.names, self._session.schema.dtypes)} if self._session else {}
@@ -294,10 +297,13 @@ class Goal:
                     return a.columns[pred], a.dtypes[pred]
                 return None
             try:
-                return analyze(program_for(a, pattern, rules, names), input_schema), whole
+                goal = analyze(program_for(a, pattern, rules, names), input_schema)
             except DatalogError:
                 if whole_aggregates or not a.aggregates:
                     raise
+                continue
+            if whole_aggregates or not _loops_made(a, goal, names):
+                return goal, whole
 
     def _upstream(self) -> list:
         """The open engine inputs the goal's dataflow reads (directly or through imports), but its own."""
@@ -454,6 +460,14 @@ def _join_columns(a, pred) -> list:
                 out |= {i for i, x in enumerate(lit.args) if isinstance(x, Var) and not x.anonymous
                         and counts[x.name] > 1}
     return sorted(out)
+
+
+def _loops_made(a, goal, names) -> bool:
+    """Whether the goal's program ``goal`` computes an aggregate inside a loop where the program ``a`` (whose
+    predicates its ``names`` map back to) computes it once, outside recursion."""
+    recursive = {p for s in a.strata if s.recursive for p in s.preds}
+    return any(goal.aggregates.get(p) and names.get(p, (p,))[0] not in recursive
+               for s in goal.strata if s.recursive for p in s.preds)
 
 
 def _dependencies(a, preds) -> set:
