@@ -32,7 +32,7 @@ class DataflowBuilder:
         self.uses: dict = {}        # export name -> (weakref to its Trace, producer): checked at install
         self.sources: set = set()
         self.variables: list = []
-        self.reports: list = []     # objects with report(): the IFE statistics (engine/ife.py)
+        self.reports: list = []     # the IFEs, each with a name and report(): their statistics (engine/ife.py)
         self._inputs: dict = {}
         self._used: dict = {}
         self.state = "building"

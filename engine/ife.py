@@ -28,8 +28,9 @@ class FullReport:
     """What a ``memory="full"`` IFE keeps: the join's output (the reduce's input arrangement) and the
     states (the loop variable's arrangement and the reduce's output)."""
 
-    def __init__(self, label, join_trace, state_traces, agg):
-        self.label = label
+    def __init__(self, builder, name, join_trace, state_traces, agg):
+        self.name = name
+        self.label = f"{builder.name}: ife {name!r}"  # (as an IfeOp names itself)
         self.agg = agg
         self.join = weakref.ref(join_trace)
         self.states = [weakref.ref(t) for t in state_traces]
@@ -124,6 +125,7 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
             raise SchemaError(f"{who}: edge payload column {c!r} is str; messages compute on numbers "
                               f"(int64, float64, bool)")
     call, degree, _ = _message_adapter(message, value, payload, who)
+    name = _unique_name(start.builder, name)
     state = start.select(*key, value) if list(start.schema.names) != key + [value] else start
     edges_ = edges.select(*(src + dst + payload)) if list(edges.schema.names) != src + dst + payload else edges
     if memory == "full":
@@ -146,7 +148,20 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     spec = IfeSpec(len(groups), len(node), len(payload), agg, msg, vdt == "float64", degree, rounds, memory, drop)
     eng = start.builder.engine
     op = IfeOp(start.scope, st.op, by_src.op, by_dst.op, spec, eng.workers, Site.capture(), name)
+    start.builder.reports.append(op)
     return Collection(start.builder, op, state.schema, start.scope)
+
+
+def _unique_name(builder, name: str) -> str:
+    """``name``, or ``name#2``, ``name#3``... when this dataflow has an IFE of that name already (two
+    ``sssp`` queries in one dataflow), so that statistics tell them apart."""
+    taken = {r.name for r in builder.reports}
+    k = 1
+    unique = name
+    while unique in taken:
+        k += 1
+        unique = f"{name}#{k}"
+    return unique
 
 
 def _full(state, edges, groups, node, value, src, dst, payload, call, degree, agg, rounds, start_rounds, name):
@@ -201,5 +216,5 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
         var = Variable(scope, columns=list(state.schema.names), dtypes=list(state.schema.dtypes))
         out = var.set(step(var), max_rounds=rounds).leave()
     builder = state.builder
-    builder.reports.append(FullReport(f"{builder.name}: {name}", traces["join"], traces["state"], agg))
+    builder.reports.append(FullReport(builder, name, traces["join"], traces["state"], agg))
     return out

@@ -365,9 +365,7 @@ class Engine:
                 continue
             graph = df.graph
             builder = getattr(graph, "builder", None)
-            reports = list(builder.reports) if builder is not None else []
-            reports += [op for op in list(graph.ops) if getattr(op, "kind", None) == "ife"]
-            for r in reports:
+            for r in list(builder.reports) if builder is not None else []:
                 out.append(dict(r.report(), dataflow=name))
         return out
 

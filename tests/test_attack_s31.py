@@ -234,3 +234,21 @@ def test_goal_keeps_a_min_computed_outside_recursion_out_of_its_loop(workers, ag
             eng.wait(prog["q"], timeout=60)
             eng.wait(g.view, timeout=60)
             assert _rows(g.view) == [r for r in _rows(prog["q"]) if r[0] == ask] != []
+
+
+def test_ife_statistics_tell_two_queries_of_one_dataflow_apart():
+    """Two ``sssp`` queries in one dataflow reported the same operator label, and ``full`` labelled itself
+    ``q: sssp`` where ``jod``/``drop`` said ``q: ife 'sssp'``: one label form, unique in its dataflow."""
+    from kpgnb import graphs
+    with kp.Engine(workers=1) as eng:
+        edges = eng.input("edges", ["src", "dst", "w"], rows=[(0, 1, 4), (0, 2, 1), (2, 1, 2)])
+        sources = eng.input("sources", ["source"], rows=[(0,)])
+        for mem in ("full", "jod", "drop"):
+            with eng.dataflow(mem) as df:
+                graphs.sssp(df.input("edges"), df.input("sources"), memory=mem).view("a")
+                graphs.sssp(df.input("edges"), df.input("sources"), memory=mem).view("b")
+        edges.advance_to(1)
+        sources.advance_to(1)
+        eng.wait()
+        got = sorted((r["dataflow"], r["operator"], r["mode"]) for r in eng.stats()["ife"])
+        assert got == sorted((m, f"{m}: ife {n!r}", m) for m in ("full", "jod", "drop") for n in ("sssp", "sssp#2"))
