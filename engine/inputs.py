@@ -12,17 +12,26 @@ import numpy as np
 from .columns import Schema, SchemaError, SymbolTable, encode_column, whole
 
 
+STREAMING = ("the Spark DataFrame is a stream: it has no rows to read at once; feed it into an input with "
+             "kp.spark.follow(stream, input=NAME), one epoch per micro-batch")
+
+
 def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
     """A ``k x n`` int64 matrix for the rows, in schema column order."""
     what = "the Arrow table"
+    n = None  # the number of rows, where the columns cannot tell it (a frame of no columns)
     if hasattr(rows, "toArrow") and callable(rows.toArrow):  # a Spark DataFrame (Spark 4)
+        if getattr(rows, "isStreaming", False) is True:
+            raise SchemaError(STREAMING)
+        n = rows.count() if not rows.columns else None  # (Arrow of no columns has no rows)
         rows, what = rows.toArrow(), "the Spark DataFrame"
     if is_arrow_table(rows):  # an Arrow Table or RecordBatch
-        return _from_mapping(arrow_columns(rows, schema, what), schema, symbols, what)
+        return _from_mapping(arrow_columns(rows, schema, what), schema, symbols, what,
+                             rows.num_rows if n is None else n)
     if hasattr(rows, "columns") and hasattr(rows, "iloc"):  # a pandas DataFrame
         dtypes = dict(zip(schema.names, schema.dtypes))
         return _from_mapping({str(c): _pandas_column(rows[c], dtypes.get(str(c))) for c in rows.columns},
-                             schema, symbols, "the DataFrame")
+                             schema, symbols, "the DataFrame", len(rows))
     if isinstance(rows, dict):
         return _from_mapping(rows, schema, symbols, "the dict")
     if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
@@ -30,7 +39,7 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
         for i, r in enumerate(rows):
             if set(r) != set(keys):
                 raise SchemaError(f"record {i} has keys {sorted(r)}; record 0 has {sorted(keys)}")
-        return _from_mapping({k: [r[k] for r in rows] for k in keys}, schema, symbols, "the records")
+        return _from_mapping({k: [r[k] for r in rows] for k in keys}, schema, symbols, "the records", len(rows))
     if rows is None or isinstance(rows, (str, bytes, int, float, bool, np.generic)) or not hasattr(rows, "__iter__"):
         raise SchemaError(f"rows must be a list of tuples, a dict of columns, or a pandas/Arrow/Spark DataFrame; "
                           f"got {type(rows).__name__} {rows!r:.80}")
@@ -38,7 +47,7 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
         if rows.shape[1] != len(schema):
             raise SchemaError(f"a 2-D array of rows needs {len(schema)} columns {list(schema.names)}, "
                               f"got shape {rows.shape}")
-        return _encode_all([rows[:, i] for i in range(len(schema))], schema, symbols)
+        return _encode_all([rows[:, i] for i in range(len(schema))], schema, symbols, rows.shape[0])
     return _from_tuples(rows, schema, symbols)
 
 
@@ -228,7 +237,7 @@ def _check_names(names, schema: Schema, what: str):
         raise SchemaError(f"{what} does not match the schema {list(schema.names)}: " + "; ".join(parts))
 
 
-def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
+def _from_mapping(mapping, schema: Schema, symbols, what: str, n: int | None = None) -> np.ndarray:
     _check_names(list(mapping), schema, what)
     # lists stay lists, so that Python ints are converted exactly (NumPy would make floats of a list mixing
     # ints beyond int64 with negative ones)
@@ -242,7 +251,7 @@ def _from_mapping(mapping, schema: Schema, symbols, what: str) -> np.ndarray:
     if len(lengths) > 1:
         raise SchemaError(f"columns of {what} have different lengths: "
                           + ", ".join(f"{n}={len(c)}" for n, c in zip(schema.names, cols)))
-    return _encode_all(cols, schema, symbols)
+    return _encode_all(cols, schema, symbols, n)
 
 
 def _from_tuples(rows, schema: Schema, symbols) -> np.ndarray:
@@ -257,11 +266,12 @@ def _from_tuples(rows, schema: Schema, symbols) -> np.ndarray:
             raise SchemaError(f"row {i} has {got}; expected {k} values for columns {list(schema.names)}")
     cols = list(zip(*rows)) if rows else [()] * k
     return _encode_all([np.array(c, dtype=object) if d == "str" else list(c) for c, d in zip(cols, schema.dtypes)],
-                       schema, symbols)
+                       schema, symbols, len(rows))
 
 
-def _encode_all(cols, schema: Schema, symbols) -> np.ndarray:
-    n = len(cols[0]) if cols else 0
+def _encode_all(cols, schema: Schema, symbols, n: int | None = None) -> np.ndarray:
+    """The columns as a ``k x n`` matrix; ``n`` counts the rows of a schema of no columns (``()`` rows)."""
+    n = len(cols[0]) if cols else (n or 0)
     data = np.empty((len(schema), n), np.int64)
     for i, (c, name, dtype) in enumerate(zip(cols, schema.names, schema.dtypes)):
         try:

@@ -8,7 +8,9 @@ corrected cell loads them afresh.
 """
 from __future__ import annotations
 
+import ast
 import os
+import symtable
 import sys
 import time
 import weakref
@@ -218,9 +220,11 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     replaced = spec.replace and spec.name in eng.dataflows()
     builder = eng.dataflow(spec.name, replace=spec.replace)
     # the body runs in the notebook's namespace (functions it defines see the notebook's later values, as
-    # any cell's do), which is put back as it was if the cell fails; the names it is given (df, its
-    # inputs) are the notebook's only while the body runs, as running dataflows' functions may read them
+    # any cell's do); if the cell fails, the names it binds are put back as they were (not the others,
+    # which another thread, a subscription's callback say, may set meanwhile); the names it is given (df,
+    # its inputs) are the notebook's only while the body runs, as running dataflows' functions may read them
     saved = dict(ns)
+    bound = _names_bound(source, filename)
     injected = {"df": builder}
     try:
         with builder:
@@ -233,7 +237,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
                 _unbind(ns, saved, injected)
             t0 = time.perf_counter()
     except BaseException as e:
-        _restore(ns, saved)
+        _restore(ns, saved, bound)
         drop_loaded(eng, created)
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -248,20 +252,44 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
         if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
             _bind(ns, handle, spec.output)
         else:
-            _restore(ns, saved)
+            _restore(ns, saved, bound)
             drop_loaded(eng, created)  # its dataflow was dropped again
         raise
     _bind(ns, handle, spec.output)
     return handle
 
 
-def _restore(ns: dict, saved: dict):
-    """The namespace as it was before the cell (what it added removed, what it changed or deleted back)."""
-    for k in [k for k in ns if k not in saved]:
-        del ns[k]
-    for k, v in saved.items():
-        if ns.get(k, _UNSET) is not v:
-            ns[k] = v
+def _names_bound(source: str, filename: str) -> set | None:
+    """The notebook names the cell's code binds: assigned, deleted, imported or defined at its top level,
+    or declared global and assigned in a function or class it defines. None where the code does not tell:
+    ``from m import *``, or a magic in the body (``%time x = ...`` runs code of its own)."""
+    if "get_ipython()" in source:
+        return None
+    try:
+        tree = ast.parse(source, filename)
+        top = symtable.symtable(source, filename, "exec")
+    except SyntaxError:
+        return None
+    if any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)):
+        return None
+    names = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    tables = list(top.get_children())
+    while tables:
+        t = tables.pop()
+        names.update(s.get_name() for s in t.get_symbols() if s.is_declared_global() and s.is_assigned())
+        tables.extend(t.get_children())
+    return names
+
+
+def _restore(ns: dict, saved: dict, names: set | None):
+    """The ``names`` the cell bound (all names when None) as they were before it: added ones removed,
+    changed or deleted ones back."""
+    for k in set(ns) | set(saved) if names is None else names:
+        if k in saved:
+            if ns.get(k, _UNSET) is not saved[k]:
+                ns[k] = saved[k]
+        else:
+            ns.pop(k, None)
 
 
 def _unbind(ns: dict, saved: dict, injected: dict):

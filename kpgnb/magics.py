@@ -56,6 +56,7 @@ class DataflowMagics(Magics):
         if not _NAME.fullmatch(args.name):
             raise IPyUsageError(f"%%dataflow {args.name}: a dataflow name is one word of letters, digits, "
                                 f"'_', '.' and '-'")
+        _check_output("%%dataflow", args.output)
         try:
             spec = cell.CellSpec(args.name, cell.parse_inputs(args.inputs), args.replace, args.output,
                                  not args.no_wait)
@@ -93,6 +94,7 @@ class DataflowMagics(Magics):
         if not _NAME.fullmatch(args.name):
             raise IPyUsageError(f"%%datalog {args.name}: a program name is one word of letters, digits, "
                                 f"'_', '.' and '-'")
+        _check_output("%%datalog", args.output)
         if not body.strip():
             raise IPyUsageError(f"%%datalog {args.name}: the cell is empty; write the program's rules in it")
         try:
@@ -196,6 +198,15 @@ class DataflowMagics(Magics):
                   "the same figures")
             return None
         return dashboard(kernel.engine())
+
+
+def _check_output(magic: str, var):
+    """``-o VAR`` names a notebook variable: an identifier that is not a keyword (else the handle would be
+    bound where no cell can read it)."""
+    import keyword
+    if var is not None and (not var.isidentifier() or keyword.iskeyword(var)):
+        raise IPyUsageError(f"{magic} -o {var}: VAR is the notebook variable to bind, a Python identifier that is "
+                            f"not a keyword")
 
 
 def _summary(handle) -> str:

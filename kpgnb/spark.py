@@ -19,7 +19,7 @@ import weakref
 
 from .engine.columns import Schema
 from .engine.errors import SchemaError, UsageError
-from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table
+from .engine.inputs import STREAMING, arrow_dtype, arrow_family, check_arrow, is_arrow_table
 
 __all__ = ["run", "datalog", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
 
@@ -125,12 +125,16 @@ def input_from(eng, name: str, df, advance: bool = True, progress=None):
     try:
         if progress is not None:
             progress.update(note="reading the DataFrame (toArrow)")
+        if getattr(df, "isStreaming", False) is True:
+            raise SchemaError(STREAMING)
         dtypes = dtypes_of(df)
-        table = df.toArrow() if hasattr(df, "toArrow") else df
         schema = Schema.of(list(dtypes), dtypes)
-        check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
+        counted = hasattr(df, "toArrow") and not dtypes  # Arrow of no columns has no rows: the input counts Spark's
+        table = df if counted else df.toArrow() if hasattr(df, "toArrow") else df
+        if not counted:
+            check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
         if progress is not None:
-            progress.update(0, table.num_rows, note=f"loading into input {name!r}")
+            progress.update(0, None if counted else table.num_rows, note=f"loading into input {name!r}")
         inp = eng.input(name, list(dtypes), dtypes, rows=table)
         if advance:
             inp.advance_to(inp.epoch + 1)

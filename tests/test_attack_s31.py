@@ -252,3 +252,36 @@ def test_ife_statistics_tell_two_queries_of_one_dataflow_apart():
         eng.wait()
         got = sorted((r["dataflow"], r["operator"], r["mode"]) for r in eng.stats()["ife"])
         assert got == sorted((m, f"{m}: ife {n!r}", m) for m in ("full", "jod", "drop") for n in ("sssp", "sssp#2"))
+
+
+# -- inputs of no columns -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_input_of_no_columns_counts_its_rows(workers):
+    """Rows of no columns (``()``, a pandas frame of only an index, an Arrow table of no columns) were all
+    lost, silently: the row count came from the first column. ``select()`` and ``threshold(by=[])`` keep
+    such rows; an input keeps them too, removals and updates included."""
+    import pandas as pd
+    import pyarrow as pa
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("a", [])
+        a.insert([(), (), ()])
+        b = eng.input("b", [], rows=pd.DataFrame(index=range(4)))
+        c = eng.input("c", [], rows=pa.table({"x": [1, 2]}).select([]))
+        d = eng.input("d", [], rows=np.zeros((5, 0), np.int64))
+        for s in (a, b, c, d):
+            s.advance_to(1)
+        with eng.dataflow("z") as df:
+            views = {n: df.input(n).count().view(n) for n in "abcd"}
+            va = df.input("a").view("rows")
+        for v in views.values():
+            eng.wait(v, timeout=60)
+        assert {n: v.to_pandas()["count"].tolist() for n, v in views.items()} == \
+            {"a": [3], "b": [4], "c": [2], "d": [5]}
+        assert len(va) == 3 and va.to_pandas().shape == (3, 0)
+        a.remove([()])
+        a.update([(), ()], [-1, 4])
+        for s in (a, b, c, d):
+            s.advance_to(2)
+        eng.wait(views["a"], timeout=60)
+        assert views["a"].to_pandas()["count"].tolist() == [5]

@@ -596,3 +596,51 @@ def test_datalog_cell_errors_name_the_cell_line_after_comments(ipe, capsys):
     assert kp.engine().dataflows() == {}
     r, out = run(ipe, capsys, "%%datalog g2 --inputs edge=edges_df\nq(x) :- edge(x, y), y = 'a'.")
     assert not r.success and "line 2" in out and "compares int with str" in out
+
+
+def test_failing_cell_puts_back_the_names_it_bound_and_no_others(ip, capsys):
+    """A failing cell restores what it assigned (also through ``global`` in a function it defines and calls),
+    and only that: names another thread sets while it runs (a subscription's callback, a streaming query's
+    batch function) stay as that thread left them (the whole namespace was put back, undoing them)."""
+    eng = kp.engine()
+    clicks = eng.input("clicks", ["user"])
+    clicks.insert([(1,)])
+    clicks.advance_to(1)
+    started, done = threading.Event(), threading.Event()
+    ip.user_ns.update(started=started, done=done, mine=1, shared=1)
+
+    def other():
+        started.wait(30)
+        ip.user_ns["by_thread"] = 1
+        ip.user_ns["shared"] = 2
+        done.set()
+    t = threading.Thread(target=other)
+    t.start()
+    r, out = run(ip, capsys, """%%dataflow bad
+mine = 2
+made = 3
+def setter():
+    global via_global
+    via_global = 4
+setter()
+started.set()
+done.wait(30)
+x = df.input("clicks").select("nope")
+""")
+    t.join(30)
+    assert not r.success and "nothing was installed" in out, out
+    ns = ip.user_ns
+    assert ns["mine"] == 1 and "made" not in ns and "via_global" not in ns and "setter" not in ns and "x" not in ns
+    assert ns["by_thread"] == 1 and ns["shared"] == 2
+    assert "bad" not in eng.dataflows()
+
+
+@pytest.mark.parametrize("magic", ["dataflow", "datalog"])
+@pytest.mark.parametrize("var", ["1x", "class", "a-b"])
+def test_output_variable_must_be_a_notebook_name(ip, capsys, magic, var):
+    """``-o 1x`` bound the handle under a name no cell can read; it is a usage error and installs nothing."""
+    body = "v = df.input('t').view('v')" if magic == "dataflow" else "p(x) :- t(x)."
+    ip.user_ns["t"] = pd.DataFrame({"x": [1]})
+    r, out = run(ip, capsys, f"%%{magic} named -o {var} --inputs t=t\n{body}\n")
+    assert not r.success and f"-o {var}: VAR is the notebook variable" in out, out
+    assert "named" not in kp.engine().dataflows()

@@ -335,3 +335,37 @@ def test_write_changes_to_a_parquet_sink(spark, tmp_path):
 
 def contents_at(view, t):
     return Counter(map(tuple, view.to_pandas(at=t).itertuples(index=False)))
+
+
+def test_a_spark_frame_of_no_columns_keeps_its_rows(spark):
+    """``toArrow()`` of a Spark DataFrame with no columns has no rows; the input counts Spark's rows, as
+    ``kp.spark.run`` over the same frame does."""
+    sdf = spark.range(3).select()
+    with kp.Engine(workers=2) as eng:
+        kp.spark.input_from(eng, "s", sdf)
+        t = eng.input("t", [], rows=sdf)
+        t.advance_to(1)
+        with eng.dataflow("zs") as df:
+            cs = df.input("s").count().view("cs")
+            ct = df.input("t").count().view("ct")
+        eng.wait(cs, timeout=60)
+        eng.wait(ct, timeout=60)
+        assert cs.to_pandas()["count"].tolist() == ct.to_pandas()["count"].tolist() == [3]
+    ran = kp.spark.run(lambda df: df.input("s").count().view("cs"), inputs={"s": sdf}, spark=spark)
+    assert [r["count"] for r in ran["cs"].collect()] == [3]
+
+
+def test_a_streaming_frame_as_rows_says_to_follow_it(spark, tmp_path):
+    """A streaming DataFrame given where rows are read at once (``eng.input(rows=)``, ``insert``,
+    ``kp.spark.input_from``) raised Spark's AnalysisException; it is a SchemaError naming kp.spark.follow,
+    and no input is left behind."""
+    stream = spark.readStream.schema("a long, b long").json(str(tmp_path))
+    with kp.Engine(workers=1) as eng:
+        with pytest.raises(kp.SchemaError, match="kp.spark.follow"):
+            eng.input("s", ["a", "b"], rows=stream)
+        with pytest.raises(kp.SchemaError, match="kp.spark.follow"):
+            kp.spark.input_from(eng, "t", stream)
+        x = eng.input("x", ["a", "b"])
+        with pytest.raises(kp.SchemaError, match="kp.spark.follow"):
+            x.insert(stream)
+        assert list(eng.inputs()) == ["x"]
