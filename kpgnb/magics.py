@@ -158,7 +158,7 @@ class DataflowMagics(Magics):
         eng = kernel.engine()
         names = [a.name] if a.name else [n for n, s in eng.dataflows().items() if s == "running"]
         from .handle import DataflowHandle
-        if a.timeout is not None and a.timeout <= 0:
+        if a.timeout is not None and not a.timeout > 0:  # (NaN too: it would wait without limit)
             raise KpgnbError(f"--timeout must be a positive number of seconds, not {a.timeout:g}")
         deadline = None if a.timeout is None else time.monotonic() + a.timeout  # for all of them together
         for n in names:

@@ -311,8 +311,9 @@ def test_handles_cancel_and_timeouts(ip, capsys):
     assert H2.status == "cancelled"          # visible as soon as cancel returns
     r, out = run(ip, capsys, "%dataflow cancel nosuch")
     assert not r.success and "no dataflow named 'nosuch'" in out and "Traceback" not in out
-    r, out = run(ip, capsys, "%dataflow wait h --timeout -1")
-    assert not r.success and "positive" in out and "Traceback" not in out
+    for bad in ("-1", "nan"):  # (NaN waited without limit)
+        r, out = run(ip, capsys, f"%dataflow wait h --timeout {bad}")
+        assert not r.success and "positive" in out and "Traceback" not in out, (bad, out)
     H2.drop()
     run(ip, capsys, "slow_df = pd.DataFrame({'k': [1]})")
     r, out = run(ip, capsys, "%%dataflow slow --no-wait --inputs t=slow_df\nimport time\n"
