@@ -22,6 +22,11 @@ _DTYPE_ALIASES = {
 }
 
 
+def is_int(x) -> bool:
+    """An integer argument (a Python or NumPy int, not a bool, which Python counts as one)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 def normalize_dtype(dtype) -> str:
     if dtype in (int, np.int64):
         return "int64"

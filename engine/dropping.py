@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .batch import Batch, form_shards
-from .columns import SchemaError
+from .columns import SchemaError, is_int
 from .cursor import Cursor, key_index
 from .kernels import ife as ik
 from .kernels.sort import hash_keys
@@ -43,19 +43,19 @@ class Drop:
     def __post_init__(self):
         if not _real(self.p) or not 0.0 <= float(self.p) <= 1.0:
             raise SchemaError(f"Drop(p={self.p!r}): p is a probability, a number between 0 and 1")
-        if not _int(self.seed):
+        if not is_int(self.seed):
             raise SchemaError(f"Drop(seed={self.seed!r}): an int")
         if self.policy not in ("degree", "random"):
             raise SchemaError(f"Drop(policy={self.policy!r}): choose 'degree' or 'random'")
         if self.tracker not in ("exact", "bloom"):
             raise SchemaError(f"Drop(tracker={self.tracker!r}): choose 'exact' or 'bloom'")
-        if not _int(self.tau_min) or self.tau_min < 0:
+        if not is_int(self.tau_min) or self.tau_min < 0:
             raise SchemaError(f"Drop(tau_min={self.tau_min!r}): a degree, an int >= 0")
         if not _real(self.tau_max_percentile) or not 0.0 <= float(self.tau_max_percentile) <= 100.0:
             raise SchemaError(f"Drop(tau_max_percentile={self.tau_max_percentile!r}): a percentile, 0 to 100")
-        if not _int(self.bloom_bits) or self.bloom_bits < 64:
+        if not is_int(self.bloom_bits) or self.bloom_bits < 64:
             raise SchemaError(f"Drop(bloom_bits={self.bloom_bits!r}): at least 64 bits")
-        if not _int(self.bloom_hashes) or not 1 <= self.bloom_hashes <= 16:
+        if not is_int(self.bloom_hashes) or not 1 <= self.bloom_hashes <= 16:
             raise SchemaError(f"Drop(bloom_hashes={self.bloom_hashes!r}): 1 to 16 hash functions")
 
     def choose(self, kh: np.ndarray, rounds: np.ndarray, degree: np.ndarray, tau_max: float) -> np.ndarray:
@@ -65,11 +65,6 @@ class Drop:
         if self.policy == "degree":
             pick = np.where(degree < self.tau_min, True, np.where(degree > tau_max, False, pick))
         return pick
-
-
-def _int(x) -> bool:
-    """An integer (not a bool, which Python counts as one)."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _real(x) -> bool:

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import latency
 from .builder import DataflowBuilder
-from .columns import Schema, SymbolTable
+from .columns import Schema, SymbolTable, is_int
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
 from .errors import ArgumentTypeError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
@@ -40,7 +40,7 @@ class Engine:
             raise UsageError(f"effort must be one of {sorted(EFFORT)}")
         if workers is None:
             workers = os.cpu_count() or 1
-        if isinstance(workers, (bool, np.bool_)) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        if not is_int(workers) or workers < 1:
             raise UsageError(f"workers must be an int, at least 1 (None: one per core), got {workers!r}")
         self.workers = int(workers)
         self.effort = effort

@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from .columns import decode_column
+from .columns import decode_column, is_int
 from .commands import Follow
 from .cursor import accumulate_batches
 from .errors import CompactedError, DataflowError, EngineError, KpgnbError, UsageError
@@ -114,7 +114,7 @@ class View:
         first epoch the rows do not include (None: none is missing, every input closed)."""
         snap = self._snapshot()
         if at is not None:
-            if isinstance(at, (bool, np.bool_)) or not isinstance(at, (int, np.integer)):
+            if not is_int(at):
                 raise UsageError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
             at = int(at)
             up = snap.upper

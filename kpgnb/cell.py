@@ -259,24 +259,29 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     return handle
 
 
+_DYNAMIC = {"get_ipython", "exec", "eval", "globals", "locals", "vars", "__import__"}
+
+
 def _names_bound(source: str, filename: str) -> set | None:
-    """The notebook names the cell's code binds: assigned, deleted, imported or defined at its top level,
-    or declared global and assigned in a function or class it defines. None where the code does not tell:
-    ``from m import *``, or a magic in the body (``%time x = ...`` runs code of its own)."""
-    if "get_ipython()" in source:
-        return None
+    """The notebook names the cell's own code binds: assigned, deleted, imported or defined at its top
+    level, or declared global and bound in a function or class it defines. None where the code does not
+    tell: ``from m import *``, a magic in the body (``%time x = ...`` runs code of its own), ``exec``,
+    ``globals()`` and their kind. (A function from an earlier cell that sets globals is not read.)"""
     try:
         tree = ast.parse(source, filename)
         top = symtable.symtable(source, filename, "exec")
     except SyntaxError:
         return None
-    if any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(tree)):
-        return None
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id in _DYNAMIC or \
+                isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names):
+            return None
     names = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
     tables = list(top.get_children())
     while tables:
         t = tables.pop()
-        names.update(s.get_name() for s in t.get_symbols() if s.is_declared_global() and s.is_assigned())
+        names.update(s.get_name() for s in t.get_symbols()
+                     if s.is_declared_global() and (s.is_assigned() or s.is_imported() or s.is_namespace()))
         tables.extend(t.get_children())
     return names
 
@@ -310,13 +315,18 @@ def _bind(ns: dict, handle: DataflowHandle, output: str | None):
         ns[output] = handle
 
 
+def notebook_name(name: str) -> bool:
+    """Whether a cell can read a variable of this name: an identifier that is not a keyword."""
+    import keyword
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
 def bind_views(ns: dict, views: dict):
     """Views into the notebook by name (also the ``%%datalog`` cell's relations)."""
-    import keyword
     import types
     for vname, view in views.items():
         held = ns.get(vname)
-        if not vname.isidentifier() or keyword.iskeyword(vname):
+        if not notebook_name(vname):
             print(f"view {vname!r} has no notebook name (not an identifier, or a Python keyword): run the cell "
                   f"with -o VAR and read it as VAR[{vname!r}]")
         elif isinstance(held, (types.ModuleType, types.FunctionType, type)):

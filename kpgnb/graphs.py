@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .engine.collection import Variable
+from .engine.columns import is_int
 from .engine.errors import SchemaError
 
 
@@ -56,11 +57,6 @@ def _relax(lab, edges, start):
     return (lab.join(edges, left_on="node", right_on="src")
             .map(lambda dst, label: {"node": dst, "label": label})
             .concat(start).min(by="node", col="label"))
-
-
-def _count(x) -> bool:
-    """Whether ``x`` is an int (not a bool, which Python counts as one)."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def bit_length_rounds(label):
@@ -169,7 +165,7 @@ def _non_negative_weights(src, dst, w):
 def khop(edges, sources, k: int, memory: str = "full", drop=None):
     """The nodes within ``k`` hops of each source: ``edges`` (src, dst), ``sources`` (source). Output
     (source, node, hops), hops the fewest edges from the source (0 for the source itself)."""
-    if not _count(k) or k < 0:
+    if not is_int(k) or k < 0:
         raise SchemaError(f"khop needs k >= 0 hops (an int), got {k!r}")
     start = sources.map(lambda source: {"source": source, "node": source, "hops": np.zeros(len(source), np.int64)})
     return start.ife(edges.select("src", "dst"), key=["source", "node"], node="node", value="hops",
@@ -181,7 +177,7 @@ def pagerank(edges, iterations: int = 10, alpha: float = 0.85, memory: str = "fu
     differential dataflow's example: rank(v) = (1 - alpha) + alpha * sum over u -> v of rank(u) / outdeg(u),
     starting from 1 - alpha at every node with an edge. Output (node, rank), float64. Each round's sum is
     taken over the consolidated values of a node, so retractions cancel exactly."""
-    if not _count(iterations) or iterations < 1:
+    if not is_int(iterations) or iterations < 1:
         raise SchemaError(f"pagerank needs iterations >= 1 (an int), got {iterations!r}")
     if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
             or not 0 <= alpha <= 1:
@@ -207,11 +203,11 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
             raise SchemaError(f"rpq: {what} is a list of {of}, got {x!r}")
     trans = []
     for t in transitions:
-        if not isinstance(t, (tuple, list)) or len(t) != 3 or not _count(t[0]) or not _count(t[2]):
+        if not isinstance(t, (tuple, list)) or len(t) != 3 or not is_int(t[0]) or not is_int(t[2]):
             raise SchemaError(f"rpq: a transition is (state, label, next state) with int states, got {t!r}")
         trans.append((int(t[0]), t[1], int(t[2])))
     for q in [start_state, *accept]:
-        if not _count(q):
+        if not is_int(q):
             raise SchemaError(f"rpq: automaton states are ints, got {q!r} (start_state or accept)")
     labels = sorted({lab for _, lab, _ in trans}, key=str)
     table = {lab: [(q, q2) for q, l2, q2 in trans if l2 == lab] for lab in labels}

@@ -203,8 +203,7 @@ class DataflowMagics(Magics):
 def _check_output(magic: str, var):
     """``-o VAR`` names a notebook variable: an identifier that is not a keyword (else the handle would be
     bound where no cell can read it)."""
-    import keyword
-    if var is not None and (not var.isidentifier() or keyword.iskeyword(var)):
+    if var is not None and not cell.notebook_name(var):
         raise IPyUsageError(f"{magic} -o {var}: VAR is the notebook variable to bind, a Python identifier that is "
                             f"not a keyword")
 

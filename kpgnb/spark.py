@@ -214,6 +214,10 @@ class BatchFeeder:
                                   f"{list(batch_df.columns)}")
             self.input.update(batch_df.drop(columns=[self.diff_col]), batch_df[self.diff_col].to_numpy())
             return len(batch_df)
+        if self.diff_col is None and hasattr(batch_df, "toArrow") and not batch_df.columns:
+            n = batch_df.count()  # (Arrow of no columns has no rows: the input counts Spark's)
+            self.input.insert(batch_df)
+            return n
         table = _as_arrow(batch_df)
         if self.diff_col is None:
             self.input.insert(table)

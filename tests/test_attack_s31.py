@@ -285,3 +285,36 @@ def test_an_input_of_no_columns_counts_its_rows(workers):
             s.advance_to(2)
         eng.wait(views["a"], timeout=60)
         assert views["a"].to_pandas()["count"].tolist() == [5]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_goal_keeps_a_recursive_min_out_of_the_goals_own_loop(workers):
+    """``sp``'s min is recursive in the program, in a loop of its own; adorned for ``q(?, _)`` it joined one
+    loop with ``q__bf`` and the magic predicates, where ``q`` read a partial min (``sp(1, 9) = 10`` before
+    the 0-weight path settled at 0) and ``(1, 9)`` held itself up. The goal reads ``sp`` whole and stays
+    goal-directed over ``q``."""
+    text = """sp(x, y, min<d>) :- e(x, y, w), d = w.
+sp(x, y, min<d>) :- sp(x, z, d1), e(z, y, w), d = d1 + w.
+q(x, y) :- u(x), y = x.
+q(x, y) :- q(x, z), sp(z, y, d), d > 3.
+"""
+    with kp.Engine(workers=workers) as eng:
+        e = eng.input("e", ["a", "b", "w"], rows=[(1, 9, 10), (1, 2, 0), (2, 3, 0), (3, 4, 0), (4, 5, 0), (5, 9, 0),
+                                                 (9, 9, 10)])
+        u = eng.input("u", ["a"], rows=[(1,), (9,)])
+        e.advance_to(1)
+        u.advance_to(1)
+        prog = eng.datalog(text, name="p")
+        g = prog.goal("q(?, _)")
+        g.ask(1)
+        g.ask(9)
+        eng.wait(prog["q"], timeout=60)
+        eng.wait(g.view, timeout=60)
+        assert _rows(g.view) == _rows(prog["q"]) == [(1, 1), (9, 9)]
+        e.remove([(5, 9, 0)])  # sp(1, 9) goes from 0 to 10
+        e.advance_to(100)
+        u.advance_to(100)
+        eng.wait(prog["q"], timeout=60)
+        eng.wait(g.view, timeout=60)
+        assert _rows(g.view) == _rows(prog["q"]) == [(1, 1), (1, 9), (9, 9)]
+        assert ["q__bf"] in [s.preds for s in g.analysis.strata if s.recursive]

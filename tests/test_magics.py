@@ -634,6 +634,10 @@ x = df.input("clicks").select("nope")
     assert ns["mine"] == 1 and "made" not in ns and "via_global" not in ns and "setter" not in ns and "x" not in ns
     assert ns["by_thread"] == 1 and ns["shared"] == 2
     assert "bad" not in eng.dataflows()
+    # code that binds names it does not show (exec, globals(), an import in a function under `global`)
+    for body in ("exec('made = 3')", "globals()['made'] = 3", "def f():\n    global made\n    import os as made\nf()"):
+        r, out = run(ip, capsys, f"%%dataflow bad\n{body}\nx = df.input('clicks').select('nope')\n")
+        assert not r.success and "made" not in ip.user_ns and "x" not in ip.user_ns, (body, out)
 
 
 @pytest.mark.parametrize("magic", ["dataflow", "datalog"])

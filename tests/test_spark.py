@@ -369,3 +369,17 @@ def test_a_streaming_frame_as_rows_says_to_follow_it(spark, tmp_path):
         with pytest.raises(kp.SchemaError, match="kp.spark.follow"):
             x.insert(stream)
         assert list(eng.inputs()) == ["x"]
+
+
+def test_a_micro_batch_of_no_columns_keeps_its_rows(spark):
+    """A Structured Streaming micro-batch of no columns (a stream ``select()``ed down) was read through
+    ``toArrow()``, which has no rows for it: its rows were lost."""
+    with kp.Engine(workers=1) as eng:
+        inp = eng.input("z", [])
+        feed = kp.spark.BatchFeeder(inp)
+        feed(spark.range(4).select(), 0)
+        feed(spark.range(2).select(), 1)
+        with eng.dataflow("c") as df:
+            v = df.input("z").count().view("n")
+        eng.wait(v, timeout=60)
+        assert v.to_pandas()["count"].tolist() == [6]

@@ -115,7 +115,7 @@ def rewrite(a: Analysis, pattern: Pattern, whole_aggregates: bool = False) -> tu
             body = [m_atom]
             for lit in r.body:
                 if isinstance(lit, Atom) and lit.pred in derived:
-                    if lit.negated or (whole_aggregates and lit.pred in a.aggregates):
+                    if lit.negated or (whole_aggregates and a.aggregates.get(lit.pred)):
                         whole.add(lit.pred)
                         body.append(lit)
                         continue

@@ -299,7 +299,7 @@ class Goal:
             try:
                 goal = analyze(program_for(a, pattern, rules, names), input_schema)
             except DatalogError:
-                if whole_aggregates or not a.aggregates:
+                if whole_aggregates or not any(a.aggregates.values()):
                     raise
                 continue
             if whole_aggregates or not _loops_made(a, goal, names):
@@ -463,11 +463,21 @@ def _join_columns(a, pred) -> list:
 
 
 def _loops_made(a, goal, names) -> bool:
-    """Whether the goal's program ``goal`` computes an aggregate inside a loop where the program ``a`` (whose
-    predicates its ``names`` map back to) computes it once, outside recursion."""
-    recursive = {p for s in a.strata if s.recursive for p in s.preds}
-    return any(goal.aggregates.get(p) and names.get(p, (p,))[0] not in recursive
-               for s in goal.strata if s.recursive for p in s.preds)
+    """Whether the goal's program ``goal`` computes an aggregate in a loop that the program ``a`` (whose
+    predicates ``names`` map back to) does not: where ``a`` computes it once, outside recursion, or in a
+    loop of its own that the rewrite joined with others (a recursive min read by the goal's recursive
+    predicate): there a partial value would be read before the aggregate's own loop settles."""
+    loop_of = {p: set(s.preds) for s in a.strata if s.recursive for p in s.preds}
+
+    def original(p):
+        return names.get(p, (p,))[0]
+    for s in goal.strata:
+        if s.recursive:
+            for p in s.preds:
+                own = loop_of.get(original(p))
+                if goal.aggregates.get(p) and (own is None or any(original(r) not in own for r in s.preds)):
+                    return True
+    return False
 
 
 def _dependencies(a, preds) -> set:
