@@ -1,5 +1,7 @@
-"""Attack s31: bugs two independent attacks (the core engine, and the Datalog front end) found through the
-public API, each reproduced here and checked against an answer computed another way."""
+"""Attack s31: bugs that independent attacks (the core engine, the Datalog front end and its goals, the
+memory modes, the notebook and Spark layers) and a review found through the public API, each reproduced
+here and checked against an answer computed another way. (The notebook's are in test_magics.py, Spark's
+in test_spark.py.)"""
 import numpy as np
 import pytest
 
