@@ -16,18 +16,23 @@ STREAMING = ("the Spark DataFrame is a stream: it has no rows to read at once; f
              "kp.spark.follow(stream, input=NAME), one epoch per micro-batch")
 
 
+def spark_arrow(df):
+    """A (batch) Spark DataFrame as an Arrow table. Spark's ``toArrow()`` of a frame of no columns has no
+    rows; read through one column dropped again, the table keeps their count."""
+    if getattr(df, "isStreaming", False) is True:
+        raise SchemaError(STREAMING)
+    if df.columns:
+        return df.toArrow()
+    return df.selectExpr("1 AS rows__").toArrow().drop_columns(["rows__"])
+
+
 def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
     """A ``k x n`` int64 matrix for the rows, in schema column order."""
     what = "the Arrow table"
-    n = None  # the number of rows, where the columns cannot tell it (a frame of no columns)
     if hasattr(rows, "toArrow") and callable(rows.toArrow):  # a Spark DataFrame (Spark 4)
-        if getattr(rows, "isStreaming", False) is True:
-            raise SchemaError(STREAMING)
-        n = rows.count() if not rows.columns else None  # (Arrow of no columns has no rows)
-        rows, what = rows.toArrow(), "the Spark DataFrame"
-    if is_arrow_table(rows):  # an Arrow Table or RecordBatch
-        return _from_mapping(arrow_columns(rows, schema, what), schema, symbols, what,
-                             rows.num_rows if n is None else n)
+        rows, what = spark_arrow(rows), "the Spark DataFrame"
+    if is_arrow_table(rows):  # an Arrow Table or RecordBatch (its row count: a table may have no columns)
+        return _from_mapping(arrow_columns(rows, schema, what), schema, symbols, what, rows.num_rows)
     if hasattr(rows, "columns") and hasattr(rows, "iloc"):  # a pandas DataFrame
         dtypes = dict(zip(schema.names, schema.dtypes))
         return _from_mapping({str(c): _pandas_column(rows[c], dtypes.get(str(c))) for c in rows.columns},

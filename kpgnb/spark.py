@@ -19,7 +19,7 @@ import weakref
 
 from .engine.columns import Schema
 from .engine.errors import SchemaError, UsageError
-from .engine.inputs import STREAMING, arrow_dtype, arrow_family, check_arrow, is_arrow_table
+from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table, spark_arrow
 
 __all__ = ["run", "datalog", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
 
@@ -125,16 +125,12 @@ def input_from(eng, name: str, df, advance: bool = True, progress=None):
     try:
         if progress is not None:
             progress.update(note="reading the DataFrame (toArrow)")
-        if getattr(df, "isStreaming", False) is True:
-            raise SchemaError(STREAMING)
         dtypes = dtypes_of(df)
+        table = spark_arrow(df) if hasattr(df, "toArrow") else df
         schema = Schema.of(list(dtypes), dtypes)
-        counted = hasattr(df, "toArrow") and not dtypes  # Arrow of no columns has no rows: the input counts Spark's
-        table = df if counted else df.toArrow() if hasattr(df, "toArrow") else df
-        if not counted:
-            check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
+        check_arrow(table, schema, "the Spark DataFrame" if table is not df else "the Arrow table")
         if progress is not None:
-            progress.update(0, None if counted else table.num_rows, note=f"loading into input {name!r}")
+            progress.update(0, table.num_rows, note=f"loading into input {name!r}")
         inp = eng.input(name, list(dtypes), dtypes, rows=table)
         if advance:
             inp.advance_to(inp.epoch + 1)
@@ -214,10 +210,6 @@ class BatchFeeder:
                                   f"{list(batch_df.columns)}")
             self.input.update(batch_df.drop(columns=[self.diff_col]), batch_df[self.diff_col].to_numpy())
             return len(batch_df)
-        if self.diff_col is None and hasattr(batch_df, "toArrow") and not batch_df.columns:
-            n = batch_df.count()  # (Arrow of no columns has no rows: the input counts Spark's)
-            self.input.insert(batch_df)
-            return n
         table = _as_arrow(batch_df)
         if self.diff_col is None:
             self.input.insert(table)
@@ -251,7 +243,7 @@ def _checkpoint_query_id(location) -> str | None:
 
 def _as_arrow(df):
     if hasattr(df, "toArrow") and callable(df.toArrow):
-        return df.toArrow()
+        return spark_arrow(df)
     if is_arrow_table(df):
         return df
     if hasattr(df, "columns") and hasattr(df, "iloc"):
