@@ -93,6 +93,7 @@ class Trace:
         self.key_names: tuple = ()   # the key columns' names, where the builder knows them (statistics)
         self._lock = threading.Lock()
         self.logical = lower        # meet of the readers' logical frontiers
+        self.start = 0              # the first epoch its producer tells apart (begins_at)
         self.physical = Antichain()  # meet of the readers' physical frontiers (empty: unconstrained)
         self._listeners = weakref.WeakSet()  # objects whose deliver(batches, lower, upper) sees every append
         self._unsettled = True  # appended to, or readers' frontiers moved, since tidying last had nothing to do
@@ -107,6 +108,13 @@ class Trace:
                on_close=None, owner: str | None = None) -> "TraceHandle":
         """A new reader; ``owner`` names it in statistics (e.g. as the reader holding compaction back)."""
         return TraceHandle(self, logical, physical, on_close, owner)
+
+    def begins_at(self, epoch: int):
+        """This trace's producer, a dataflow installed late, computes from its inputs as of ``epoch``: the
+        trace holds no answer for the epochs before it, however far back its readers' frontiers still are
+        (a reader of the producer's own that has not stepped yet), so an importer starts there at the
+        earliest."""
+        self.start = max(self.start, epoch)
 
     @property
     def readers(self) -> int:

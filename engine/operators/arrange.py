@@ -9,7 +9,7 @@ import numpy as np
 from ..batcher import Batcher
 from ..dataflow import Batches, Operator
 from ..lattice import Antichain
-from ..scope import IDENTITY, TimeLens, epoch_of, last_complete
+from ..scope import IDENTITY, TimeLens, at_epoch, epoch_of, last_complete
 from ..trace import Trace
 
 
@@ -119,6 +119,8 @@ class ImportOp(Operator):
         trace = self._strong
         upper = trace.upper
         frontier = last_complete(upper, trace.logical)
+        if trace.start > epoch_of(frontier):
+            frontier = at_epoch(trace.start)
         self.handle = trace.handle(logical=frontier, physical=upper, owner=self.label())
         self.handle.subscribe()
         self.lens = TimeLens(frontier) if frontier.elements else IDENTITY
@@ -224,3 +226,7 @@ class ViewOp(SinkOp):
 
 class ExportOp(SinkOp):
     kind = "export"
+
+    def readable_from(self, e: int):
+        super().readable_from(e)
+        self.handle.trace.begins_at(e)  # what imports it starts there too
