@@ -34,11 +34,13 @@ import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
+
 from .engine.builder import DataflowBuilder
 from .engine.collection import Collection
 from .engine.columns import Schema
 from .engine.errors import DataflowError, SchemaError
-from .engine.inputs import DIFF_LIMIT
+from .engine.inputs import DIFF_LIMIT, arrow_dtype
 from .engine.kernels import reduce as rk
 from .engine.operators.arrange import ArrangeOp, ImportOp, SinkOp
 from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp,
@@ -641,25 +643,35 @@ def _named(op):
 
 def _arrow_of(name: str, frame):
     """A pandas frame as an Arrow table of what the engine would take from it: NaN stays a float value
-    (Spark's own conversion of pandas makes it null), None in a str column is a null (refused later)."""
+    (Spark's own conversion of pandas makes it null); None, and NA in a nullable (extension) column such as
+    Int64, is a null (refused later, as the engine refuses it); an object column of str, bool or int values
+    takes their type."""
     import pyarrow as pa
+
     cols = {}
     for c in frame.columns:
-        v = frame[c].to_numpy()
+        series = frame[c]
         try:
-            cols[str(c)] = pa.array(v, type=pa.string(), from_pandas=True) if v.dtype == object else \
-                pa.array(v, from_pandas=False)
+            if not isinstance(series.dtype, np.dtype):  # an extension column: Arrow reads its NA as null
+                col = pa.array(series, from_pandas=True)
+            else:
+                v = series.to_numpy()
+                col = pa.array(v, from_pandas=v.dtype == object)
         except (pa.ArrowException, TypeError, ValueError) as err:
-            raise SchemaError(f"input {name!r}: column {c!r} ({v.dtype}) is not int, float, bool or str: "
+            raise SchemaError(f"input {name!r}: column {c!r} ({series.dtype}) is not int, float, bool or str: "
                               f"{err}") from None
+        if str(col.type) != "null":  # (all None: a null, refused as such later)
+            arrow_dtype(f"{name}.{c}", col.type)
+        cols[str(c)] = col
     return pa.table(cols)
 
 
-def _input_column(name: str, col: str, dtype: str, nullable: bool):
-    """An input column in its engine dtype (a tinyint is int64 to user functions, as in the engine), a null
-    in it failing the job with a SchemaError naming it."""
+def _input_column(name: str, col: str, dtype: str, nullable: bool, at: str):
+    """Input column ``col``, read as column ``at`` of the positionally renamed frame, in its engine dtype (a
+    tinyint is int64 to user functions, as in the engine), a null in it failing the job with a SchemaError
+    naming it."""
     from pyspark.sql import functions as F
-    x = F.col(f"`{col}`")
+    x = F.col(at)
     cast = x.cast(_spark_type(dtype).simpleString())
     if dtype == "float64":
         cast = cast + 0.0  # -0.0 is 0.0, as the engine stores it
@@ -696,21 +708,30 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
             df = spark.createDataFrame(_arrow_of(n, df))
         spark = spark or df.sparkSession
         dt = bridge.dtypes_of(df)
+        nullable = {f.name: f.nullable for f in df.schema.fields}
+        # columns are read by position: Spark resolves names regardless of case, so it cannot tell apart
+        # "x" and "X", which are two columns to the engine
+        at = {c: f"_in{i}" for i, c in enumerate(df.columns)}
+        if len(at) < len(df.columns):
+            twice = next(c for c in at if df.columns.count(c) > 1)
+            raise SchemaError(f"input {n!r} has two columns named {twice!r} (what a join of two frames gives); "
+                              f"rename or drop one first")
+        df = df.toDF(*at.values())
         has_diff = diff_col is not None and diff_col in dt
         if has_diff and dt[diff_col] != "int64":
             raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} must be an integer column, "
                               f"got {dt[diff_col]}")
         if has_diff:  # one scan: the engine's bound, so that products of multiplicities stay in int64
-            (big,) = df.agg(F.max(F.abs(F.col(diff_col).cast("decimal(20,0)")))).first()
+            (big,) = df.agg(F.max(F.abs(F.col(at[diff_col]).cast("decimal(20,0)")))).first()
             if big is not None and big >= DIFF_LIMIT:
                 raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} holds {big}; diffs must be "
                                   f"integers of magnitude below 2**62, as the engine's inputs take them")
         names = [c for c in dt if not (has_diff and c == diff_col)]
         schemas[n] = Schema.of(names, [dt[c] for c in names])
-        nullable = {f.name: f.nullable for f in df.schema.fields}
-        d = _input_column(n, diff_col, "int64", nullable[diff_col]) if has_diff else F.lit(1).cast("long")
-        frames[n] = df.select(*[_input_column(n, c, dt[c], nullable[c]).alias(_c(i)) for i, c in enumerate(names)],
-                              d.alias(D))
+        d = _input_column(n, diff_col, "int64", nullable[diff_col], at[diff_col]) if has_diff else \
+            F.lit(1).cast("long")
+        frames[n] = df.select(*[_input_column(n, c, dt[c], nullable[c], at[c]).alias(_c(i))
+                                for i, c in enumerate(names)], d.alias(D))
         positive[n] = not has_diff
     if spark is None:
         from pyspark.sql import SparkSession

@@ -159,9 +159,10 @@ class UserReduce:
             kk, kv = self.kk, len(self.in_dtypes)
             n = table.num_rows
             raw = [table.column(kk + j).to_numpy(zero_copy_only=False) for j in range(kv)]
-            text = [r.astype(str) for r, dt in zip(raw, self.in_dtypes) if dt == "str"]
-            strings = np.unique(np.concatenate(text)) if text else np.zeros(0, str)
-            columns = [np.searchsorted(strings, r.astype(str)) if dt == "str" else r
+            # strings as Python objects: NumPy's fixed-width str drops trailing NULs ("a\x00" is "a")
+            text = [r.astype(object) for r, dt in zip(raw, self.in_dtypes) if dt == "str"]
+            strings = np.unique(np.concatenate(text)) if text else np.zeros(0, object)
+            columns = [np.searchsorted(strings, r.astype(object)) if dt == "str" else r
                        for r, dt in zip(raw, self.in_dtypes)]
             kind = np.float64 if self.user_float else np.int64
             order = np.lexsort([np.asarray(x, kind) for x in columns[::-1]]) if kv else np.arange(n)

@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
+from numba import njit
 
 import kpgnb as kp
 from kpgnb import graphs
@@ -174,3 +175,61 @@ def test_a_loop_body_map_sees_each_row_once(spark, tmp_path):
     assert got["node"].tolist() == [0, 1, 2, 3, 4] and got["dist"].tolist() == [0, 1, 2, 3, 4]
     rows = np.array([int(x) for x in log.read_text().split()]) if log.exists() else np.zeros(0, int)
     assert rows.sum() == 4, f"the hop map saw {rows.sum()} rows in {len(rows)} batches; 4 rows reach it"
+
+
+# -- attack s32 ---------------------------------------------------------------------------------------------
+
+@njit
+def _largest_string(vals, counts):
+    """A user reduce: the group's largest string (ids follow string order) and how many values it has."""
+    out = np.empty((1, 2), np.int64)
+    out[0, 0] = vals[vals.shape[0] - 1, 0]
+    out[0, 1] = vals.shape[0]
+    return out, np.ones(1, np.int64)
+
+
+def _by_largest(df):
+    return df.input("T").reduce(by="k", fn=_largest_string, columns=["s"],
+                                out={"s": "str", "n": "int64"}).view("out")
+
+
+def test_user_reduce_strings_that_differ_by_trailing_nuls_stay_apart(spark):
+    """"a" and "a\\x00" are two values: a user reduce on Spark saw one (NumPy's fixed-width str drops
+    trailing NULs) and returned it without its NUL, where the engine returns the value as it is."""
+    frame = pd.DataFrame({"k": [1, 1, 2, 2], "s": ["a", "a\x00", "x\x00\x00", "x"]})
+    want = [(1, "a\x00", 2), (2, "x\x00\x00", 2)]
+    with kp.Engine(workers=1) as eng:
+        eng.input("T", ["k", "s"], ["int64", "str"], rows=frame).advance_to(1)
+        with eng.dataflow("q") as df:
+            v = _by_largest(df)
+        eng.wait(v)
+        assert sorted(map(tuple, v.to_pandas().values.tolist())) == want
+    out = kp.spark.run(_by_largest, {"T": frame}, spark=spark)
+    assert sorted(tuple(r) for r in out["out"].collect()) == want
+
+
+def test_pandas_inputs_convert_as_the_engine_does(spark):
+    """A nullable Int64 column with <NA> became a float column holding NaN (no error); an object column
+    of bools or ints, which the engine takes, was refused as "not int, float, bool or str"."""
+    same = lambda df: df.input("T").view("out")  # noqa: E731
+    na = pd.DataFrame({"d": pd.array([1, None], dtype="Int64")})
+    with pytest.raises(kp.SchemaError, match=r"input 'T': column 'd' holds a null"):
+        kp.spark.run(same, {"T": na}, spark=spark)["out"].collect()
+    objects = pd.DataFrame({"b": np.array([True, False], dtype=object), "i": np.array([3, -4], dtype=object)})
+    got = kp.spark.run(same, {"T": objects}, spark=spark)["out"].toPandas()
+    assert sorted(zip(got["b"], got["i"])) == [(False, -4), (True, 3)]
+    from decimal import Decimal
+    with pytest.raises(kp.SchemaError, match=r"column 'T.d' has Arrow type decimal"):
+        kp.spark.run(same, {"T": pd.DataFrame({"d": [Decimal("1.5")]})}, spark=spark)
+
+
+def test_input_columns_that_differ_only_by_case_are_two_columns(spark):
+    """Spark resolves names regardless of case: reading "x" of a frame with "x" and "X" failed with a raw
+    AMBIGUOUS_REFERENCE. The engine takes them as two columns; so does the Spark backend now."""
+    sdf = spark.sql("select 1 as x, 2 as X, 3 as diff")
+    out = kp.spark.run(lambda df: df.input("T").map(lambda x, X: {"s": x * 10 + X}).view("out"), {"T": sdf},
+                       spark=spark, diff_col="diff", diffs=True)
+    assert [tuple(r) for r in out["out"].collect()] == [(12, 3)]
+    twice = spark.sql("select 1 as x, 2 as x")
+    with pytest.raises(kp.SchemaError, match=r"two columns named 'x'"):
+        kp.spark.run(lambda df: df.input("T").view("out"), {"T": twice}, spark=spark)
