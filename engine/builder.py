@@ -99,12 +99,21 @@ class DataflowBuilder:
             self.uses[name] = (weakref.ref(trace), entry.dataflow)
         return self._used[name]
 
-    def exported(self, name: str) -> bool:
-        """Whether ``name`` is taken in the catalog (by another dataflow than the one this replaces) or by
-        this dataflow."""
+    def export_holder(self, name: str) -> str | None:
+        """Who holds ``name`` so that this dataflow cannot export it: this dataflow, or another installed one
+        (not the one this replaces); None when it is free. A dropped dataflow kept for the readers of its
+        export gives the name up (they keep the old arrangement, renamed ``name~k``): running its cell again
+        makes a new one."""
+        if name in self.exports:
+            return f"this dataflow ({self.name!r})"
         entry = self.engine.snapshot().catalog.get(name)
-        taken = entry is not None and not (self.replace and entry.dataflow == self.name and not entry.dropped)
-        return name in self.exports or taken
+        if entry is None or entry.dropped or (self.replace and entry.dataflow == self.name):
+            return None
+        return f"dataflow {entry.dataflow!r}"
+
+    def exported(self, name: str) -> bool:
+        """Whether ``name`` is taken (``export_holder``)."""
+        return self.export_holder(name) is not None
 
     def _import(self, name, trace, schema, keys, vals) -> Arranged:
         op = ImportOp(self.scope, trace, Site.capture(), name)

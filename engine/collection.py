@@ -618,8 +618,9 @@ class Arranged(Collection):
             raise SchemaError("only top-level arrangements can be exported (leave() the loop first)")
         if not isinstance(name, str) or not name:
             raise SchemaError("export needs a non-empty name")
-        if self.builder.exported(name):
-            raise UsageError(f"an arrangement named {name!r} is exported already")
+        holder = self.builder.export_holder(name)
+        if holder is not None:
+            raise UsageError(f"an arrangement named {name!r} is exported already (by {holder})")
         op = ExportOp(self.scope, self.op, 1, Site.capture())
         op.name = name
         self.builder.exports[name] = Export(op, self.schema, tuple(self.key_names), tuple(self.val_names))

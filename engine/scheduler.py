@@ -503,9 +503,12 @@ class Scheduler:
         old = self.dataflows.get(name)
         if old is not None and not cmd.replace:
             raise UsageError(f"a dataflow named {name!r} is installed already")
+        held = []  # exports of this name by dropped dataflows, kept for their readers: renamed below
         for ename in b.exports:
             entry = self.catalog.get(ename)
-            if entry is not None and (old is None or entry.producer is not old):
+            if entry is not None and entry.producer in self.retired:
+                held.append(entry)
+            elif entry is not None and (old is None or entry.producer is not old):
                 raise UsageError(f"an arrangement named {ename!r} is exported already "
                                  f"(by dataflow {entry.producer.name!r})")
             if ename in b.uses:
@@ -539,6 +542,12 @@ class Scheduler:
         for uname in b.uses:
             sources |= self.catalog.get(uname).producer.sources
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
+        if held:
+            # a dropped dataflow's export, kept while others read it, gives its name up to the new one (the
+            # cell that made it is run again): its readers keep the old arrangement
+            self._replaced += 1
+            for entry in held:
+                self._rename_export(entry.producer, entry.name, self._replaced)
         if old is not None:
             # the new dataflow reads what it uses already: dropping the old one must not collect an
             # arrangement (of a dropped producer) that only the two of them read
@@ -629,14 +638,7 @@ class Scheduler:
         self._replaced += 1
         k = self._replaced
         for e in sorted(set(old.exports) & exports):
-            entry = self.catalog.get(e)
-            self.catalog.remove(e)
-            entry.name = f"{e}~{k}"
-            self.catalog.add(entry)
-            old.exports[old.exports.index(e)] = entry.name
-            for d in list(self.dataflows.values()) + self.retired:
-                if e in d.uses:
-                    d.uses = (d.uses - {e}) | {entry.name}
+            self._rename_export(old, e, k)
         name = old.name
         old.end_views(f"dataflow {name!r} was replaced by a new install of that name; read the new one's view")
         old.name = f"{name}~{k}"
@@ -644,6 +646,18 @@ class Scheduler:
             v.dataflow = old.name
         self.dataflows[old.name] = self.dataflows.pop(name)
         self._drop(old.name, cascade=False)
+
+    def _rename_export(self, producer: Dataflow, e: str, k: int):
+        """``producer``'s export ``e`` renamed ``e~k`` in the catalog and in its readers' ``uses``: they keep
+        reading it, and a later ``use`` of ``e`` gets the new export of that name."""
+        entry = self.catalog.get(e)
+        self.catalog.remove(e)
+        entry.name = f"{e}~{k}"
+        self.catalog.add(entry)
+        producer.exports[producer.exports.index(e)] = entry.name
+        for d in list(self.dataflows.values()) + self.retired:
+            if e in d.uses:
+                d.uses = (d.uses - {e}) | {entry.name}
 
     def _open_handle(self, cmd: OpenHandle):
         entry = self.catalog.get(cmd.name)

@@ -181,6 +181,32 @@ def test_replace_swaps_and_keeps_exports_that_others_read(ip, capsys):
     assert len(ip.user_ns["n"].to_pandas()) == len(edges) + 1
 
 
+def test_a_dropped_cell_runs_again_while_its_export_is_read(ip, capsys):
+    """Attack s32: `%dataflow drop base` while `reader` reads base's export, then running base's cell
+    again (with or without --replace) failed with "an arrangement named 'by_src' is exported already",
+    naming no one. The dropped dataflow's export gives its name up: reader keeps the old arrangement (still
+    maintained), a later use gets the new one; a name held by an installed dataflow is refused naming it."""
+    ip.user_ns["edges_df"] = edges = frame(np.random.default_rng(5))
+    cell = "%%dataflow base{} --inputs e=edges_df\nbv = e.arrange_by('src').export('by_src').count(by='src').view('bv')\n"
+    run(ip, capsys, cell.format(""))
+    run(ip, capsys, "%%dataflow reader\nfan = df.use('by_src').count(by='src').view('fan')\n")
+    run(ip, capsys, "%dataflow drop base")
+    r, out = run(ip, capsys, cell.format(""))
+    assert r.success, out
+    r, out = run(ip, capsys, cell.format(" --replace"))
+    assert r.success, out
+    assert "by_src" in kp.engine().catalog() and any(n.startswith("by_src~") for n in kp.engine().catalog())
+    kp.input("edges_df").insert([(998, 1, "x")])
+    kp.input("edges_df").advance_to(2)
+    run(ip, capsys, "%dataflow wait")
+    assert 998 in set(ip.user_ns["fan"].to_pandas()["src"]) and 998 in set(ip.user_ns["bv"].to_pandas()["src"])
+    r, out = run(ip, capsys, "%%dataflow later\nn = df.use('by_src').view('n')\n")
+    assert r.success, out
+    assert len(ip.user_ns["n"].to_pandas()) == len(edges) + 1
+    r, out = run(ip, capsys, "%%dataflow other --inputs e=edges_df\nx = e.arrange_by('src').export('by_src')\n")
+    assert not r.success and "exported already (by dataflow 'base')" in out
+
+
 def test_output_handle_and_subcommands(ip, capsys):
     ip.user_ns["t"] = pd.DataFrame({"k": [1, 2, 2]})
     r, out = run(ip, capsys, "%%dataflow h -o flow --inputs t=t\nc = t.count(by='k').view('c')\n")
