@@ -107,8 +107,9 @@ class DataflowBuilder:
         if name in self.exports:
             return f"this dataflow ({self.name!r})"
         entry = self.engine.snapshot().catalog.get(name)
-        if entry is None or entry.dropped or (self.replace and entry.dataflow == self.name):
-            return None
+        if entry is None or entry.dropped or entry.live_trace() is None or \
+                (self.replace and entry.dataflow == self.name):
+            return None  # (a trace gone: released since that snapshot; the install checks again)
         return f"dataflow {entry.dataflow!r}"
 
     def exported(self, name: str) -> bool:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Schema, SchemaError, infer_dtype
+from .columns import Schema, SchemaError, infer_dtype, is_int
 from .dataflow import Site
 from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
@@ -530,6 +530,7 @@ class Collection:
         is ``body`` applied n times to this collection (body(body(...(self)))), or the fixed point if the
         loop converges in fewer rounds: rounds from n on are dropped, whether or not it converged."""
         self._live()
+        max_rounds = _rounds(max_rounds)
         if max_rounds == 0:
             return self  # the body applied no times
         scope = self.scope.loop()
@@ -687,12 +688,25 @@ class Variable(Collection):
         self._live()
         if self.result is not None:
             raise SchemaError("this Variable has been set already")
+        max_rounds = _rounds(max_rounds)
         result = self._coerce(result)
         delta = result.concat(self.initial.negate())
         fb = FeedbackOp(self.scope, delta._stream(), Site.capture(), max_rounds)
         self.op.connect(fb)
         self.result = result
         return result
+
+
+def _rounds(max_rounds) -> int | None:
+    """``max_rounds`` checked: None or a whole number of rounds, at least 0."""
+    if max_rounds is None:
+        return None
+    if not is_int(max_rounds):
+        raise ArgumentTypeError(f"max_rounds is a number of rounds (an int) or None, not "
+                                f"{type(max_rounds).__name__} ({max_rounds!r})")
+    if max_rounds < 0:
+        raise UsageError(f"max_rounds must be 0 or more, not {max_rounds}")
+    return int(max_rounds)
 
 
 def _out_schema_of(result, who, site, n_rows: int) -> Schema:

@@ -194,6 +194,9 @@ _RANGE = "outside int64's range [-2**63, 2**63 - 1]"
 
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
     """Turn user values into the engine's int64 representation, with errors that name the column."""
+    if isinstance(values, np.ma.MaskedArray) and np.ma.is_masked(values):  # NumPy would drop the mask
+        i = int(np.flatnonzero(np.ma.getmaskarray(values))[0])
+        raise SchemaError(f"column {name!r} holds a null (a masked value) at row {i}{_NULL}")
     if dtype == "str":
         arr = _as_object(values, name)
         try:
@@ -335,6 +338,9 @@ def infer_dtype(arr: np.ndarray) -> str:
             return "int64"
         if isinstance(first, (float, np.floating)):
             return "float64"
+        if not (isinstance(first, str) or _is_null(first)):
+            raise SchemaError(f"cannot store {type(first).__name__} values (row 0 holds {first!r}); columns hold "
+                              f"int, float, bool or str: convert them first")
     if kind == "b":
         return "bool"
     if kind in "iu":

@@ -187,8 +187,10 @@ def _pandas_column(series, dtype):
         if not (values[seen] == uniques[codes[seen]]).all():
             return values
         return Coded(codes, uniques, nulls="null (None, NaN or NA)")
-    kind = getattr(getattr(series, "dtype", None), "kind", "")  # (a duplicated column name gives a frame)
-    if kind in ("i", "u", "b") and series.hasnans:  # a nullable integer or boolean column (Int64) with NA
+    dtype = getattr(series, "dtype", None)  # (a duplicated column name gives a frame)
+    kind = getattr(dtype, "kind", "")
+    masked = kind in ("i", "u", "b") or (kind == "f" and not isinstance(dtype, np.dtype))
+    if masked and series.hasnans:  # a nullable integer, boolean or float column (Int64, Float64) with NA
         i = int(np.flatnonzero(np.asarray(series.isna()))[0])
         raise SchemaError(f"column {str(series.name)!r} holds a null (NA) at row {i}; kpgnb columns cannot hold "
                           f"nulls: drop or fill them first (e.g. df.dropna() or df.fillna(...))")
@@ -246,8 +248,8 @@ def _from_mapping(mapping, schema: Schema, symbols, what: str, n: int | None = N
     _check_names(list(mapping), schema, what)
     # lists stay lists, so that Python ints are converted exactly (NumPy would make floats of a list mixing
     # ints beyond int64 with negative ones)
-    cols = [mapping[n] if isinstance(mapping[n], (list, tuple, Coded)) else np.asarray(mapping[n])
-            for n in schema.names]
+    cols = [mapping[n] if isinstance(mapping[n], (list, tuple, Coded)) else np.asanyarray(mapping[n])
+            for n in schema.names]  # (asanyarray: a masked array keeps its mask, refused where it hides values)
     for n, c in zip(schema.names, cols):
         if isinstance(c, np.ndarray) and c.ndim != 1:
             raise SchemaError(f"column {n!r} of {what} must be a sequence of values (one per row), got "

@@ -176,6 +176,8 @@ def _schema_of(obj, kind: str):
                 col = col.cat.categories.to_series()
             else:
                 ext = _EXTENSION_KINDS.get(col.dtype.kind)
+                if ext == "str" and not str(col.dtype).startswith("string"):
+                    ext = None  # Period, Interval: objects that are not strings (refused by what they are)
         try:
             dtypes[n] = ext or infer_dtype(col.to_numpy() if kind == "pandas" else col)
         except KpgnbError as e:

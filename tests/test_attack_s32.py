@@ -44,3 +44,72 @@ def test_import_of_a_late_export_refuses_epochs_before_its_producer_started(work
                 v.to_pandas(at=t)
         for t in (2, 3, 4):
             assert _rows(v, at=t) == [(0, 2.0), (1, -1.5)]
+
+
+# -- nulls that NumPy or pandas would turn into values ----------------------------------------------------
+
+def test_a_float64_na_and_a_masked_value_are_refused_as_nulls():
+    """A pandas Float64 column's NA went in as NaN and a masked array's masked entries as their hidden
+    values, where every other null (Int64 NA, Arrow null, None) is refused; nothing is inserted."""
+    import numpy as np
+    import pandas as pd
+    with kp.Engine(workers=1) as eng:
+        x = eng.input("x", ["a", "f"], dtypes={"f": "float64"})
+        with pytest.raises(kp.SchemaError, match=r"column 'f' holds a null \(NA\) at row 1"):
+            x.insert(pd.DataFrame({"a": [3, 4], "f": pd.array([1.0, None], dtype="Float64")}))
+        with pytest.raises(kp.SchemaError, match=r"column 'a' holds a null \(a masked value\) at row 1"):
+            x.insert({"a": np.ma.array([1, 2], mask=[0, 1]), "f": [0.5, 1.5]})
+        x.insert({"a": np.ma.array([5, 6]), "f": pd.array([2.5, 3.5], dtype="Float64")})  # nothing masked: fine
+        x.advance_to(1)
+        with eng.dataflow("d") as df:
+            v = df.input("x").view("v")
+        eng.wait(v)
+        assert _rows(v) == [(5, 2.5), (6, 3.5)]
+
+
+# -- an export name freed by closing the last handle ---------------------------------------------------
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_reinstall_right_after_the_last_handle_on_a_dropped_export_closes(workers):
+    """Dropping P while a handle reads its export keeps the export; closing the handle releases it, but
+    asynchronously, and installing P again right away was refused ("exported already") from a snapshot
+    that still listed the old export. The name of a dropped dataflow's export is free for a new one."""
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("A", ["k", "v"])
+        a.insert([(1, 2)])
+        a.advance_to(1)
+        for _ in range(3):
+            with eng.dataflow("P") as df:
+                df.input("A").arrange_by("k").export("e")
+            h = eng.trace("e")
+            eng.drop("P")
+            h.close()
+        with eng.dataflow("P") as df:
+            df.input("A").arrange_by("k").export("e")
+        with eng.dataflow("Q") as df:
+            v = df.use("e").view("v")
+        eng.wait(v)
+        assert _rows(v) == [(1, 2)]
+
+
+# -- max_rounds ---------------------------------------------------------------------------------------------
+
+def test_max_rounds_must_be_a_whole_number_of_rounds():
+    """-1 ran the body once, 2.5 three times, True once, and "2" failed at run time with a bare TypeError:
+    each is refused when the dataflow is built, and nothing is installed."""
+    def inc(k):
+        return {"k": k + 1}
+    with kp.Engine(workers=1) as eng:
+        a = eng.input("A", ["k"])
+        a.insert([(1,)])
+        a.advance_to(1)
+        for bad, err in ((-1, kp.UsageError), (2.5, kp.ArgumentTypeError), (True, kp.ArgumentTypeError),
+                         ("2", kp.ArgumentTypeError)):
+            with pytest.raises(err, match="max_rounds"):
+                with eng.dataflow("d") as df:
+                    df.input("A").iterate(lambda c: c.map(inc), max_rounds=bad).view("v")
+            assert eng.dataflows() == {}
+        with eng.dataflow("d") as df:
+            v = df.input("A").iterate(lambda c: c.map(inc), max_rounds=2).view("v")
+        eng.wait(v)
+        assert _rows(v) == [(3,)]

@@ -207,6 +207,24 @@ def test_a_dropped_cell_runs_again_while_its_export_is_read(ip, capsys):
     assert not r.success and "exported already (by dataflow 'base')" in out
 
 
+def test_object_columns_that_are_not_strings_are_refused_by_what_they_hold(ip, capsys):
+    """Attack s32: a pandas column of Decimal, date, Period or Interval values was taken as a str column
+    and refused as "column 'd' is str but row 0 holds Decimal(...)": it is not a str column."""
+    import datetime
+    from decimal import Decimal
+    cases = {"dec": ([Decimal("1.5")], "Decimal"), "day": ([datetime.date(2020, 1, 1)], "date"),
+             "per": (pd.period_range("2020-01", periods=2, freq="M"), "Period"),
+             "ivl": (pd.interval_range(0, 2), "Interval")}
+    for name, (values, what) in cases.items():
+        ip.user_ns["fr_" + name] = pd.DataFrame({"d": values})
+        r, out = run(ip, capsys, f"%%dataflow w_{name} --inputs x=fr_{name}\nv_{name} = x.view('v_{name}')\n")
+        assert not r.success
+        assert f"column 'd': cannot store {what} values" in out and "is str" not in out, out
+    ip.user_ns["fr_ok"] = pd.DataFrame({"d": pd.array(["a", "b"], dtype="string")})
+    r, out = run(ip, capsys, "%%dataflow w_ok --inputs x=fr_ok\nv_ok = x.view('v_ok')\n")
+    assert r.success and sorted(ip.user_ns["v_ok"].to_pandas()["d"]) == ["a", "b"]
+
+
 def test_output_handle_and_subcommands(ip, capsys):
     ip.user_ns["t"] = pd.DataFrame({"k": [1, 2, 2]})
     r, out = run(ip, capsys, "%%dataflow h -o flow --inputs t=t\nc = t.count(by='k').view('c')\n")
