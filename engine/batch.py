@@ -66,6 +66,14 @@ def _split(arrays, workers: int) -> list:
     return out                      # read C-ordered arrays)
 
 
+def _checked(formed):
+    nk, nr = formed
+    if nk < 0:
+        raise OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
+                            "multiplicities would wrap")
+    return nk, nr
+
+
 def form_parts(parts, workers: int, run=_serial) -> list:
     """``form_shards`` of the updates of several parts ((keys kk x n, vals kv x n, times n x d, diffs
     n) tuples, read only) taken together, without concatenating them first: hash and one MSD radix pass
@@ -91,7 +99,8 @@ def form_parts(parts, workers: int, run=_serial) -> list:
         keys, vals, times, diffs = parts[0]
         sortk.key_hashes(keys, kh)
         rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
-        nk, nr = form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt, rd, kh)
+        nk, nr = _checked(form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt,
+                                       rd, kh))
         whole = trim(rh, rk, kh, rv, rt, rd, nk, nr)
         return [whole] if workers == 1 else _split(whole, workers)
     # the distribution runs in parallel over row ranges of the parts: counts per range, then each range
@@ -127,7 +136,7 @@ def form_parts(parts, workers: int, run=_serial) -> list:
         m = b - a
         arrays = (rh[a:b], rk[kk * a:kk * b].reshape(kk, m), rv[kv * a:kv * b].reshape(kv, m), rt[a:b], rd[a:b])
         koff = kh[a + s:b + s + 1]  # disjoint for each shard: kh has n + workers entries
-        nk, nr = form_buckets(cnt[s * per:(s + 1) * per + 1] - a, *arrays, *arrays, koff)
+        nk, nr = _checked(form_buckets(cnt[s * per:(s + 1) * per + 1] - a, *arrays, *arrays, koff))
         return trim(arrays[0], arrays[1], koff, *arrays[2:], nk, nr)
     return run(shard, range(workers), rows=n)
 

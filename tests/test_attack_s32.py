@@ -113,3 +113,36 @@ def test_max_rounds_must_be_a_whole_number_of_rounds():
             v = df.input("A").iterate(lambda c: c.map(inc), max_rounds=2).view("v")
         eng.wait(v)
         assert _rows(v) == [(3,)]
+
+
+# -- multiplicities past 2**62 --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_multiplicities_that_sum_past_the_bound_fail_instead_of_wrapping(workers):
+    """Each diff is below 2**62, but sums of them wrapped in int64: three updates of 2**62 - 1 made a count
+    of -4611686018427387907 and a distinct of nothing; a loop doubling a row's multiplicity gave 2**63 as
+    its negative and then lost the row. Reaching 2**62 fails the dataflow, as a join's product does."""
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("A", ["k"])
+        for e in range(3):
+            a.update([(2,)], [2 ** 62 - 1])
+            a.advance_to(e + 1)
+        with eng.dataflow("c") as df:
+            c = df.input("A").count(by="k").view("c")
+        with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
+            eng.wait(c, timeout=60)
+        with eng.dataflow("d") as df:
+            d = df.input("A").distinct().view("d")
+        with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
+            eng.wait(d, timeout=60)
+        b = eng.input("B", ["k"])
+        b.insert([(7,)])
+        b.advance_to(1)
+        with eng.dataflow("ok") as df:
+            ok = df.input("B").iterate(lambda v: v.concat(v), max_rounds=61).view("ok")
+        eng.wait(ok, timeout=60)
+        assert ok.to_pandas(diffs=True).values.tolist() == [[7, 2 ** 61]]
+        with eng.dataflow("big") as df:
+            big = df.input("B").iterate(lambda v: v.concat(v), max_rounds=64).view("big")
+        with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
+            eng.wait(big, timeout=60)

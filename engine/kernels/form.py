@@ -45,6 +45,7 @@ def close_rows(flat, rows, n, k):
             flat[c * k + j] = flat[c * n + j]
 
 
+MAX_MULT = 1 << 62  # a multiplicity's bound (engine/inputs.py DIFF_LIMIT): formation refuses sums reaching it
 SHORT_RUN = 24  # runs of equal hash up to this long are ranked by counting, longer ones merge sorted
 
 
@@ -183,7 +184,8 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     scratch matrix S (columns: hash, keys, vals, times, diff), where consolidation compares neighbours.
     In place, the output never overtakes the bucket being read, as consolidation only shrinks, and a
     bucket is read whole before it is written. (Loops are written out: a helper taking arrays costs
-    reference counting per call.)"""
+    reference counting per call.) Where equal updates sum to a multiplicity of 2**62 or more, returns
+    (-1, row): int64 sums of such would wrap."""
     nb = cnt.shape[0] - 1
     kk = ks.shape[0]
     kv = vs.shape[0]
@@ -311,6 +313,8 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
                 if c < w:
                     break
                 acc += S[q, w]
+                if acc >= MAX_MULT or acc <= -MAX_MULT:
+                    return -1, j  # (each diff is below it: a sum checked at every step cannot wrap)
                 q += 1
             if acc != 0:
                 new = nk == 0 or rh[nk - 1] != S[j, 0]

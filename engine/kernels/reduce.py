@@ -29,7 +29,8 @@ from .sort import mix64, sort_index_segment
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
 INT_MAX = np.int64(2**63 - 1)
 INT_MIN = np.int64(-2**63)
-SMALL = np.int64(2**31)  # an int64 sum term of two factors below this in magnitude cannot overflow
+SMALL = np.int64(2**31)
+MAX_MULT = np.int64(2**62)  # a multiplicity's bound (engine/inputs.py DIFF_LIMIT): sums reaching it are refused  # an int64 sum term of two factors below this in magnitude cannot overflow
 MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
 
 
@@ -207,9 +208,9 @@ def _same_vals(vals, i, j):
 # re-optimizing the inlined run kernel, for no speed at run time.
 NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS, NEED_X = range(7)
 # counts[]: phase 1: groups, acc entries, future times, work, the size a NEED asks for, key attempts, keys
-#           that took the general (not totally ordered) route
+#           that took the general (not totally ordered) route, whether a multiplicity reached 2**62
 #           phase 3: corrections, work, the size a NEED asks for, keys that took the general route
-P1_WORK, P1_NEED_AT, P1_ATTEMPTS, P1_GENERAL = 3, 4, 5, 6
+P1_WORK, P1_NEED_AT, P1_ATTEMPTS, P1_GENERAL, P1_OVERFLOW = 3, 4, 5, 6, 7
 P3_WORK, P3_NEED_AT, P3_GENERAL = 1, 2, 3
 # What phase 1 lists of a group's accumulated input (``listing``): every value of non-zero multiplicity
 # (in value order); only the first, or only the last, value of positive multiplicity (all that MIN and MAX
@@ -348,9 +349,13 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                         w = idiffs[r0 + e - S]
                         if listing == LIST_TOTAL:
                             total += w
+                            if total >= MAX_MULT or total <= -MAX_MULT:
+                                counts[P1_OVERFLOW] = 1
                         elif listing == LIST_ALL:
                             v = vid[e - S]
                             cnt[v] += w
+                            if cnt[v] >= MAX_MULT or cnt[v] <= -MAX_MULT:
+                                counts[P1_OVERFLOW] = 1
                             if inact[v] == 0:
                                 inact[v] = 1
                                 new[nn] = v
@@ -359,6 +364,8 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                             v = vid[e - S]
                             was = cnt[v] > 0
                             cnt[v] += w
+                            if cnt[v] >= MAX_MULT or cnt[v] <= -MAX_MULT:
+                                counts[P1_OVERFLOW] = 1
                             now = cnt[v] > 0
                             if was != now:
                                 delta = 1 if now else -1
@@ -509,6 +516,8 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                 for r in range(r0, r1):
                     if leq_time(X, S + r - r0, C, ci):
                         total += idiffs[r]
+                        if total >= MAX_MULT or total <= -MAX_MULT:
+                            counts[P1_OVERFLOW] = 1
                 if total != 0:
                     acc_row[na] = r0
                     acc_cnt[na] = total
@@ -525,6 +534,8 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
                             break
                         if leq_time(X, S + rb - r0, C, ci):
                             total += idiffs[rb]
+                            if total >= MAX_MULT or total <= -MAX_MULT:
+                                counts[P1_OVERFLOW] = 1
                         b += 1
                     if total > 0 or (total != 0 and listing == LIST_ALL):
                         if listing == LIST_LAST:
@@ -573,7 +584,7 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
     CI = np.empty((2, 64), np.int64)
     HT = np.zeros((2, 128), np.int64)
     RW = np.empty((10, 0 if listing == LIST_TOTAL else 64), np.int64)
-    counts = np.zeros(7, np.int64)
+    counts = np.zeros(8, np.int64)
     p = 0
     while True:
         p, need = _times_run(p, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing,
@@ -602,6 +613,9 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
         else:
             f_key = _grow1(f_key, at)
             f_time = _grow_rows(f_time, f_key.shape[0])
+    if counts[P1_OVERFLOW]:
+        raise OverflowError("a row's multiplicity in a reduce's input reaches 2**62 or more (its updates "
+                            "summed); int64 multiplicities would wrap")
     ng, na, nf = counts[0], counts[1], counts[2]
     g_off[ng] = na
     # views, not copies: the phases' results live for one operator step (the output batch is formed
@@ -668,7 +682,8 @@ def _before(okeys, col, r1, r2):
 def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k, desc, out, outf):
     """Phase 2 for built-in reductions. ``out`` (ko x len(acc_row)) receives output values (``outf`` is
     its float64 view); returns (des_off, des_cnt, rows used), rows used -1 when an int64 SUM may wrap (a
-    product or a partial sum past int64: the caller sums exactly). ``okeys`` are the order keys of ``ivals``
+    product or a partial sum past int64: the caller sums exactly), -2 when a COUNT reaches 2**62 (the
+    multiplicities' bound: an error). ``okeys`` are the order keys of ``ivals``
     (see order_keys; only read by MIN, MAX, ARGMIN, ARGMAX and TOPK). Phase 1 listed each group's rows in
     order-key order (lexicographic over the value columns), so taking the first row that is strictly
     better on ``col`` breaks ties by the smallest row, for argmin and argmax alike, and TOPK's stable sort
@@ -690,6 +705,8 @@ def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k,
             total = 0
             for a in range(a0, a1):
                 total += acc_cnt[a]
+                if total >= MAX_MULT or total <= -MAX_MULT:
+                    return des_off, des_cnt[:0].copy(), -2  # a count past the multiplicities' bound
             if total != 0:
                 out[0, n] = total
                 des_cnt[n] = 1

@@ -280,6 +280,9 @@ class ReduceOp(Operator):
         fvals = ivals.view(np.float64)
         des_off, des_cnt, n = rk.reduce_apply(spec.op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, spec.mode,
                                               spec.col, spec.k, spec.desc, out, out.view(np.float64))
+        if n == -2:
+            raise OverflowError("a count reaches 2**62 or more (the multiplicities of a group's rows summed); "
+                                "int64 multiplicities would wrap")
         if n < 0:
             return _exact_int_sums(g_off, acc_row, acc_cnt, ivals[spec.col])
         des_vals = out[:, :n]
