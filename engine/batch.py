@@ -66,11 +66,15 @@ def _split(arrays, workers: int) -> list:
     return out                      # read C-ordered arrays)
 
 
+def multiplicity_overflow() -> OverflowError:
+    return OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
+                         "multiplicities would wrap")
+
+
 def _checked(formed):
     nk, nr = formed
     if nk < 0:
-        raise OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
-                            "multiplicities would wrap")
+        raise multiplicity_overflow()
     return nk, nr
 
 
@@ -262,6 +266,8 @@ def merge_arrays(a, b, frontier: np.ndarray | None = None):
     if frontier is None:
         frontier = np.zeros((0, a[4].shape[1]), np.int64)
     *arrays, positive = merge_whole(*a, *b, _c(frontier))
+    if positive < 0:
+        raise multiplicity_overflow()
     return tuple(arrays), int(positive)
 
 
@@ -312,7 +318,7 @@ class Merger:
         kv = a[3].shape[0]
         self.out = (np.empty(nk, np.int64), np.empty((kk, nk), np.int64), np.empty(nk + 1, np.int64),
                     np.empty((kv, n), np.int64), np.empty((n, d), np.int64), np.empty(n, np.int64))
-        self.state = np.zeros(4, np.int64)
+        self.state = np.zeros(5, np.int64)
         self.result = None
 
     def work(self, fuel: int | None) -> bool:
@@ -321,6 +327,8 @@ class Merger:
             return True
         f = np.int64(1 << 62) if fuel is None else np.int64(max(fuel, 1))
         done = merge_step(*self.a, *self.b, *self.out, self.state, self.frontier, f)
+        if self.state[4]:
+            raise multiplicity_overflow()
         if done:
             nk, nr = int(self.state[2]), int(self.state[3])
             okh, okeys, koff, ovals, otimes, odiffs = self.out

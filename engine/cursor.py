@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import form_arrays, may_meet
+from .batch import form_arrays, may_meet, multiplicity_overflow
 from .kernels.merge import normalize_groups
 from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order
@@ -128,6 +128,8 @@ class Cursor:
         off, vals, diffs = (h.off, h.vals, h.diffs) if owned else (h.off.copy(), h.vals.copy(), h.diffs.copy())
         times = np.ascontiguousarray(times)
         n = normalize_groups(off, vals, times, diffs)
+        if n < 0:
+            raise multiplicity_overflow()
         return Histories(h.kh, h.keys, off, vals[:, :n], times[:n], diffs[:n])
 
     def seek_keys(self, keys) -> Histories:

@@ -146,3 +146,46 @@ def test_multiplicities_that_sum_past_the_bound_fail_instead_of_wrapping(workers
             big = df.input("B").iterate(lambda v: v.concat(v), max_rounds=64).view("big")
         with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
             eng.wait(big, timeout=60)
+
+
+def test_multiplicities_that_compaction_sums_past_the_bound_are_refused():
+    """Updates of one row at three epochs, each of 2**62 - 1, meet when compaction advances their times:
+    the merges of the input's trace summed them (the third sum wrapping) into a wrong multiplicity. The
+    merge refuses it: the input reports it from its next call (or the reading dataflow fails)."""
+    with kp.Engine(workers=1) as eng:
+        a = eng.input("A", ["k"])
+        with eng.dataflow("v") as df:
+            v = df.input("A").view("v")
+        for e in range(3):
+            a.update([(2,)], [2 ** 62 - 1])
+            a.advance_to(e + 1)
+        with pytest.raises((OverflowError, kp.DataflowError), match="2\\*\\*62"):
+            for e in range(3, 60):
+                a.insert([(e,)])
+                a.advance_to(e + 1)
+            eng.wait(v, timeout=60)
+            v.to_pandas(diffs=True)
+
+
+def _one_row(diff, time):
+    import numpy as np
+    return (np.array([5], np.int64), np.array([[2]], np.int64), np.array([0, 1], np.int64),
+            np.zeros((0, 1), np.int64), np.array([[time]], np.int64), np.array([diff], np.int64))
+
+
+@pytest.mark.parametrize("frontier", [None, [[3]]])
+def test_merges_refuse_a_sum_past_the_bound(frontier):
+    """A spine's merges sum equal updates (also where compaction makes their times equal): two of
+    2**62 - 1 summed fit in int64 but pass the bound, and a third such merge wrapped. Both merge paths
+    (whole and resumable) raise instead; below the bound they sum."""
+    import numpy as np
+    from kpgnb.engine.batch import Merger, merge_arrays
+    f = None if frontier is None else np.array(frontier, np.int64)
+    t2 = 1 if frontier is None else 2  # (equal times, or times that compaction to 3 makes equal)
+    big, ok = 2 ** 62 - 1, 2 ** 61
+    with pytest.raises(OverflowError, match="2\\*\\*62"):
+        merge_arrays(_one_row(big, 1), _one_row(big, t2), f)
+    with pytest.raises(OverflowError, match="2\\*\\*62"):
+        Merger(_one_row(-big, 1), _one_row(-big, t2), f).work(None)
+    arrays, positive = merge_arrays(_one_row(ok, 1), _one_row(ok - 1, t2), f)
+    assert arrays[5].tolist() == [2 ** 62 - 1] and positive == 1

@@ -6,6 +6,8 @@ from . import kernel
 from .rows import advance_row, cmp_cols, cmp_val_time
 from .sort import sort_index_segment
 
+MAX_MULT = 1 << 62  # a multiplicity's bound (engine/inputs.py DIFF_LIMIT): sums reaching it are refused
+
 
 @kernel
 def _copy_row(vals, times, diffs, r, ovals, otimes, odiffs, w, diff):
@@ -18,7 +20,8 @@ def _copy_row(vals, times, diffs, r, ovals, otimes, odiffs, w, diff):
 
 @kernel
 def normalize_segment(vals, times, diffs, s, e):
-    """Sort rows [s, e) by (val, time) if they are not, then consolidate in place. Returns the new end."""
+    """Sort rows [s, e) by (val, time) if they are not, then consolidate in place. Returns the new end, or
+    -1 where equal rows sum to a multiplicity of 2**62 or more (int64 sums of such would wrap)."""
     sorted_ok = True
     dup = False
     for r in range(s + 1, e):
@@ -55,6 +58,8 @@ def normalize_segment(vals, times, diffs, s, e):
         q = r + 1
         while q < e and cmp_val_time(vals, times, r, vals, times, q) == 0:
             acc += diffs[q]
+            if acc >= MAX_MULT or acc <= -MAX_MULT:
+                return -1
             q += 1
         if acc != 0:
             if w != r:
@@ -72,8 +77,9 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
                okh, okeys, okoff, ovals, otimes, odiffs,
                state, frontier, fuel):
     """Merge keys of A (older) and B (newer) into the outputs until ``fuel`` input rows are spent.
-    ``state`` = [next A key, next B key, output keys, output rows] and is updated in place.
-    Returns True when both inputs are exhausted."""
+    ``state`` = [next A key, next B key, output keys, output rows, overflow] and is updated in place; overflow
+    is set (and the merge stops) where equal rows sum to a multiplicity of 2**62 or more. Returns True when
+    both inputs are exhausted (or on overflow)."""
     ia = state[0]
     ib = state[1]
     nk = state[2]
@@ -150,6 +156,9 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
                     nr += 1
                 else:
                     acc = adiffs[ra] + bdiffs[rb]
+                    if acc >= MAX_MULT or acc <= -MAX_MULT:
+                        state[4] = 1
+                        return True
                     if acc != 0:
                         _copy_row(avals, atimes, adiffs, ra, ovals, otimes, odiffs, nr, acc)
                         nr += 1
@@ -169,6 +178,9 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
                     advance_row(otimes, r, frontier)
             if nr - s > 1:
                 nr = normalize_segment(ovals, otimes, odiffs, s, nr)
+                if nr < 0:
+                    state[4] = 1
+                    return True
         if nr > s:
             okoff[nk] = s
             nk += 1
@@ -183,7 +195,8 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
 @kernel
 def normalize_groups(off, vals, times, diffs):
     """Every group of rows [off[p], off[p + 1]) sorted by (val, time) and consolidated in place, the groups
-    then packed to the front and ``off`` rewritten to match. Returns the number of rows kept."""
+    then packed to the front and ``off`` rewritten to match. Returns the number of rows kept (-1 on
+    overflow, see normalize_segment)."""
     m = off.shape[0] - 1
     w = 0
     for p in range(m):
@@ -192,6 +205,8 @@ def normalize_groups(off, vals, times, diffs):
         off[p] = w
         if e > s:
             end = normalize_segment(vals, times, diffs, s, e)
+            if end < 0:
+                return -1
             for r in range(s, end):
                 if w != r:
                     _copy_row(vals, times, diffs, r, vals, times, diffs, w, diffs[r])
@@ -204,7 +219,7 @@ def normalize_groups(off, vals, times, diffs):
 def merge_whole(akh, akeys, akoff, avals, atimes, adiffs, bkh, bkeys, bkoff, bvals, btimes, bdiffs, frontier):
     """Two batches' arrays merged completely in one call (a spine's small merges, where the bookkeeping of
     a resumable merge would cost more than the merge): the outputs exactly sized, and the number of rows
-    with a positive diff (the result's balance)."""
+    with a positive diff (the result's balance), -1 on overflow (see merge_step)."""
     nk = akh.shape[0] + bkh.shape[0]
     n = adiffs.shape[0] + bdiffs.shape[0]
     kk = akeys.shape[0]
@@ -216,12 +231,15 @@ def merge_whole(akh, akeys, akoff, avals, atimes, adiffs, bkh, bkeys, bkoff, bva
     ovals = np.empty((kv, n), np.int64)
     otimes = np.empty((n, d), np.int64)
     odiffs = np.empty(n, np.int64)
-    state = np.zeros(4, np.int64)
+    state = np.zeros(5, np.int64)
     merge_step(akh, akeys, akoff, avals, atimes, adiffs, bkh, bkeys, bkoff, bvals, btimes, bdiffs,
                okh, okeys, okoff, ovals, otimes, odiffs, state, frontier, np.int64(1) << 62)
     k = state[2]
     r = state[3]
-    pos = 0
+    if state[4]:
+        k = 0
+        r = 0
+    pos = -1 if state[4] else 0
     for i in range(r):
         if odiffs[i] > 0:
             pos += 1
