@@ -189,3 +189,39 @@ def test_merges_refuse_a_sum_past_the_bound(frontier):
         Merger(_one_row(-big, 1), _one_row(-big, t2), f).work(None)
     arrays, positive = merge_arrays(_one_row(ok, 1), _one_row(ok - 1, t2), f)
     assert arrays[5].tolist() == [2 ** 62 - 1] and positive == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("how", ["input", "reexport"])
+def test_exporting_another_dataflows_trace_leaves_its_readers_start_alone(workers, how):
+    """A dataflow L that exports a trace it does not build (an input exported as is, or an import
+    re-exported) starts at the latest of its imports: B, complete to epoch 7, while A (and `e`, computed
+    from A) are complete to 2. L marked the trace it exports as beginning at 7, so a dataflow Q installed
+    after it, reading only that trace, had no answer for epochs 2-6 (CompactedError) although the trace is
+    complete to 2; Q starts where that trace is complete, as it would without L."""
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("A", ["k"])
+        b = eng.input("B", ["k"])
+        if how == "reexport":
+            with eng.dataflow("E") as df:
+                df.input("A").map(lambda k: {"k": k + 100}).distinct().export("e")
+        pick = (lambda df: df.input("A")) if how == "input" else (lambda df: df.use("e"))
+        for e in range(8):
+            if e < 3:
+                a.insert([(e,)])
+                a.advance_to(e + 1)
+            b.insert([(e,)])
+            b.advance_to(e + 1)
+        eng.wait(None)
+        with eng.dataflow("L") as df:
+            df.input("B").view("lb")
+            pick(df).export("exported")
+        with eng.dataflow("Q") as df:
+            q = pick(df).view("q", history=100)
+        eng.wait(q)
+        off = 0 if how == "input" else 100
+        assert _rows(q, at=2) == [(off,), (off + 1,), (off + 2,)]
+        a.insert([(3,)])
+        a.advance_to(4)
+        eng.wait(q)
+        assert _rows(q, at=3) == [(i + off,) for i in range(4)]
