@@ -542,12 +542,16 @@ class Scheduler:
         for uname in b.uses:
             sources |= self.catalog.get(uname).producer.sources
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
-        if held:
+        namesakes = [d for d in self.retired if d.name == name]
+        if held or namesakes:
             # a dropped dataflow's export, kept while others read it, gives its name up to the new one (the
-            # cell that made it is run again): its readers keep the old arrangement
+            # cell that made it is run again): its readers keep the old arrangement; a dropped dataflow of
+            # the new one's name is listed as NAME~k
             self._replaced += 1
             for entry in held:
                 self._rename_export(entry.producer, entry.name, self._replaced)
+            for d in namesakes:
+                self._rename(d, self._replaced)
         if old is not None:
             # the new dataflow reads what it uses already: dropping the old one must not collect an
             # arrangement (of a dropped producer) that only the two of them read
@@ -641,11 +645,16 @@ class Scheduler:
             self._rename_export(old, e, k)
         name = old.name
         old.end_views(f"dataflow {name!r} was replaced by a new install of that name; read the new one's view")
-        old.name = f"{name}~{k}"
-        for v in old.views.values():
-            v.dataflow = old.name
+        self._rename(old, k)
         self.dataflows[old.name] = self.dataflows.pop(name)
         self._drop(old.name, cascade=False)
+
+    @staticmethod
+    def _rename(df: Dataflow, k: int):
+        """``df`` (replaced, or dropped and kept for its exports) listed as ``NAME~k``: its name is free."""
+        df.name = f"{df.name}~{k}"
+        for v in df.views.values():
+            v.dataflow = df.name
 
     def _rename_export(self, producer: Dataflow, e: str, k: int):
         """``producer``'s export ``e`` renamed ``e~k`` in the catalog and in its readers' ``uses``: they keep

@@ -225,3 +225,34 @@ def test_exporting_another_dataflows_trace_leaves_its_readers_start_alone(worker
         a.advance_to(4)
         eng.wait(q)
         assert _rows(q, at=3) == [(i + off,) for i in range(4)]
+
+
+def test_a_dropped_dataflow_kept_for_its_readers_gives_up_its_name_to_a_new_install():
+    """`base` is dropped while `r` reads its export, then installed again (its cell run once more): the
+    old export is renamed Bx~k for its reader, and the old dataflow must be too. It kept the name `base`,
+    so the snapshot's dropped dataflows (keyed by name) and the catalog listed two dataflows as `base`."""
+    with kp.Engine(workers=1) as eng:
+        a = eng.input("A", ["k"])
+        a.insert([(1,)])
+        a.advance_to(1)
+
+        def base():
+            with eng.dataflow("base") as df:
+                df.input("A").map(lambda k: {"k": k * 10}).distinct().export("Bx")
+        base()
+        with eng.dataflow("r") as df:
+            r = df.use("Bx").view("r")
+        eng.wait(r)
+        eng.drop("base")
+        base()
+        snap = eng.snapshot()
+        old = [n for n in snap.catalog if n.startswith("Bx~")]
+        assert len(old) == 1
+        k = old[0].split("~")[1]
+        assert "base" not in snap.retired and f"base~{k}" in snap.retired
+        assert snap.catalog[old[0]].dataflow == f"base~{k}"
+        assert snap.catalog["Bx"].dataflow == "base" and not snap.catalog["Bx"].dropped
+        a.insert([(2,)])
+        a.advance_to(2)
+        eng.wait(r)
+        assert _rows(r) == [(10,), (20,)]
