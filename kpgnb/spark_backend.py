@@ -641,6 +641,18 @@ def _named(op):
 
 # -- inputs -------------------------------------------------------------------------------------------------
 
+def _arrow_array(v: np.ndarray):
+    """A NumPy column in Arrow: None (and pandas' NA in an object column) is null; NaN stays a float value,
+    as the engine keeps it."""
+    import pyarrow as pa
+    if v.dtype != object:
+        return pa.array(v)
+    try:
+        return pa.array(v, from_pandas=False)  # None is null, NaN a value
+    except pa.ArrowInvalid:
+        return pa.array(v, from_pandas=True)  # a pd.NA or NaT: a null, refused with the column named
+
+
 def _arrow_of(name: str, frame):
     """A pandas frame as an Arrow table of what the engine would take from it: NaN stays a float value
     (Spark's own conversion of pandas makes it null); None, and NA in a nullable (extension) column such as
@@ -648,15 +660,20 @@ def _arrow_of(name: str, frame):
     takes their type."""
     import pyarrow as pa
 
+    if not hasattr(frame, "columns"):
+        raise SchemaError(f"input {name!r} is a {type(frame).__name__}, not a Spark or pandas DataFrame")
+    names = [str(c) for c in frame.columns]
+    twice = next((c for c in names if names.count(c) > 1), None)
+    if twice is not None:
+        raise SchemaError(f"input {name!r} has two columns named {twice!r}; rename or drop one first")
     cols = {}
-    for c in frame.columns:
-        series = frame[c]
+    for i, c in enumerate(frame.columns):
+        series = frame.iloc[:, i]
         try:
             if not isinstance(series.dtype, np.dtype):  # an extension column: Arrow reads its NA as null
                 col = pa.array(series, from_pandas=True)
             else:
-                v = series.to_numpy()
-                col = pa.array(v, from_pandas=v.dtype == object)
+                col = _arrow_array(series.to_numpy())
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise SchemaError(f"input {name!r}: column {c!r} ({series.dtype}) is not int, float, bool or str: "
                               f"{err}") from None

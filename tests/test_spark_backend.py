@@ -233,3 +233,26 @@ def test_input_columns_that_differ_only_by_case_are_two_columns(spark):
     twice = spark.sql("select 1 as x, 2 as x")
     with pytest.raises(kp.SchemaError, match=r"two columns named 'x'"):
         kp.spark.run(lambda df: df.input("T").view("out"), {"T": twice}, spark=spark)
+
+
+def test_pandas_inputs_with_two_columns_of_one_name_or_nan_in_objects(spark):
+    """A pandas frame with two columns of one name failed with an AttributeError (frame[c] is a frame);
+    it is refused naming the column. An object column of floats with NaN was refused as a null, where the
+    engine keeps NaN as a float value; None in it is still a null."""
+    same = lambda df: df.input("T").view("out")  # noqa: E731
+    twice = pd.DataFrame([[1, 2]], columns=["x", "x"])
+    with pytest.raises(kp.SchemaError, match=r"input 'T' has two columns named 'x'"):
+        kp.spark.run(same, {"T": twice}, spark=spark)
+    objects = pd.DataFrame({"k": [1, 2], "f": np.array([1.5, np.nan], dtype=object)})
+    with kp.Engine(workers=1) as eng:
+        eng.input("T", ["k", "f"], ["int64", "float64"], rows=objects).advance_to(1)
+        with eng.dataflow("q") as df:
+            v = same(df)
+        eng.wait(v)
+        want = v.to_pandas().sort_values("k")
+    got = kp.spark.run(same, {"T": objects}, spark=spark)["out"].toPandas().sort_values("k")
+    assert got["k"].tolist() == want["k"].tolist() == [1, 2]
+    assert got["f"].iloc[0] == 1.5 and np.isnan(got["f"].iloc[1]) and np.isnan(want["f"].iloc[1])
+    nulls = pd.DataFrame({"f": np.array([1.5, None], dtype=object)})
+    with pytest.raises(kp.SchemaError, match=r"column 'f' holds a null"):
+        kp.spark.run(same, {"T": nulls}, spark=spark)["out"].collect()
