@@ -244,12 +244,25 @@ def _check_names(names, schema: Schema, what: str):
         raise SchemaError(f"{what} does not match the schema {list(schema.names)}: " + "; ".join(parts))
 
 
+def _mapping_column(c, name: str, dtype: str):
+    """One column of a mapping as ``encode_column`` takes it. Lists stay lists, so that Python ints are
+    converted exactly (NumPy would make floats of a list mixing ints beyond int64 with negative ones); a
+    pandas Series or array is read as a DataFrame's column is (its NA a null, not the NaN NumPy makes of
+    it); asanyarray keeps a masked array's mask (refused where it hides values)."""
+    if isinstance(c, (list, tuple, Coded)):
+        return c
+    if type(c).__module__.startswith("pandas"):
+        import pandas as pd
+        if isinstance(c, pd.api.extensions.ExtensionArray):
+            c = pd.Series(c)
+        if isinstance(c, pd.Series):
+            return _pandas_column(c.rename(name), dtype)
+    return np.asanyarray(c)
+
+
 def _from_mapping(mapping, schema: Schema, symbols, what: str, n: int | None = None) -> np.ndarray:
     _check_names(list(mapping), schema, what)
-    # lists stay lists, so that Python ints are converted exactly (NumPy would make floats of a list mixing
-    # ints beyond int64 with negative ones)
-    cols = [mapping[n] if isinstance(mapping[n], (list, tuple, Coded)) else np.asanyarray(mapping[n])
-            for n in schema.names]  # (asanyarray: a masked array keeps its mask, refused where it hides values)
+    cols = [_mapping_column(mapping[n], n, d) for n, d in zip(schema.names, schema.dtypes)]
     for n, c in zip(schema.names, cols):
         if isinstance(c, np.ndarray) and c.ndim != 1:
             raise SchemaError(f"column {n!r} of {what} must be a sequence of values (one per row), got "
