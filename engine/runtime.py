@@ -48,6 +48,7 @@ class Engine:
         self._lock = threading.Lock()
         self._inputs: dict = {}
         self._owned: dict = {}  # dataflow name -> the inputs dropped with it (``own_inputs``)
+        self._orphans: list = []  # owned inputs of dropped dataflows, still read (dropped at a later drop)
         self._pool = WorkerPool(self.workers)
         self._scheduler = Scheduler(self._pool)
         self._closed = False
@@ -124,19 +125,20 @@ class Engine:
         dataflow still reads (a retired one, kept for a reader of its exports) waits for the next drop."""
         installed = self.snapshot().dataflows
         with self._lock:
-            gone = {d: self._owned.pop(d) for d in list(self._owned) if d not in installed}
-        for d, names in gone.items():
-            left = []
-            for n in names:
-                try:
-                    self.drop_input(n)
-                except UnknownNameError:  # dropped already
-                    pass
-                except KpgnbError:
-                    left.append(n)
-            if left:
-                with self._lock:
-                    self._owned.setdefault(d, []).extend(left)
+            names = [n for d in list(self._owned) if d not in installed for n in self._owned.pop(d)]
+            names += self._orphans
+            self._orphans = []
+        left = []
+        for n in names:
+            try:
+                self.drop_input(n)
+            except UnknownNameError:  # dropped already
+                pass
+            except KpgnbError:
+                left.append(n)
+        if left:  # (no longer under the dataflow's name, which a new dataflow may take meanwhile)
+            with self._lock:
+                self._orphans.extend(left)
 
     def own_inputs(self, dataflow: str, *inputs: str):
         """Drop ``inputs`` when dataflow ``dataflow`` is dropped (``drop``): inputs made for it alone, as a

@@ -259,3 +259,32 @@ def test_a_dropped_dataflow_kept_for_its_readers_gives_up_its_name_to_a_new_inst
         a.advance_to(2)
         eng.wait(r)
         assert _rows(r) == [(10,), (20,)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_datalog_program_with_facts_installs_again_while_its_dropped_self_is_read(workers):
+    """Dropping program `p` while `r` reads its `p.tc` keeps the old p (and the input holding its facts)
+    for r; installing p again failed: "an input named 'p#facts.edge' exists already". The new p gets
+    inputs of its own, r reads on, and the old facts input goes once nothing reads it."""
+    prog = """
+    edge(1, 2). edge(2, 3).
+    tc(x, y) :- edge(x, y).
+    tc(x, z) :- tc(x, y), edge(y, z).
+    """
+    with kp.Engine(workers=workers) as eng:
+        eng.datalog(prog, name="p")
+        with eng.dataflow("r") as df:
+            r = df.use("p.tc").view("r")
+        eng.wait(r)
+        eng.drop("p")
+        p = eng.datalog(prog + "edge(3, 4).", name="p")
+        eng.wait(p["tc"])
+        eng.wait(r)
+        assert _rows(p["tc"]) == [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]
+        assert _rows(r) == [(1, 2), (1, 3), (2, 3)]
+        facts = sorted(n for n in eng.inputs() if n.startswith("p#facts"))
+        assert len(facts) == 2
+        eng.drop("r")
+        assert [n for n in eng.inputs() if n.startswith("p#facts")] == [facts[1]]
+        eng.drop("p")
+        assert not [n for n in eng.inputs() if n.startswith("p#")]

@@ -161,18 +161,29 @@ class Program:
     def _fact_inputs(self) -> dict:
         a, out = self.analysis, {}
         for pred, rows in fact_rows(a).items():
-            name = f"{self.name}#facts.{pred}"
-            self._helpers.append(self.engine.input(name, a.columns[pred], a.dtypes[pred], rows=rows))
-            out[pred] = name
+            out[pred] = self._helper(f"{self.name}#facts.{pred}", a.columns[pred], a.dtypes[pred], rows)
         return out
+
+    def _helper(self, base: str, columns, dtypes, rows) -> str:
+        """A new engine input holding rows of the program's own, named ``base`` or, where an input of that
+        name is kept for a dropped program of this name (read by another dataflow still), ``base~k``."""
+        inputs = self.engine.inputs()
+        for k in itertools.count(1):
+            name = base if k == 1 else f"{base}~{k}"
+            if name not in inputs:
+                try:
+                    self._helpers.append(self.engine.input(name, columns, dtypes, rows=rows))
+                    return name
+                except UsageError:
+                    inputs = self.engine.inputs()
+                    if name not in inputs:
+                        raise
 
     def _needs_unit(self) -> bool:
         return needs_unit(self.analysis)
 
     def _unit_input(self) -> str:
-        name = f"{self.name}#unit"
-        self._helpers.append(self.engine.input(name, ["unit"], ["int64"], rows=[(0,)]))
-        return name
+        return self._helper(f"{self.name}#unit", ["unit"], ["int64"], [(0,)])
 
     def _drop_helpers(self):
         for s in self._helpers:
