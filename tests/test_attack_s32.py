@@ -288,3 +288,40 @@ def test_a_datalog_program_with_facts_installs_again_while_its_dropped_self_is_r
         assert [n for n in eng.inputs() if n.startswith("p#facts")] == [facts[1]]
         eng.drop("p")
         assert not [n for n in eng.inputs() if n.startswith("p#")]
+
+
+@pytest.mark.parametrize("memory", ["full", "jod", "drop"])
+def test_the_ife_refuses_edge_multiplicities_that_sum_past_the_bound(memory):
+    """Join-on-demand reads an edge's updates and sums them itself (np.add.reduceat): three updates of
+    2**62 - 1 to one edge wrapped to a negative multiplicity and the edge was silently gone, where the
+    full mode refuses them. Every mode fails the dataflow naming the bound."""
+    from kpgnb import graphs
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("E", ["src", "dst"])
+        r = eng.input("R", ["node"], rows=[(1,)])
+        r.advance_to(1)
+        with eng.dataflow("g") as df:
+            v = graphs.reachable(df.input("E"), df.input("R"), memory=memory,
+                                 drop=kp.Drop(p=0.5) if memory == "drop" else None).view("v")
+        with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
+            for ep in range(3):
+                e.update([(1, 2)], [2 ** 62 - 1])
+                e.advance_to(ep + 1)
+                r.advance_to(ep + 2)
+            eng.wait(v, timeout=60)
+
+
+@pytest.mark.parametrize("memory", ["jod", "full"])
+def test_an_ife_int_sum_outside_int64_fails_instead_of_wrapping(memory):
+    """agg="sum" over int states: two neighbours' states of 2**62 sum to 2**63, outside int64. Join on
+    demand summed them with np.add.reduceat and wrapped to the int64 minimum; both modes refuse it."""
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("E", ["src", "dst"], rows=[(1, 3), (2, 3)])
+        s = eng.input("S", ["node", "x"], rows=[(1, 2 ** 62), (2, 2 ** 62)])
+        with eng.dataflow("g") as df:
+            v = df.input("S").ife(df.input("E"), key="node", node="node", value="x", message=lambda x: x,
+                                  agg="sum", rounds=1, memory=memory).view("v")
+        e.advance_to(1)
+        s.advance_to(1)
+        with pytest.raises(kp.DataflowError, match="overflow"):
+            eng.wait(v, timeout=60)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..batch import Batch, form_shards
+from ..batch import Batch, form_shards, multiplicity_overflow
 from ..columns import SchemaError, UpdateBatch, whole
 from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
@@ -52,6 +52,28 @@ from .reader import ArrangedInput
 
 ABSENT = np.iinfo(np.int64).min  # "no state": the bit pattern of -0.0, which canonical floats never have
 AGGS = ("min", "max", "sum")
+
+
+def _exact_sums(x, c, starts, limit: int, error):
+    """``np.add.reduceat(x * c, starts)`` (c None: x alone) for int64 columns, exact: a group whose terms'
+    magnitudes could pass ``limit`` (estimated in float64) is summed in Python integers, and a total of
+    magnitude ``limit`` or more raises ``error(total)`` instead of wrapping."""
+    c = np.ones_like(x) if c is None else c
+    risky = np.flatnonzero(np.add.reduceat(np.abs(x.astype(np.float64) * c), starts) >= limit / 4)
+    sums = np.add.reduceat(x * c, starts)
+    ends = np.r_[starts[1:], len(x)]
+    for g in risky:
+        a, b = int(starts[g]), int(ends[g])
+        total = sum(int(v) * int(w) for v, w in zip(x[a:b], c[a:b]))
+        if abs(total) >= limit:
+            raise error(total)
+        sums[g] = total
+    return sums
+
+
+def _sum_overflow(total: int) -> OverflowError:
+    return OverflowError(f"an int64 sum overflows: a node's total is {total}, outside int64; sum a float64 "
+                         f"value for such totals")
 
 
 @dataclass
@@ -207,7 +229,7 @@ class IfeOp(Operator):
             new = np.ones(len(diffs), bool)
             new[1:] = (probe[1:] != probe[:-1]) | (vals[:, 1:] != vals[:, :-1]).any(axis=0)
             starts = np.flatnonzero(new)
-            diffs = np.add.reduceat(diffs, starts)
+            diffs = _exact_sums(diffs, None, starts, 1 << 62, lambda total: multiplicity_overflow())
             probe, vals = probe[starts], vals[:, starts]
             nz = diffs != 0
             probe, vals, diffs = probe[nz], vals[:, nz], diffs[nz]
@@ -369,9 +391,10 @@ class IfeOp(Operator):
         order = np.lexsort((x, q))  # a fixed order: sums come out the same bits every time
         q, x = q[order], x[order]
         starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-        if spec.agg == "sum":
-            w = (x * c[order]) if not fl else x * c[order].astype(np.float64)
-            agg = np.add.reduceat(w, starts)
+        if spec.agg == "sum" and fl:
+            agg = np.add.reduceat(x * c[order].astype(np.float64), starts)
+        elif spec.agg == "sum":
+            agg = _exact_sums(x, c[order], starts, 1 << 63, _sum_overflow)
         elif spec.agg == "min":
             agg = x[starts]
         else:
