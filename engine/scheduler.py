@@ -547,11 +547,11 @@ class Scheduler:
             # a dropped dataflow's export, kept while others read it, gives its name up to the new one (the
             # cell that made it is run again): its readers keep the old arrangement; a dropped dataflow of
             # the new one's name is listed as NAME~k
-            self._replaced += 1
+            k = self._suffix([name] if namesakes else [], [entry.name for entry in held])
             for entry in held:
-                self._rename_export(entry.producer, entry.name, self._replaced)
+                self._rename_export(entry.producer, entry.name, k)
             for d in namesakes:
-                self._rename(d, self._replaced)
+                self._rename(d, k)
         if old is not None:
             # the new dataflow reads what it uses already: dropping the old one must not collect an
             # arrangement (of a dropped producer) that only the two of them read
@@ -639,8 +639,7 @@ class Scheduler:
         renamed ``NAME~k``, and so are its exports the new one defines again, in the catalog and in the
         ``uses`` of their readers: those readers keep the old arrangement, later ``use``s get the new one.
         Then it is dropped as usual (kept, pruned, while its exports are read)."""
-        self._replaced += 1
-        k = self._replaced
+        k = self._suffix([old.name], sorted(set(old.exports) & exports))
         for e in sorted(set(old.exports) & exports):
             self._rename_export(old, e, k)
         name = old.name
@@ -648,6 +647,17 @@ class Scheduler:
         self._rename(old, k)
         self.dataflows[old.name] = self.dataflows.pop(name)
         self._drop(old.name, cascade=False)
+
+    def _suffix(self, dataflows: list, exports: list) -> int:
+        """The next k (counting renames) for which every ``NAME~k`` of these dataflows and exports is free:
+        a user's own dataflow or export may be named so."""
+        taken = set(self.dataflows) | {d.name for d in self.retired}
+        while True:
+            self._replaced += 1
+            k = self._replaced
+            if not any(f"{n}~{k}" in taken for n in dataflows) and not any(f"{e}~{k}" in self.catalog
+                                                                          for e in exports):
+                return k
 
     @staticmethod
     def _rename(df: Dataflow, k: int):

@@ -325,3 +325,37 @@ def test_an_ife_int_sum_outside_int64_fails_instead_of_wrapping(memory):
         s.advance_to(1)
         with pytest.raises(kp.DataflowError, match="overflow"):
             eng.wait(v, timeout=60)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_renaming_a_kept_dataflow_and_export_skips_names_the_user_took(replace):
+    """The kept export of a dropped (or replaced) `base` is renamed Bx~k, and `base` itself base~k, with k
+    a counter: where the user had an export `Bx~1` of a dataflow `base~1`, the catalog entry was
+    overwritten (a `use` of Bx~1 read the other arrangement) and two dataflows were listed as base~1.
+    The rename takes the next k whose names are free."""
+    with kp.Engine(workers=1) as eng:
+        a = eng.input("A", ["k"], rows=[(1,)])
+        a.advance_to(1)
+
+        def base():
+            with eng.dataflow("base", replace=replace) as df:
+                df.input("A").map(lambda k: {"k": k * 10}).distinct().export("Bx")
+        base()
+        with eng.dataflow("base~1") as df:
+            df.input("A").map(lambda k: {"k": k * 1000}).distinct().export("Bx~1")
+        with eng.dataflow("r") as df:
+            r = df.use("Bx").view("r")
+        if not replace:
+            eng.drop("base")
+        base()
+        snap = eng.snapshot()
+        names = sorted(snap.dataflows) + sorted(snap.retired)
+        assert len(names) == len(set(names)) and "base~1" in snap.dataflows
+        assert snap.catalog["Bx~1"].dataflow == "base~1"
+        kept = [n for n in snap.catalog if n.startswith("Bx~") and n != "Bx~1"]
+        assert len(kept) == 1 and snap.catalog[kept[0]].dataflow in snap.retired
+        with eng.dataflow("q") as df:
+            q = df.use("Bx~1").view("q")
+        eng.wait(q)
+        eng.wait(r)
+        assert _rows(q) == [(1000,)] and _rows(r) == [(10,)]
