@@ -7,6 +7,8 @@ table changes nothing; string columns are dictionary-encoded by Arrow and each d
 once, the rows then mapped with NumPy (pandas string columns likewise through ``factorize``)."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from .columns import Schema, SchemaError, SymbolTable, encode_column, whole
@@ -247,16 +249,13 @@ def _check_names(names, schema: Schema, what: str):
 def _mapping_column(c, name: str, dtype: str):
     """One column of a mapping as ``encode_column`` takes it. Lists stay lists, so that Python ints are
     converted exactly (NumPy would make floats of a list mixing ints beyond int64 with negative ones); a
-    pandas Series or array is read as a DataFrame's column is (its NA a null, not the NaN NumPy makes of
+    pandas Series, Index or array is read as a DataFrame's column is (its NA a null, not the NaN NumPy makes of
     it); asanyarray keeps a masked array's mask (refused where it hides values)."""
     if isinstance(c, (list, tuple, Coded)):
         return c
-    if type(c).__module__.startswith("pandas"):
-        import pandas as pd
-        if isinstance(c, pd.api.extensions.ExtensionArray):
-            c = pd.Series(c)
-        if isinstance(c, pd.Series):
-            return _pandas_column(c.rename(name), dtype)
+    pd = sys.modules.get("pandas")  # (a pandas object exists only where pandas is imported)
+    if pd is not None and isinstance(c, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray)):
+        return _pandas_column(pd.Series(c, name=name, copy=False), dtype)
     return np.asanyarray(c)
 
 

@@ -649,23 +649,28 @@ def _arrow_array(v: np.ndarray):
         return pa.array(v)
     try:
         return pa.array(v, from_pandas=False)  # None is null, NaN a value
-    except pa.ArrowInvalid:
-        return pa.array(v, from_pandas=True)  # a pd.NA or NaT: a null, refused with the column named
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array(v, from_pandas=True)  # a pd.NA, NaT or a str column's NaN: a null, refused as such
 
 
 def _arrow_of(name: str, frame):
-    """A pandas frame as an Arrow table of what the engine would take from it: NaN stays a float value
-    (Spark's own conversion of pandas makes it null); None, and NA in a nullable (extension) column such as
-    Int64, is a null (refused later, as the engine refuses it); an object column of str, bool or int values
-    takes their type."""
+    """A pandas frame (an Arrow table is taken as it is) as an Arrow table of what the engine would take
+    from it: NaN stays a float value (Spark's own conversion of pandas makes it null); None, and NA in a
+    nullable (extension) column such as Int64, is a null (refused later, as the engine refuses it); an
+    object column of str, bool or int values takes their type."""
     import pyarrow as pa
 
     if not hasattr(frame, "columns"):
         raise SchemaError(f"input {name!r} is a {type(frame).__name__}, not a Spark or pandas DataFrame")
-    names = [str(c) for c in frame.columns]
+    names = [str(c) for c in (frame.column_names if isinstance(frame, pa.Table) else frame.columns)]
     twice = next((c for c in names if names.count(c) > 1), None)
     if twice is not None:
         raise SchemaError(f"input {name!r} has two columns named {twice!r}; rename or drop one first")
+    if isinstance(frame, pa.Table):  # taken as it is, as the engine takes it
+        for c, field in zip(names, frame.schema):
+            if str(field.type) != "null":
+                arrow_dtype(f"{name}.{c}", field.type)
+        return frame
     cols = {}
     for i, c in enumerate(frame.columns):
         series = frame.iloc[:, i]
@@ -674,6 +679,9 @@ def _arrow_of(name: str, frame):
                 col = pa.array(series, from_pandas=True)
             else:
                 col = _arrow_array(series.to_numpy())
+        except OverflowError:
+            raise SchemaError(f"input {name!r}: column {c!r} holds an int outside int64's range "
+                              f"[-2**63, 2**63 - 1]") from None
         except (pa.ArrowException, TypeError, ValueError) as err:
             raise SchemaError(f"input {name!r}: column {c!r} ({series.dtype}) is not int, float, bool or str: "
                               f"{err}") from None

@@ -59,7 +59,8 @@ def test_a_float64_na_and_a_masked_value_are_refused_as_nulls():
             x.insert(pd.DataFrame({"a": [3, 4], "f": pd.array([1.0, None], dtype="Float64")}))
         with pytest.raises(kp.SchemaError, match=r"column 'a' holds a null \(a masked value\) at row 1"):
             x.insert({"a": np.ma.array([1, 2], mask=[0, 1]), "f": [0.5, 1.5]})
-        for f in (pd.array([1.0, None], dtype="Float64"), pd.Series([1.0, None], dtype="Float64")):
+        for f in (pd.array([1.0, None], dtype="Float64"), pd.Series([1.0, None], dtype="Float64"),
+                  pd.Index([1.0, None], dtype="Float64"), pd.Index(pd.array([1.0, None], dtype="float64[pyarrow]"))):
             with pytest.raises(kp.SchemaError, match=r"column 'f' holds a null \(NA\) at row 1"):
                 x.insert({"a": [3, 4], "f": f})  # (a dict's pandas column: NumPy made NaN of its NA)
         x.insert({"a": np.ma.array([5, 6]), "f": pd.array([2.5, 3.5], dtype="Float64")})  # nothing masked: fine

@@ -256,3 +256,18 @@ def test_pandas_inputs_with_two_columns_of_one_name_or_nan_in_objects(spark):
     nulls = pd.DataFrame({"f": np.array([1.5, None], dtype=object)})
     with pytest.raises(kp.SchemaError, match=r"column 'f' holds a null"):
         kp.spark.run(same, {"T": nulls}, spark=spark)["out"].collect()
+
+
+def test_pandas_str_nan_big_object_ints_and_arrow_tables(spark):
+    """pandas' missing string (NaN in a str column) got "is not int, float, bool or str: Expected bytes",
+    where the engine says the column holds a null; an object int past int64 a raw OverflowError; an Arrow
+    table, which the engine takes, an AttributeError. Each as the engine takes it now."""
+    import pyarrow as pa
+    same = lambda df: df.input("T").view("out")  # noqa: E731
+    with pytest.raises(kp.SchemaError, match=r"column 's' holds a null"):
+        kp.spark.run(same, {"T": pd.DataFrame({"s": ["a", np.nan]})}, spark=spark)["out"].collect()
+    big = pd.DataFrame({"k": np.array([1, 2 ** 63], dtype=object)})
+    with pytest.raises(kp.SchemaError, match=r"column 'k' holds an int outside int64"):
+        kp.spark.run(same, {"T": big}, spark=spark)
+    out = kp.spark.run(same, {"T": pa.table({"k": [2, 1], "s": ["x", "y"]})}, spark=spark)["out"].toPandas()
+    assert sorted(zip(out["k"], out["s"])) == [(1, "y"), (2, "x")]
