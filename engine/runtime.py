@@ -109,7 +109,13 @@ class Engine:
 
     def _install(self, builder, replace: bool = False):
         self._live()
-        return self._scheduler.call(Install(builder, replace, contextvars.copy_context()))
+        name = self._scheduler.call(Install(builder, replace, contextvars.copy_context()))
+        if replace:  # the replaced dataflow's own inputs go with it (kept while still read)
+            with self._lock:
+                self._orphans += self._owned.pop(name, [])
+        if self._orphans:  # (a replaced or reinstalled dataflow may have been the last to read them)
+            self._drop_owned()
+        return name
 
     def drop(self, name: str, cascade: bool = False):
         """Uninstall a dataflow, stopping any computation in flight: its views go at once. Arrangements it
@@ -122,7 +128,8 @@ class Engine:
 
     def _drop_owned(self):
         """The inputs owned by dataflows no longer installed (this drop's, its cascade's); one that a
-        dataflow still reads (a retired one, kept for a reader of its exports) waits for the next drop."""
+        dataflow still reads (a retired one, kept for a reader of its exports) is an orphan, tried again at
+        the next drop, install or closed handle."""
         installed = self.snapshot().dataflows
         with self._lock:
             names = [n for d in list(self._owned) if d not in installed for n in self._owned.pop(d)]
@@ -210,7 +217,18 @@ class Engine:
         try:
             self._scheduler.submit(Collect())
         except EngineError:
-            pass  # closed engine
+            return  # closed engine
+        if self._orphans:
+            # the handle may have been the last reader of a dropped dataflow that owns inputs: they go
+            # after the Collect (commands run in order), from a thread of their own, as a handle may be
+            # closed anywhere (the scheduler's thread, a finalizer)
+            threading.Thread(target=self._drop_orphans, name="kpgnb-orphans", daemon=True).start()
+
+    def _drop_orphans(self):
+        try:
+            self._drop_owned()
+        except KpgnbError:
+            pass  # the engine closed meanwhile
 
     def arrangements(self, live: bool = False, snapshot: EngineSnapshot | None = None) -> list:
         """Every arrangement the engine maintains, exported or internal, inputs included: one dict each

@@ -360,3 +360,30 @@ def test_renaming_a_kept_dataflow_and_export_skips_names_the_user_took(replace):
         eng.wait(q)
         eng.wait(r)
         assert _rows(q) == [(1000,)] and _rows(r) == [(10,)]
+
+
+@pytest.mark.parametrize("reader", ["handle", "replaced"])
+def test_a_dropped_programs_facts_go_when_its_last_reader_goes_another_way(reader):
+    """The facts input of a dropped program p, kept while r reads p's export, was dropped only by a later
+    eng.drop: where the last reader went by closing its handle, or by a replacing install of r, the old
+    facts stayed listed with their rows, read by nothing."""
+    prog = "edge(1, 2). edge(2, 3). tc(x, y) :- edge(x, y). tc(x, z) :- tc(x, y), edge(y, z)."
+    with kp.Engine(workers=1) as eng:
+        eng.datalog(prog, name="p")
+        if reader == "handle":
+            h = eng.trace("p.tc")
+        else:
+            with eng.dataflow("r") as df:
+                df.use("p.tc").view("r")
+        eng.drop("p")
+        assert [n for n in eng.inputs() if n.startswith("p#")] == ["p#facts.edge"]
+        if reader == "handle":
+            h.close()
+        else:
+            eng.input("other", ["k"])
+            with eng.dataflow("r", replace=True) as df:
+                df.input("other").view("r")
+        deadline = time.monotonic() + 30  # (a closed handle's orphans go from a thread of their own)
+        while [n for n in eng.inputs() if n.startswith("p#")] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not [n for n in eng.inputs() if n.startswith("p#")]
