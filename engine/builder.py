@@ -37,6 +37,7 @@ class DataflowBuilder:
         self._used: dict = {}
         self.state = "building"
         self.dataflow = None
+        self.serial = None  # which install of the name this is, once installed (DataflowInfo.serial)
 
     def __enter__(self):
         return self

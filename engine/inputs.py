@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 from .columns import Schema, SchemaError, SymbolTable, encode_column, whole
+from .kernels import MAX_MULT
 
 
 STREAMING = ("the Spark DataFrame is a stream: it has no rows to read at once; feed it into an input with "
@@ -302,7 +303,7 @@ def _encode_all(cols, schema: Schema, symbols, n: int | None = None) -> np.ndarr
     return data
 
 
-DIFF_LIMIT = 2 ** 62  # a diff's magnitude: sums of a few stay in int64 (|multiplicity| beyond this is an error)
+DIFF_LIMIT = MAX_MULT  # a diff's magnitude: sums of a few stay in int64 (|multiplicity| beyond this is an error)
 
 
 def diffs_array(diffs, n: int) -> np.ndarray:

@@ -91,6 +91,8 @@ class Engine:
         readers, while dataflows already reading them keep the old arrangement (renamed ``NAME~k``, kept
         while read)."""
         self._live()
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"a dataflow's name must be a non-empty str, got {name!r}")
         if not replace and name in self.snapshot().dataflows:
             raise UsageError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first "
                              f"or replace it (eng.dataflow({name!r}, replace=True))")
@@ -104,6 +106,8 @@ class Engine:
         goals (the inputs are indexed and shared with them). The front end lives in ``kpgnb.datalog``
         (imported here on first use: the engine itself knows nothing of Datalog)."""
         import importlib
+        if name is not None and (not isinstance(name, str) or not name):
+            raise UsageError(f"a Datalog program's name must be a non-empty str (or None: datalogN), got {name!r}")
         return importlib.import_module("kpgnb.datalog").install(self, text, inputs=inputs, name=name,
                                                                  materialize=materialize)
 

@@ -542,6 +542,7 @@ class Scheduler:
         for uname in b.uses:
             sources |= self.catalog.get(uname).producer.sources
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
+        b.serial = df.serial
         namesakes = [d for d in self.retired if d.name == name]
         if held or namesakes:
             # a dropped dataflow's export, kept while others read it, gives its name up to the new one (the

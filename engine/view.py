@@ -124,8 +124,9 @@ class View:
         upto = epoch_of(snap.upper) if at is None else at + 1
         if at is None and upto is not None and upto <= self.op.born:
             # a dataflow installed late answers from the epoch its imports start at (``born``) on; until that
-            # epoch is final the view holds no complete epoch (its trace has no rows before it): nothing
-            upto = 0
+            # epoch is final the view holds no complete epoch: nothing (what its trace holds already is a
+            # part of that epoch, e.g. rows of an input that is behind the others)
+            return np.zeros((len(self.schema.names), 0), np.int64), np.zeros(0, np.int64), 0
         if at is not None and self.op.born > 0 and at < self.op.born:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: dataflow {self.dataflow!r} "
                                  f"started from its inputs as of epoch {self.op.born} and has no answer for "

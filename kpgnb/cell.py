@@ -107,6 +107,11 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         src = sources.get(var)
         if src is not None and src.is_(obj):
             return var, None
+        if flag == "inputs=":  # eng.datalog: the input is named after the predicate
+            raise UsageError(f"inputs=: an engine input named {var!r} exists already"
+                             + (" (loaded from another DataFrame)" if src is not None else "")
+                             + f"; bind the predicate to it by name (inputs={{{var!r}: {var!r}}}), or drop it "
+                             f"first (eng.drop_input({var!r}))")
         raise UsageError(f"{flag}: an engine input named {var!r} exists already"
                          + (", loaded from an earlier value of the variable" if src is not None else "")
                          + f". Change it through kp.input({var!r}).insert/remove, or load this value under "

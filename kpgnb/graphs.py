@@ -15,7 +15,7 @@ def bfs(edges, roots, memory: str = "full", drop=None):
     """Distances from a set of roots: iterate + min. ``edges`` (src, dst), ``roots`` (node); output (node,
     dist). ``memory`` ("full", "jod" or "drop", with ``drop=kp.Drop(...)``) as in ``Collection.ife``: the
     answer is the same."""
-    start = roots.map(lambda node: {"node": node, "dist": node * 0})
+    start = roots.map(lambda node: {"node": node, "dist": np.zeros(len(node), np.int64)})  # (any node type)
     if memory != "full" or drop is not None:
         return start.ife(edges.select("src", "dst"), key="node", node="node", value="dist",
                          message=lambda dist: dist + 1, agg="min", memory=memory, drop=drop, name="bfs")

@@ -387,3 +387,103 @@ def test_a_dropped_programs_facts_go_when_its_last_reader_goes_another_way(reade
         while [n for n in eng.inputs() if n.startswith("p#")] and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not [n for n in eng.inputs() if n.startswith("p#")]
+
+
+@pytest.mark.parametrize("memory", ["full", "jod"])
+def test_a_late_dataflow_shows_nothing_until_its_start_epoch_is_final(memory):
+    """`edges` is complete to epoch 3 and `sources` to 0 when sssp is installed, so it answers from epoch 3
+    on. Until that epoch is final its view must read as nothing; it read the source's own row (distance 0)
+    alone, derived from the input that is behind: a state that never was."""
+    from kpgnb import graphs
+    with kp.Engine(workers=1) as eng:
+        edges = eng.input("edges", ["src", "dst", "w"], rows=[(0, 1, 1)])
+        sources = eng.input("sources", ["source"], rows=[(0,)])
+        edges.advance_to(1)
+        sources.advance_to(1)
+        for ep in range(1, 4):
+            edges.insert([(ep, ep + 1, 1)])
+            edges.advance_to(ep + 1)
+        with eng.dataflow("late") as df:
+            v = graphs.sssp(df.input("edges"), df.input("sources"), memory=memory).view("v")
+        eng.wait(v)
+        got = v.to_pandas()
+        assert got.empty and got.attrs["epoch"] == 0
+        sources.advance_to(5)
+        edges.advance_to(5)
+        eng.wait(v)
+        assert _rows(v) == [(0, n, n) for n in range(5)]
+
+
+def test_a_stale_datalog_program_refuses_goals_and_leaves_its_successor_alone():
+    """`old` is a program p that was dropped and installed anew over other rows: old.goal(...) attached
+    to the new program's exports and answered from its rows; old.drop() dropped the new program. Both
+    now say the program was dropped; a goal on a dropped program said an internal export was missing."""
+    with kp.Engine(workers=1) as eng:
+        eng.input("e1", ["a", "b"], rows=[(1, 2), (2, 3)]).advance_to(1)
+        eng.input("e2", ["a", "b"], rows=[(1, 100), (100, 200)]).advance_to(1)
+        text = "tc(x, y) :- edge(x, y). tc(x, z) :- tc(x, y), edge(y, z)."
+        old = eng.datalog(text, inputs={"edge": "e1"}, name="p")
+        eng.drop("p")
+        with pytest.raises(kp.UsageError, match="Datalog program 'p' has been dropped"):
+            old.goal("tc(?, _)")
+        new = eng.datalog(text, inputs={"edge": "e2"}, name="p")
+        with pytest.raises(kp.UsageError, match="installed anew"):
+            old.goal("tc(?, _)")
+        old.drop()
+        g = new.goal("tc(?, _)")
+        g.ask(1)
+        eng.wait(g.view)
+        assert _rows(g.view) == [(1, 100), (1, 200)]
+
+
+def test_a_dataframe_bound_by_inputs_is_an_input_of_the_program():
+    """A DataFrame in eng.datalog(inputs=) became a permanent engine input named after the predicate: the
+    program ran again (dropped, then installed with new rows) was refused, as the old input stayed. It is
+    the program's own input now, dropped with it."""
+    import pandas as pd
+    with kp.Engine(workers=1) as eng:
+        p = eng.datalog("r(x, y) :- t(x, y).", inputs={"t": pd.DataFrame({"a": [1, 2], "b": [10, 20]})}, name="p")
+        eng.wait(p["r"])
+        assert _rows(p["r"]) == [(1, 10), (2, 20)] and "t" in eng.inputs()
+        eng.drop("p")
+        assert "t" not in eng.inputs()
+        p = eng.datalog("r(x, y) :- t(x, y).", inputs={"t": pd.DataFrame({"a": [7], "b": [70]})}, name="p")
+        eng.wait(p["r"])
+        assert _rows(p["r"]) == [(7, 70)]
+        with pytest.raises(kp.UsageError, match=r"inputs=: an engine input named 't' exists already"):
+            eng.datalog("s(x) :- t(x, _).", inputs={"t": pd.DataFrame({"a": [5], "b": [6]})}, name="q")
+
+
+@pytest.mark.parametrize("name", [5, "", None])
+def test_dataflow_and_program_names_are_strings(name):
+    """eng.dataflow(7) and eng.datalog(..., name=5) were accepted, and the int name then broke
+    eng.catalog(), eng.stats() and eng.arrangements() until it was dropped."""
+    with kp.Engine(workers=1) as eng:
+        with pytest.raises(kp.UsageError, match="name must be a non-empty str"):
+            eng.dataflow(name)
+        if name is not None:
+            with pytest.raises(kp.UsageError, match="name must be a non-empty str"):
+                eng.datalog("r(1).", name=name)
+        eng.catalog(), eng.stats(), eng.arrangements()
+
+
+@pytest.mark.parametrize("memory", ["full", "jod"])
+@pytest.mark.parametrize("ids", [["a", "b", "c", "d"], [0.5, 1.5, 2.5, 3.5]])
+def test_bfs_over_str_and_float_node_ids(memory, ids):
+    """bfs started each root at `node * 0`: a str column for str ids (the full mode failed adding 1 to it,
+    JOD refused a 'dist' column the user never made) and a float one for float ids. Distances are int64
+    hop counts whatever the node type."""
+    from kpgnb import graphs
+    dt = "str" if isinstance(ids[0], str) else "float64"
+    a, b, c, d = ids
+    with kp.Engine(workers=1) as eng:
+        e = eng.input("e", ["src", "dst"], [dt, dt], rows=[(a, b), (b, c), (a, c), (d, a)])
+        r = eng.input("r", ["node"], [dt], rows=[(a,)])
+        e.advance_to(1)
+        r.advance_to(1)
+        with eng.dataflow("g") as df:
+            v = graphs.bfs(df.input("e"), df.input("r"), memory=memory).view("v")
+        eng.wait(v)
+        got = v.to_pandas()
+        assert str(got["dist"].dtype) == "int64"
+        assert sorted(map(tuple, got.values.tolist())) == [(a, 0), (b, 1), (c, 1)]

@@ -10,6 +10,8 @@ from numba import njit, types
 from numba.core import config
 from numba.core.registry import CPUDispatcher
 
+MAX_MULT = 1 << 62  # a multiplicity's bound: diffs, and sums of equal updates, reaching it are refused
+
 
 class KernelDispatcher(CPUDispatcher):
     """A CPU dispatcher whose calls *from other kernels* are typed with plain (non-literal) argument

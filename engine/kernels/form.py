@@ -9,7 +9,7 @@ per row and column, which on large batches was several times the sort itself.
 """
 import numpy as np
 
-from . import kernel
+from . import MAX_MULT, kernel
 
 
 def trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr):
@@ -45,7 +45,6 @@ def close_rows(flat, rows, n, k):
             flat[c * k + j] = flat[c * n + j]
 
 
-MAX_MULT = 1 << 62  # a multiplicity's bound (engine/inputs.py DIFF_LIMIT): formation refuses sums reaching it
 SHORT_RUN = 24  # runs of equal hash up to this long are ranked by counting, longer ones merge sorted
 
 

@@ -2,11 +2,10 @@
 times are advanced to rep_F(t) and updates that become equal consolidate."""
 import numpy as np
 
-from . import kernel
+from . import MAX_MULT, kernel
 from .rows import advance_row, cmp_cols, cmp_val_time
 from .sort import sort_index_segment
 
-MAX_MULT = 1 << 62  # a multiplicity's bound (engine/inputs.py DIFF_LIMIT): sums reaching it are refused
 
 
 @kernel
@@ -236,10 +235,11 @@ def merge_whole(akh, akeys, akoff, avals, atimes, adiffs, bkh, bkeys, bkoff, bva
                okh, okeys, okoff, ovals, otimes, odiffs, state, frontier, np.int64(1) << 62)
     k = state[2]
     r = state[3]
-    if state[4]:
+    pos = 0
+    if state[4]:  # (an overflow: nothing of the result is used)
         k = 0
         r = 0
-    pos = -1 if state[4] else 0
+        pos = -1
     for i in range(r):
         if odiffs[i] > 0:
             pos += 1

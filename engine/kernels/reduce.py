@@ -22,15 +22,14 @@ updates per ready time.
 import numpy as np
 from numba import njit
 
-from . import helper, kernel
+from . import MAX_MULT, helper, kernel
 from .rows import cmp_cols, cmp_times, cmp_val_time, in_advance, leq_time
 from .sort import mix64, sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
 INT_MAX = np.int64(2**63 - 1)
 INT_MIN = np.int64(-2**63)
-SMALL = np.int64(2**31)
-MAX_MULT = np.int64(2**62)  # a multiplicity's bound (engine/inputs.py DIFF_LIMIT): sums reaching it are refused  # an int64 sum term of two factors below this in magnitude cannot overflow
+SMALL = np.int64(2**31)  # an int64 sum term of two factors below this in magnitude cannot overflow
 MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
 
 

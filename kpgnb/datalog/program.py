@@ -59,7 +59,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
                 schema = s.schema
             return list(schema.names), list(schema.dtypes)
         analysis = analyze(program, input_schema, bound)
-        name = name or _free_name(eng, "datalog")
+        name = _free_name(eng, "datalog") if name is None else name
         prog = Program(eng, name, analysis, materialize)
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
         prog._build(lambda df, p: prog.sources[p].read(df))
@@ -67,6 +67,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
         drop_loaded(eng, created)
         raise
     seal_loaded(created)
+    eng.own_inputs(prog.name, *[s.name for s in created])  # made for the program: dropped with it
     return prog
 
 
@@ -112,6 +113,7 @@ class Program:
         self._helpers: list = []   # engine inputs holding the program's facts
         self.goals: list = []
         self._lock = threading.Lock()  # goals are named and installed one at a time
+        self._install = None  # the builder of its dataflow (its serial tells this install from a later one)
 
     def _build(self, source, view_preds=None, export=True, shared=None):
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
@@ -122,6 +124,7 @@ class Program:
         try:
             facts = self._fact_inputs() if self.materialized else {}
             with eng.dataflow(self.name) as df:
+                self._install = df
                 rel = Relations(df, a, None if shared is None else lambda p, keys: shared(df, p, keys))
                 for pred in a.inputs:
                     rel.top[pred] = source(df, pred)
@@ -218,6 +221,7 @@ class Program:
         magic sets, reading this program's inputs and relations through their shared arrangements.
         ``g.ask(v)`` adds a binding of the ``?`` arguments and ``g.view`` holds the answers of every
         binding asked."""
+        self._check_installed(f"goal {pattern!r}")
         a = self.analysis
         pat = parse_pattern(pattern, a.columns, a.dtypes)
         known = {**a.inputs, **a.derived}
@@ -231,13 +235,26 @@ class Program:
             self.goals.append(g)
         return g
 
+    def _installed(self) -> bool:
+        """Whether the dataflow named ``self.name`` is this program's install (not a later one's)."""
+        info = self.engine.snapshot().dataflows.get(self.name)
+        return info is not None and self._install is not None and info.serial == self._install.serial
+
+    def _check_installed(self, what: str):
+        if not self._installed():
+            anew = self.name in self.engine.snapshot().dataflows
+            again = " (a dataflow of its name is installed anew)" if anew else ""
+            raise UsageError(f"{what}: Datalog program {self.name!r} has been dropped{again}; install it again "
+                             f"(eng.datalog(...)) and ask the new program")
+
     def drop(self):
-        """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (not the inputs
-        made from DataFrames, which later cells may read). Dataflows that import its relations keep them."""
+        """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (those made from
+        DataFrames by ``inputs=`` too; not those a notebook cell loaded from its variables, which later
+        cells may read). Dataflows that import its relations keep them."""
         for g in list(self.goals):
             g.drop()
-        if self.name in self.engine.snapshot().dataflows:
-            self.engine.drop(self.name)  # (and its fact inputs: ``own_inputs``)
+        if self._installed():
+            self.engine.drop(self.name)  # (and its own inputs: ``own_inputs``)
 
     def __repr__(self):
         return f"<Datalog program {self.name!r}: relations {', '.join(self.views)}>"
