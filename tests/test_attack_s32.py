@@ -487,3 +487,19 @@ def test_bfs_over_str_and_float_node_ids(memory, ids):
         got = v.to_pandas()
         assert str(got["dist"].dtype) == "int64"
         assert sorted(map(tuple, got.values.tolist())) == [(a, 0), (b, 1), (c, 1)]
+
+
+def test_datalog_inputs_must_map_predicates_that_rules_read():
+    """inputs= as a list failed with AttributeError ('list' object has no attribute 'items'); a binding of
+    a predicate no rule reads (a typo, or an int key) was accepted without a word."""
+    with kp.Engine(workers=1) as eng:
+        eng.input("edges", ["a", "b"], rows=[(1, 2)]).advance_to(1)
+        text = "r(x) :- edge(x, _)."
+        with pytest.raises(kp.UsageError, match="inputs= maps predicates"):
+            eng.datalog(text, inputs=[("edge", "edges")], name="p")
+        for bad in ({"edge": "edges", "egde": "edges"}, {"edge": "edges", 3: "edges"}):
+            with pytest.raises(kp.UsageError, match="which no rule reads"):
+                eng.datalog(text, inputs=bad, name="p")
+        p = eng.datalog(text, inputs={"edge": "edges"}, name="p")
+        eng.wait(p["r"])
+        assert _rows(p["r"]) == [(1,)]

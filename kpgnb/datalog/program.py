@@ -28,6 +28,14 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
     for goals to share) and derives nothing: for programs asked only through ``prog.goal``."""
     from ..cell import drop_loaded, input_for, seal_loaded
     program = parse(text)
+    if inputs is not None and not isinstance(inputs, dict):
+        raise UsageError(f"inputs= maps predicates to what they read (an engine input's name, an exported "
+                         f"arrangement's name, an input session or a DataFrame), got a {type(inputs).__name__}")
+    read = {lit.pred for r in program.rules for lit in r.body if isinstance(lit, Atom)}
+    for pred in inputs or {}:
+        if not isinstance(pred, str) or pred not in read:
+            raise UsageError(f"inputs= binds {pred!r}, which no rule reads; the predicates rules read are "
+                             f"{sorted(read)}")
     bound, created = {}, []   # pred -> Source
     try:
         catalog = eng.snapshot().catalog
