@@ -1,8 +1,9 @@
 """kpgnb.spark.run: the same builder function evaluated as Spark jobs gives what the engine's views hold.
 
 The oracle suite's random programs (every operator, loops, nested loops, mutual recursion, delayed entry,
-max_rounds) run on both with the same inputs, multiplicities and retractions included; kpgnb.graphs'
-algorithms run on both over random graphs; an operator Spark cannot run is refused before any job."""
+max_rounds) run on both with the same inputs, multiplicities and retractions included (kpgnb.graphs'
+algorithms over random graphs: test_spark_backend_attack.py); an operator Spark cannot run is refused
+before any job."""
 import sys
 from collections import Counter
 
@@ -12,7 +13,6 @@ import pytest
 from numba import njit
 
 import kpgnb as kp
-from kpgnb import graphs
 
 import reference
 from reference import COLS, build, evaluate, random_program, random_updates

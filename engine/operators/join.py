@@ -43,8 +43,8 @@ class _Product:
         probe, arow, brow, times, diffs = join_product(ha.off, ha.times, ha.diffs, hb.off, hb.times, hb.diffs,
                                                        self.state, n)
         if self.state[3]:
-            raise OverflowError(f"a join output's multiplicity reaches 2**62 or more (the product of two rows' "
-                                f"diffs); int64 multiplicities would wrap")
+            raise OverflowError("a join output's multiplicity reaches 2**62 or more (the product of two rows' "
+                                "diffs); int64 multiplicities would wrap")
         self.remaining -= n
         if n == 0:
             return None
