@@ -38,6 +38,7 @@ class DataflowBuilder:
         self.state = "building"
         self.dataflow = None
         self.serial = None  # which install of the name this is, once installed (DataflowInfo.serial)
+        self.owned: list = []  # engine inputs made for this dataflow alone (``own_inputs``)
 
     def __enter__(self):
         return self
@@ -67,6 +68,13 @@ class DataflowBuilder:
             raise
         self.state = "installed"
         return self.dataflow
+
+    def own_inputs(self, *names: str):
+        """Engine inputs made for this dataflow alone (a Datalog program's facts, a goal's bindings): the
+        engine drops them once the dataflow is gone (dropped, and no longer kept for its exports' readers).
+        Recorded with the install, so no drop can come between."""
+        inputs = self.engine.inputs()
+        self.owned += [inputs[n] for n in names]
 
     def loop(self) -> Scope:
         """A new iterative scope for mutually recursive Variables."""

@@ -134,5 +134,13 @@ class Follow:
 
 
 @dataclass
+class Own:
+    """Give an installed dataflow inputs to drop when it is gone (``Engine.own_inputs``)."""
+    dataflow: str
+    sessions: list
+    reply: Reply = field(default_factory=Reply)
+
+
+@dataclass
 class Collect:
     """Forget exports whose last reader went away (sent when a handle closes; no reply)."""

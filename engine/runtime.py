@@ -19,8 +19,8 @@ import numpy as np
 from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable, is_int
-from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle
-from .errors import ArgumentTypeError, EngineError, KpgnbError, UnknownNameError, UsageError
+from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle, Own
+from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler
@@ -47,8 +47,6 @@ class Engine:
         self.symbols = SymbolTable()
         self._lock = threading.Lock()
         self._inputs: dict = {}
-        self._owned: dict = {}  # dataflow name -> the inputs dropped with it (``own_inputs``)
-        self._orphans: list = []  # owned inputs of dropped dataflows, still read (dropped at a later drop)
         self._pool = WorkerPool(self.workers)
         self._scheduler = Scheduler(self._pool)
         self._closed = False
@@ -66,7 +64,7 @@ class Engine:
         schema = Schema.of(columns, dtypes)
         with self._lock:
             self._live()
-            if name in self._inputs:
+            if name in self._inputs and not self._inputs[name].dropped:  # (the engine may drop one itself)
                 raise UsageError(f"an input named {name!r} exists already")
             session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
                                    lambda: self._closed)
@@ -82,7 +80,7 @@ class Engine:
 
     def inputs(self) -> dict:
         with self._lock:
-            return dict(self._inputs)
+            return {n: s for n, s in self._inputs.items() if not s.dropped}
 
     def dataflow(self, name: str, replace: bool = False) -> DataflowBuilder:
         """A builder for a new dataflow, installed atomically when its ``with`` block ends. With
@@ -113,13 +111,7 @@ class Engine:
 
     def _install(self, builder, replace: bool = False):
         self._live()
-        name = self._scheduler.call(Install(builder, replace, contextvars.copy_context()))
-        if replace:  # the replaced dataflow's own inputs go with it (kept while still read)
-            with self._lock:
-                self._orphans += self._owned.pop(name, [])
-        if self._orphans:  # (a replaced or reinstalled dataflow may have been the last to read them)
-            self._drop_owned()
-        return name
+        return self._scheduler.call(Install(builder, replace, contextvars.copy_context()))
 
     def drop(self, name: str, cascade: bool = False):
         """Uninstall a dataflow, stopping any computation in flight: its views go at once. Arrangements it
@@ -128,34 +120,18 @@ class Engine:
         import its exports as well."""
         self._live()
         self._scheduler.call(Drop(name, cascade))
-        self._drop_owned()
-
-    def _drop_owned(self):
-        """The inputs owned by dataflows no longer installed (this drop's, its cascade's); one that a
-        dataflow still reads (a retired one, kept for a reader of its exports) is an orphan, tried again at
-        the next drop, install or closed handle."""
-        installed = self.snapshot().dataflows
-        with self._lock:
-            names = [n for d in list(self._owned) if d not in installed for n in self._owned.pop(d)]
-            names += self._orphans
-            self._orphans = []
-        left = []
-        for n in names:
-            try:
-                self.drop_input(n)
-            except UnknownNameError:  # dropped already
-                pass
-            except KpgnbError:
-                left.append(n)
-        if left:  # (no longer under the dataflow's name, which a new dataflow may take meanwhile)
-            with self._lock:
-                self._orphans.extend(left)
 
     def own_inputs(self, dataflow: str, *inputs: str):
-        """Drop ``inputs`` when dataflow ``dataflow`` is dropped (``drop``): inputs made for it alone, as a
-        Datalog program's facts or a goal's bindings, go with it whichever way it is dropped."""
+        """Drop ``inputs`` when the installed dataflow ``dataflow`` is gone (dropped, and no longer kept for
+        readers of its exports), whichever way it goes: inputs made for it alone. (A builder's
+        ``own_inputs`` records them with the install itself.)"""
+        self._live()
         with self._lock:
-            self._owned.setdefault(dataflow, []).extend(inputs)
+            sessions = [self._inputs.get(n) for n in inputs]
+        missing = [n for n, s in zip(inputs, sessions) if s is None or s.dropped]
+        if missing:
+            raise UnknownNameError(f"no input named {missing[0]!r}; inputs are {sorted(self.inputs())}")
+        self._scheduler.call(Own(dataflow, sessions))
 
     def drop_input(self, name: str):
         """Forget an input that no installed dataflow reads (UsageError naming the readers otherwise): its
@@ -163,7 +139,7 @@ class Engine:
         self._live()
         with self._lock:
             session = self._inputs.get(name)
-        if session is None:
+        if session is None or session.dropped:
             raise UnknownNameError(f"no input named {name!r}; inputs are {sorted(self.inputs())}")
         self._scheduler.call(DropInput(name, session))
         with self._lock:
@@ -221,18 +197,7 @@ class Engine:
         try:
             self._scheduler.submit(Collect())
         except EngineError:
-            return  # closed engine
-        if self._orphans:
-            # the handle may have been the last reader of a dropped dataflow that owns inputs: they go
-            # after the Collect (commands run in order), from a thread of their own, as a handle may be
-            # closed anywhere (the scheduler's thread, a finalizer)
-            threading.Thread(target=self._drop_orphans, name="kpgnb-orphans", daemon=True).start()
-
-    def _drop_orphans(self):
-        try:
-            self._drop_owned()
-        except KpgnbError:
-            pass  # the engine closed meanwhile
+            pass  # closed engine
 
     def arrangements(self, live: bool = False, snapshot: EngineSnapshot | None = None) -> list:
         """Every arrangement the engine maintains, exported or internal, inputs included: one dict each

@@ -27,7 +27,7 @@ from collections import Counter, deque
 
 from . import faults
 from .catalog import Catalog, CatalogEntry
-from .commands import Cancel, Collect, Drop, DropInput, Follow, Install, OpenHandle, Seal
+from .commands import Cancel, Collect, Drop, DropInput, Follow, Install, OpenHandle, Own, Seal
 from .errors import Cancelled, DataflowError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .latency import LatencyHistogram
@@ -65,6 +65,7 @@ class Dataflow:
         self.dropped = False
         self.pruned = False
         self.followers = weakref.WeakSet()
+        self.owned: list = []       # InputSessions made for it alone: dropped when it is gone (``_gone``)
         self._shape = None
         self._info = None           # the last DataflowInfo, and what it was computed from
         self._last_ops = self._last_n = self._last_ops_f = None  # the operators ``frontier`` reads, per shape
@@ -387,7 +388,7 @@ class Scheduler:
         if isinstance(cmd, Collect):
             self._collect()
             return
-        handler = {Install: self._install, Drop: self._drop_cmd, DropInput: self._drop_input,
+        handler = {Install: self._install, Drop: self._drop_cmd, DropInput: self._drop_input, Own: self._own,
                    OpenHandle: self._open_handle, Follow: self._follow}[type(cmd)]
         if not cmd.reply.take():
             return  # the caller gave up before we got to it
@@ -471,6 +472,8 @@ class Scheduler:
             d.release()
             for f in list(d.followers):
                 f.end(d.error)
+            if self.dataflows.get(d.name) is not d:  # a dropped one, kept for its readers: gone now
+                self._gone(d)
 
     def _end(self, df: Dataflow, error: BaseException, how: str, ended: list) -> list:
         """``_fail``'s bookkeeping: the error of ``df`` and of every dataflow reading its exports (appended
@@ -543,6 +546,7 @@ class Scheduler:
             sources |= self.catalog.get(uname).producer.sources
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
         b.serial = df.serial
+        df.owned = list(b.owned)
         namesakes = [d for d in self.retired if d.name == name]
         if held or namesakes:
             # a dropped dataflow's export, kept while others read it, gives its name up to the new one (the
@@ -572,6 +576,23 @@ class Scheduler:
         df.release()
         for e in df.exports:
             self.catalog.remove(e)
+        self._gone(df)
+
+    def _own(self, cmd: Own):
+        df = self.dataflows.get(cmd.dataflow)
+        if df is None:
+            raise UnknownNameError(f"no dataflow named {cmd.dataflow!r}; installed: {sorted(self.dataflows)}")
+        df.owned += [s for s in cmd.sessions if s not in df.owned]
+
+    def _gone(self, df: Dataflow):
+        """``df`` is listed no more (dropped, and not kept for readers of its exports): the inputs made for
+        it alone go too (one that another dataflow reads stays: nothing but its owner should)."""
+        for session in df.owned:
+            if session.dropped or any(session in d.sources for d in list(self.dataflows.values()) + self.retired
+                                      if d.error is None):
+                continue
+            self._drop_input(DropInput(session.name, session))
+        df.owned = []
 
     def _drop_cmd(self, cmd: Drop):
         self._drop(cmd.name, cmd.cascade)
@@ -587,6 +608,7 @@ class Scheduler:
         for f in list(df.followers):
             f.end(None)
         if df.error is not None:
+            self._gone(df)
             return  # failed or cancelled: released already
         df.end_views(f"dataflow {name!r} has been dropped")
         for v in df.views.values():
@@ -725,6 +747,7 @@ class Scheduler:
                 if not live:
                     df.release()
                     self.retired.remove(df)
+                    self._gone(df)
                     changed = True
                     continue
                 keep: set = set()

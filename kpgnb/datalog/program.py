@@ -70,12 +70,12 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
         name = _free_name(eng, "datalog") if name is None else name
         prog = Program(eng, name, analysis, materialize)
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
+        prog.owned = [s.name for s in created]  # made from DataFrames for the program: dropped with it
         prog._build(lambda df, p: prog.sources[p].read(df))
     except BaseException:
         drop_loaded(eng, created)
         raise
     seal_loaded(created)
-    eng.own_inputs(prog.name, *[s.name for s in created])  # made for the program: dropped with it
     return prog
 
 
@@ -122,6 +122,8 @@ class Program:
         self.goals: list = []
         self._lock = threading.Lock()  # goals are named and installed one at a time
         self._install = None  # the builder of its dataflow (its serial tells this install from a later one)
+        self.owned: list = []  # names of engine inputs made for it by the caller (dropped with it)
+        self._dropped = False  # prog.drop() was called: no more goals
 
     def _build(self, source, view_preds=None, export=True, shared=None):
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
@@ -162,12 +164,12 @@ class Program:
                             export_name = f"{self.name}.{pred}[{label}]"
                             if not df.exported(export_name):
                                 arr.export(export_name)
+                df.own_inputs(*[s.name for s in self._helpers], *self.owned)  # dropped with it, whoever drops it
         except BaseException:
             self._drop_helpers()
             raise
         for s in self._helpers:
             s.close()  # ground facts never change: closed, they hold no frontier back
-        eng.own_inputs(self.name, *[s.name for s in self._helpers])  # dropped with it, whoever drops it
 
     def _fact_inputs(self) -> dict:
         a, out = self.analysis, {}
@@ -229,7 +231,6 @@ class Program:
         magic sets, reading this program's inputs and relations through their shared arrangements.
         ``g.ask(v)`` adds a binding of the ``?`` arguments and ``g.view`` holds the answers of every
         binding asked."""
-        self._check_installed(f"goal {pattern!r}")
         a = self.analysis
         pat = parse_pattern(pattern, a.columns, a.dtypes)
         known = {**a.inputs, **a.derived}
@@ -238,8 +239,12 @@ class Program:
                                f"inputs {sorted(a.inputs)}")
         if len(pat.args) != known[pat.pred]:
             raise DatalogError(f"goal {pattern!r}: {pat.pred!r} takes {known[pat.pred]} arguments")
-        with self._lock:
+        with self._lock:  # (prog.drop() takes it: a goal is made before the drop, and dropped by it, or refused)
+            self._check_installed(f"goal {pattern!r}")
             g = Goal(self, pat)
+            if not self._installed():  # dropped meanwhile, by eng.drop: what it read may be a successor's
+                g._uninstall()
+                self._check_installed(f"goal {pattern!r}")
             self.goals.append(g)
         return g
 
@@ -249,7 +254,7 @@ class Program:
         return info is not None and self._install is not None and info.serial == self._install.serial
 
     def _check_installed(self, what: str):
-        if not self._installed():
+        if self._dropped or not self._installed():
             anew = self.name in self.engine.snapshot().dataflows
             again = " (a dataflow of its name is installed anew)" if anew else ""
             raise UsageError(f"{what}: Datalog program {self.name!r} has been dropped{again}; install it again "
@@ -259,10 +264,13 @@ class Program:
         """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (those made from
         DataFrames by ``inputs=`` too; not those a notebook cell loaded from its variables, which later
         cells may read). Dataflows that import its relations keep them."""
-        for g in list(self.goals):
+        with self._lock:
+            self._dropped = True
+            goals = list(self.goals)
+        for g in goals:
             g.drop()
         if self._installed():
-            self.engine.drop(self.name)  # (and its own inputs: ``own_inputs``)
+            self.engine.drop(self.name)  # (and its own inputs: ``own_inputs``, engine/builder.py)
 
     def __repr__(self):
         return f"<Datalog program {self.name!r}: relations {', '.join(self.views)}>"
@@ -284,6 +292,7 @@ class Goal:
         try:
             self.analysis, whole = self._rewritten()
             gp = Program(eng, self.name, self.analysis)
+            gp.owned = [self._session.name] if self._session is not None else []
 
             def source(df, pred):
                 if pred == GOAL:
@@ -300,8 +309,6 @@ class Goal:
                 eng.drop_input(self._session.name)
             raise
         self._goal_program = gp
-        if self._session is not None:
-            eng.own_inputs(self.name, self._session.name)
         self.view = gp.views[ANSWER]
         self._lock = threading.Lock()
         self._asked: set = set()  # the bindings asked (as the rows of the bindings' input)
@@ -394,15 +401,18 @@ class Goal:
 
     def drop(self):
         """Uninstall the goal's dataflow and forget its bindings."""
-        eng = self.program.engine
-        if self.name in eng.snapshot().dataflows:
-            eng.drop(self.name)  # (and the inputs made for it: ``own_inputs``)
-        for s in self._leaders:
-            self._session.unfollow(s)
+        self._uninstall()
         prog = self.program
         with prog._lock:
             if self in prog.goals:
                 prog.goals.remove(self)
+
+    def _uninstall(self):
+        eng = self.program.engine
+        if self.name in eng.snapshot().dataflows:
+            eng.drop(self.name)  # (and the inputs made for it: ``own_inputs``, engine/builder.py)
+        for s in self._leaders:
+            self._session.unfollow(s)
 
     def __repr__(self):
         return f"<goal {self.pattern} of {self.program.name!r}: dataflow {self.name!r}>"
