@@ -64,7 +64,7 @@ def kernel_signatures(family: str) -> list:
     from .kernels import reduce as rk
     i8, b1 = types.int64, types.boolean
     I1, I2 = types.int64[::1], types.int64[:, ::1]
-    U1, F2 = types.uint64[::1], types.float64[:, ::1]
+    U1, F1, F2 = types.uint64[::1], types.float64[::1], types.float64[:, ::1]
     if family == "core":
         return [(exchange.bucket_counts, (I1, i8, i8, i8)),
                 (exchange.exchange_rows, (I1, I2, I2, I2, I1, i8, i8, i8, i8, I1, I1, I1, I1, I1, I2, I1)),
@@ -103,7 +103,8 @@ def kernel_signatures(family: str) -> list:
         return [(ife.timeline_at, (I1,) * 8),
                 (ife.mask_latest, (I1,) * 8),
                 (ife.bloom_add, (U1, i8, I1, I1)),
-                (ife.bloom_latest, (U1, i8, I1, I1, I1, I1))]
+                (ife.bloom_latest, (U1, i8, I1, I1, I1, I1)),
+                (ife.float_sums, (F1, I1, I1, F1))]
     raise ValueError(f"unknown kernel family {family!r}; families are {list(FAMILIES)}")
 
 

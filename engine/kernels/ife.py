@@ -94,3 +94,18 @@ def mask_latest(off, blocks, masks, diffs, qprobe, lo, hi, out):
                     break
                 r -= 1
         out[i] = best
+
+
+@kernel
+def float_sums(x, c, starts, out):
+    """out[g] = the sum of x[a] * c[a] over segment g (rows starts[g] to the next start), added one row at
+    a time from 0.0, as the reduce kernel's SUM adds a group's (value, count) pairs: the memory modes
+    then give a float sum the same bits as the full mode (NumPy's reduceat adds pairwise)."""
+    n = x.shape[0]
+    G = starts.shape[0]
+    for g in range(G):
+        end = starts[g + 1] if g + 1 < G else n
+        fs = 0.0
+        for a in range(starts[g], end):
+            fs += x[a] * c[a]
+        out[g] = fs

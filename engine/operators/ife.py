@@ -387,13 +387,13 @@ class IfeOp(Operator):
         if not len(q):
             return out
         fl = spec.value_float
+        if spec.agg == "sum" and fl:
+            return self._float_sums(out, q, v, c)
         x = v.view(np.float64) if fl else v
         order = np.lexsort((x, q))  # a fixed order: sums come out the same bits every time
         q, x = q[order], x[order]
         starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-        if spec.agg == "sum" and fl:
-            agg = np.add.reduceat(x * c[order].astype(np.float64), starts)
-        elif spec.agg == "sum":
+        if spec.agg == "sum":
             agg = _exact_sums(x, c[order], starts, 1 << 63, _sum_overflow)
         elif spec.agg == "min":
             agg = x[starts]
@@ -405,6 +405,24 @@ class IfeOp(Operator):
             raise ValueError(f"a state of {ABSENT} (the int64 minimum) cannot be kept: memory='jod' and 'drop' "
                              f"reserve it for 'no state'; use memory='full' or another value")
         out[q[starts]] = agg
+        return out
+
+    @staticmethod
+    def _float_sums(out, q, v, c):
+        """A float sum per query, with the bits the full mode's reduce gives it: equal values' counts
+        summed first, then value times count added one at a time in the order of the values' int64 bits
+        (the reduce's order of a group's values)."""
+        order = np.lexsort((v, q))
+        q, v, c = q[order], v[order], c[order]
+        first = np.flatnonzero(np.r_[True, (q[1:] != q[:-1]) | (v[1:] != v[:-1])])
+        q, v, c = q[first], v[first], np.add.reduceat(c, first)
+        nz = c != 0
+        q, v, c = q[nz], v[nz], c[nz]
+        if len(q):
+            starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
+            sums = np.empty(len(starts), np.float64)
+            ik.float_sums(np.ascontiguousarray(v).view(np.float64), c, starts, sums)
+            out[q[starts]] = (sums + 0.0).view(np.int64)
         return out
 
     # -- one epoch --------------------------------------------------------------------------------
