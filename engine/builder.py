@@ -11,6 +11,7 @@ import weakref
 from .collection import Arranged
 from .columns import SchemaError
 from .dataflow import Graph, Site
+from .errors import UnknownNameError
 from .operators.arrange import ImportOp
 from .scope import Scope
 
@@ -74,6 +75,9 @@ class DataflowBuilder:
         engine drops them once the dataflow is gone (dropped, and no longer kept for its exports' readers).
         Recorded with the install, so no drop can come between."""
         inputs = self.engine.inputs()
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise UnknownNameError(f"no input named {missing[0]!r}; inputs are {sorted(inputs)}")
         self.owned += [inputs[n] for n in names]
 
     def loop(self) -> Scope:

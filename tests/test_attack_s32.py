@@ -607,3 +607,27 @@ def test_pagerank_ranks_have_the_same_bits_in_every_memory_mode(workers):
             e.remove(gone)
             e.insert(sorted(new))
             e.advance_to(epoch + 1)
+
+
+def test_a_dataflows_own_inputs_go_with_it_and_unknown_ones_are_named():
+    """df.own_inputs(...) records inputs made for one dataflow with its install: they go when it is dropped
+    (kept while a reader of its exports keeps it), and Engine.own_inputs does the same after the install.
+    A name that is no input is refused naming it."""
+    with kp.Engine(workers=1) as eng:
+        eng.input("mine", ["k"], rows=[(1,)]).advance_to(1)
+        eng.input("later", ["k"], rows=[(2,)]).advance_to(1)
+        with eng.dataflow("d") as df:
+            df.input("mine").export("m")
+            df.input("later").view("v")
+            with pytest.raises(kp.UnknownNameError, match="no input named 'nope'"):
+                df.own_inputs("nope")
+            df.own_inputs("mine")
+        eng.own_inputs("d", "later")
+        with pytest.raises(kp.UnknownNameError, match="no input named 'nope'"):
+            eng.own_inputs("d", "nope")
+        with eng.dataflow("r") as df:
+            df.use("m").view("r")
+        eng.drop("d")
+        assert sorted(eng.inputs()) == ["later", "mine"]  # (mine: read through m by r; later: by d, retired)
+        eng.drop("r")
+        assert _only(eng, []) == []
