@@ -7,8 +7,6 @@ table changes nothing; string columns are dictionary-encoded by Arrow and each d
 once, the rows then mapped with NumPy (pandas string columns likewise through ``factorize``)."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from .columns import Schema, SchemaError, SymbolTable, encode_column, whole
@@ -254,9 +252,12 @@ def _mapping_column(c, name: str, dtype: str):
     it); asanyarray keeps a masked array's mask (refused where it hides values)."""
     if isinstance(c, (list, tuple, Coded)):
         return c
-    pd = sys.modules.get("pandas")  # (a pandas object exists only where pandas is imported)
-    if pd is not None and isinstance(c, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray)):
-        return _pandas_column(pd.Series(c, name=name, copy=False), dtype)
+    if any(k.__module__.startswith("pandas") for k in type(c).__mro__):  # a pandas object, or a subclass
+        # (imported here, not read from sys.modules: another thread, such as the kernel warm-up's, may be
+        # importing pandas right now, and the module it lists then is half made)
+        import pandas as pd
+        if isinstance(c, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray)):
+            return _pandas_column(pd.Series(c, name=name, copy=False), dtype)
     return np.asanyarray(c)
 
 
