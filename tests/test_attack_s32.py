@@ -631,3 +631,36 @@ def test_a_dataflows_own_inputs_go_with_it_and_unknown_ones_are_named():
         assert sorted(eng.inputs()) == ["later", "mine"]  # (mine: read through m by r; later: by d, retired)
         eng.drop("r")
         assert _only(eng, []) == []
+
+
+def test_inserting_numpy_columns_does_not_read_a_half_imported_pandas():
+    """The kernel warm-up imports pandas on a thread of its own. An insert of a dict of NumPy columns
+    meanwhile read sys.modules["pandas"], found the module half made (no Series yet) and failed with an
+    AttributeError: the dashboard notebook's workload stopped at its first epoch under load (2 runs in 3).
+    Here the half-made module is put in place by hand, in a process of its own."""
+    import subprocess
+    import sys
+    code = """
+import sys, types
+import numpy as np
+import kpgnb as kp
+with kp.Engine(workers=1) as eng:
+    e = eng.input("e", ["a", "b"])
+    saved = sys.modules.get("pandas")
+    sys.modules["pandas"] = types.ModuleType("pandas")  # what another thread's import shows halfway
+    try:
+        e.insert({"a": np.array([1, 2]), "b": np.array([3, 4])})
+    finally:
+        if saved is None:
+            del sys.modules["pandas"]
+        else:
+            sys.modules["pandas"] = saved
+    e.advance_to(1)
+    with eng.dataflow("d") as df:
+        v = df.input("e").view("v")
+    eng.wait(v)
+    print("ROWS", sorted(map(tuple, v.columns()["a"].reshape(-1, 1).tolist())))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "ROWS [(1,), (2,)]" in p.stdout, p.stdout
