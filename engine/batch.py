@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import multiplicity_overflow
 from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step, merge_whole
@@ -64,11 +65,6 @@ def _split(arrays, workers: int) -> list:
         out.append((kh[a:b], _c(keys[:, a:b]), koff[a:b + 1] - r0, _c(vals[:, r0:r1]), times[r0:r1],
                     diffs[r0:r1]))  # (column ranges of matrices with several rows are copied: kernels
     return out                      # read C-ordered arrays)
-
-
-def multiplicity_overflow() -> OverflowError:
-    return OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
-                         "multiplicities would wrap")
 
 
 def _checked(formed):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import form_arrays, may_meet, multiplicity_overflow
+from .batch import form_arrays, may_meet
+from .kernels import multiplicity_overflow
 from .kernels.merge import normalize_groups
 from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order

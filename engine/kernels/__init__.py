@@ -13,6 +13,13 @@ from numba.core.registry import CPUDispatcher
 MAX_MULT = 1 << 62  # a multiplicity's bound: diffs, and sums of equal updates, reaching it are refused
 
 
+def multiplicity_overflow() -> OverflowError:
+    """The error of every path that sums multiplicities (formation, merges, reduce, join on demand) when a
+    sum reaches ``MAX_MULT``."""
+    return OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
+                         "multiplicities would wrap")
+
+
 class KernelDispatcher(CPUDispatcher):
     """A CPU dispatcher whose calls *from other kernels* are typed with plain (non-literal) argument
     types. Numba otherwise types a constant argument (``f(idx, 0, n)``, or a loop variable still holding

@@ -22,7 +22,7 @@ updates per ready time.
 import numpy as np
 from numba import njit
 
-from . import MAX_MULT, helper, kernel
+from . import MAX_MULT, helper, kernel, multiplicity_overflow
 from .rows import cmp_cols, cmp_times, cmp_val_time, in_advance, leq_time
 from .sort import mix64, sort_index_segment
 
@@ -613,8 +613,7 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
             f_key = _grow1(f_key, at)
             f_time = _grow_rows(f_time, f_key.shape[0])
     if counts[P1_OVERFLOW]:
-        raise OverflowError("a row's multiplicity in a reduce's input reaches 2**62 or more (its updates "
-                            "summed); int64 multiplicities would wrap")
+        raise multiplicity_overflow()
     ng, na, nf = counts[0], counts[1], counts[2]
     g_off[ng] = na
     # views, not copies: the phases' results live for one operator step (the output batch is formed

@@ -229,7 +229,7 @@ class ExportOp(SinkOp):
 
     def readable_from(self, e: int):
         super().readable_from(e)
-        if not isinstance(self.inputs[0], ImportOp):
+        if self.inputs[0].owned_trace() is not None:
             # a trace this dataflow builds: what imports it starts there too (an exported input or a
             # re-exported import is another's trace, whose readers can start earlier)
             self.handle.trace.begins_at(e)

@@ -38,11 +38,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..batch import Batch, form_shards, multiplicity_overflow
+from ..batch import Batch, form_shards
 from ..columns import SchemaError, UpdateBatch, whole
 from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
+from ..kernels import MAX_MULT, multiplicity_overflow
 from ..kernels import ife as ik
 from ..kernels.seek import seek_keys
 from ..kernels.sort import hash_keys
@@ -229,7 +230,7 @@ class IfeOp(Operator):
             new = np.ones(len(diffs), bool)
             new[1:] = (probe[1:] != probe[:-1]) | (vals[:, 1:] != vals[:, :-1]).any(axis=0)
             starts = np.flatnonzero(new)
-            diffs = _exact_sums(diffs, None, starts, 1 << 62, lambda total: multiplicity_overflow())
+            diffs = _exact_sums(diffs, None, starts, MAX_MULT, lambda total: multiplicity_overflow())
             probe, vals = probe[starts], vals[:, starts]
             nz = diffs != 0
             probe, vals, diffs = probe[nz], vals[:, nz], diffs[nz]

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..batch import Batch, form_arrays
 from ..dataflow import Batches, Operator
+from ..kernels import multiplicity_overflow
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
 from ..cursor import Cursor
@@ -144,7 +145,7 @@ class ReduceOp(Operator):
     # -- one shard ----------------------------------------------------------------------------
     def _shard(self, s, delta, lower, upper) -> Batch:
         inp = self.input
-        kk, kv = inp.kk, inp.kv
+        kk = inp.kk
         d = self.scope.depth
         spec = self.spec
         # pending work whose time the frontier has passed
@@ -281,8 +282,7 @@ class ReduceOp(Operator):
         des_off, des_cnt, n = rk.reduce_apply(spec.op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, spec.mode,
                                               spec.col, spec.k, spec.desc, out, out.view(np.float64))
         if n == -2:
-            raise OverflowError("a count reaches 2**62 or more (the multiplicities of a group's rows summed); "
-                                "int64 multiplicities would wrap")
+            raise multiplicity_overflow()  # (a count: the multiplicities of a group's rows summed)
         if n < 0:
             return _exact_int_sums(g_off, acc_row, acc_cnt, ivals[spec.col])
         des_vals = out[:, :n]
