@@ -145,29 +145,21 @@ def _order_bucket(rh, s, m, ia, la, ib, lb, hist, slots):
 
 
 @kernel
-def _sort_long_run(oi, i, j, q0, rk, rv, rt):
-    """Order oi[i:j] (rows of one long run of equal hash, all equal before compared column q0) by
-    columns q0.. (keys, then vals, then times; 1-based): stable sorts from the last column to q0,
-    skipping the columns on which every row of the run agrees (a key's rows of one batch mostly share
-    their time: only its values need a sort)."""
-    kk = rk.shape[0]
-    kv = rv.shape[0]
-    w = 1 + kk + kv + rt.shape[1]
-    seg = oi[i:j].copy()
+def _sort_long_run(S, i, j, q0, w, o):
+    """Order S's rows i..j-1 (one long run of equal hash, all equal before column q0) by columns q0..w-1
+    into ``o`` (bucket positions): stable sorts from the last column to q0, skipping the columns on
+    which every row of the run agrees (a key's rows of one batch mostly share their time: only its
+    values need a sort)."""
+    seg = np.arange(i, j)
     col = np.empty(j - i, np.int64)
     for q in range(w - 1, q0 - 1, -1):
         same = True
         for a in range(j - i):
-            if q <= kk:
-                col[a] = rk[q - 1, seg[a]]
-            elif q <= kk + kv:
-                col[a] = rv[q - 1 - kk, seg[a]]
-            else:
-                col[a] = rt[seg[a], q - 1 - kk - kv]
+            col[a] = S[q, seg[a]]
             same &= col[a] == col[0]
         if not same:
             seg = seg[np.argsort(col, kind="mergesort")]
-    oi[i:j] = seg
+    o[i:j] = seg
 
 
 @kernel
@@ -178,13 +170,14 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     rv[:, :nr], rt[:nr], rd[:nr]. The outputs may be the inputs themselves (written in place) and koff
     may be ``hs`` when there is one bucket. Returns (nk, nr).
 
-    Per bucket (its rows are in cache): order by hash, then each run of equal hash (mostly one key's
-    rows) by (key, val, time), all through an index; then copy the rows in that order into one row-major
-    scratch matrix S (columns: hash, keys, vals, times, diff), where consolidation compares neighbours.
-    In place, the output never overtakes the bucket being read, as consolidation only shrinks, and a
-    bucket is read whole before it is written. (Loops are written out: a helper taking arrays costs
-    reference counting per call.) Where equal updates sum to a multiplicity of 2**62 or more, returns
-    (-1, row): int64 sums of such would wrap."""
+    Per bucket (its rows are in cache): order by hash through an index, and gather the rows in that
+    order into a column-major scratch S (rows: hash, keys, vals, times, diff), one column at a time (a
+    tight gather loop each: a row-major copy cost four times as much); then order each run of equal
+    hash (mostly one key's rows) by (key, val, time) on S's contiguous stretches, and consolidate by
+    comparing neighbours column by column. In place, the output never overtakes the bucket being read,
+    as consolidation only shrinks, and a bucket is read whole before it is written. (Loops are written
+    out: a helper taking arrays costs reference counting per call.) Where equal updates sum to a
+    multiplicity of 2**62 or more, returns (-1, row): int64 sums of such would wrap."""
     nb = cnt.shape[0] - 1
     kk = ks.shape[0]
     kv = vs.shape[0]
@@ -193,15 +186,18 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
     mmax = 0
     for b in range(nb):
         mmax = max(mmax, cnt[b + 1] - cnt[b])
-    oi = np.empty(mmax, np.int64)  # a bucket's rows in order
+    oi = np.empty(mmax, np.int64)  # a bucket's rows in hash order
     ol = np.empty(mmax, np.int64)  # and their hashes
     ib = np.empty(mmax, np.int64)
     lb = np.empty(mmax, np.int64)
     hist = np.empty((4, 1 << 11), np.int64)  # radix passes over at most 44 bits
     slots = np.empty(4 * mmax + 2, np.int64)
-    S = np.empty((mmax, w + 1), np.int64)
-    o = np.empty(mmax, np.int64)
-    pv = np.empty(mmax, np.int64)
+    S = np.empty((w + 1, mmax), np.int64)
+    o = np.empty(mmax, np.int64)  # a run's order (positions in S)
+    tmp = np.empty(mmax, np.int64)
+    eq = np.empty(mmax, np.bool_)  # row j equals row j - 1 on every compared column
+    sel = np.empty(mmax, np.int64)  # the rows consolidation keeps (first of each equal group)
+    sd = np.empty(mmax, np.int64)  # and their summed diffs
     nk = 0
     nr = 0
     for b in range(nb):
@@ -210,129 +206,129 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
         if m == 0:
             continue
         _order_bucket(hs, s, m, oi, ol, ib, lb, hist, slots)
-        # runs of equal hash (mostly one key's rows) in (key, val, time) order, by reordering ``oi``: on
-        # the first column where the run's rows differ, ranked by counting (branch-free: an insertion
-        # sort mispredicts about once per row on random data), by insertion where that column ties
+        for j in range(m):
+            S[0, j] = ol[j]
+        for c in range(kk):
+            for j in range(m):
+                S[1 + c, j] = ks[c, oi[j]]
+        for c in range(kv):
+            for j in range(m):
+                S[1 + kk + c, j] = vs[c, oi[j]]
+        for c in range(d):
+            for j in range(m):
+                S[1 + kk + kv + c, j] = ts[oi[j], c]
+        for j in range(m):
+            S[w, j] = ds[oi[j]]
+        # runs of equal hash (mostly one key's rows) in (key, val, time) order: on the first compared
+        # column where the run's rows differ, ranked by counting (branch-free: an insertion sort
+        # mispredicts about once per row on random data), by insertion where that column ties; then the
+        # run's stretch of each later column permuted into that order
         i = 0
         while i < m:
-            h = ol[i]
+            h = S[0, i]
             j = i + 1
-            while j < m and ol[j] == h:
+            while j < m and S[0, j] == h:
                 j += 1
             if j - i > 1:
-                # q0: the first compared column on which the run's rows differ; pv: their values there
-                q0 = 1
+                q0 = 1  # the first compared column on which the run's rows differ
                 while q0 < w:
-                    if q0 <= kk:
-                        for a in range(i, j):
-                            pv[a] = ks[q0 - 1, oi[a]]
-                    elif q0 <= kk + kv:
-                        for a in range(i, j):
-                            pv[a] = vs[q0 - 1 - kk, oi[a]]
-                    else:
-                        for a in range(i, j):
-                            pv[a] = ts[oi[a], q0 - 1 - kk - kv]
                     a = i + 1
-                    while a < j and pv[a] == pv[i]:
+                    while a < j and S[q0, a] == S[q0, i]:
                         a += 1
                     if a < j:
                         break
                     q0 += 1
-                if q0 == w:
-                    pass  # all equal: consolidation sums them
-                elif j - i > SHORT_RUN:
-                    _sort_long_run(oi, i, j, q0, ks, vs, ts)
-                else:
-                    for a in range(i, j):
-                        o[a] = -1
-                    for a in range(i, j):
-                        v = pv[a]
-                        lt = 0
-                        for b2 in range(i, j):
-                            lt += pv[b2] < v
-                        o[i + lt] = oi[a]
-                    tie = False
-                    for a in range(i, j):
-                        tie |= o[a] < 0  # equal values share a rank
-                    if not tie:
-                        for a in range(i, j):
-                            oi[a] = o[a]
+                if q0 < w:  # (all equal: consolidation sums them)
+                    if j - i > SHORT_RUN:
+                        _sort_long_run(S, i, j, q0, w, o)
                     else:
-                        for a in range(i + 1, j):
-                            v = pv[a]
-                            y = oi[a]
-                            t = a - 1
-                            while t >= i:
-                                u = pv[t]
-                                if u < v:
-                                    break
-                                if u == v:
+                        for a in range(i, j):
+                            o[a] = -1
+                        for a in range(i, j):
+                            v = S[q0, a]
+                            lt = 0
+                            for b2 in range(i, j):
+                                lt += S[q0, b2] < v
+                            o[i + lt] = a
+                        tie = False
+                        for a in range(i, j):
+                            tie |= o[a] < 0  # equal values share a rank
+                        if tie:  # insertion by every column from q0
+                            for a in range(i, j):
+                                o[a] = a
+                            for a in range(i + 1, j):
+                                y = o[a]
+                                t = a - 1
+                                while t >= i:
+                                    x = o[t]
                                     c = 0
-                                    q = q0 + 1
+                                    q = q0
                                     while c == 0 and q < w:
-                                        if q <= kk:
-                                            x1 = ks[q - 1, oi[t]]
-                                            x2 = ks[q - 1, y]
-                                        elif q <= kk + kv:
-                                            x1 = vs[q - 1 - kk, oi[t]]
-                                            x2 = vs[q - 1 - kk, y]
-                                        else:
-                                            x1 = ts[oi[t], q - 1 - kk - kv]
-                                            x2 = ts[y, q - 1 - kk - kv]
-                                        if x1 != x2:
-                                            c = -1 if x1 < x2 else 1
+                                        if S[q, x] != S[q, y]:
+                                            c = -1 if S[q, x] < S[q, y] else 1
                                         q += 1
                                     if c <= 0:
                                         break
-                                pv[t + 1] = u
-                                oi[t + 1] = oi[t]
-                                t -= 1
-                            pv[t + 1] = v
-                            oi[t + 1] = y
+                                    o[t + 1] = x
+                                    t -= 1
+                                o[t + 1] = y
+                    for c in range(q0, w + 1):
+                        for a in range(i, j):
+                            tmp[a - i] = S[c, o[a]]
+                        for a in range(i, j):
+                            S[c, a] = tmp[a - i]
             i = j
-        for j in range(m):
-            p = oi[j]
-            S[j, 0] = ol[j]
-            for c in range(kk):
-                S[j, 1 + c] = ks[c, p]
-            for c in range(kv):
-                S[j, 1 + kk + c] = vs[c, p]
-            for c in range(d):
-                S[j, 1 + kk + kv + c] = ts[p, c]
-            S[j, w] = ds[p]
-        # consolidate (equal (key, val, time) are adjacent now) and write out
+        # consolidate (equal (key, val, time) are adjacent now): equal neighbours found column by
+        # column, their diffs summed, zero sums dropped; then the kept rows written out column by column
+        for j in range(1, m):
+            eq[j] = S[0, j] == S[0, j - 1]
+        for c in range(1, w):
+            for j in range(1, m):
+                eq[j] &= S[c, j] == S[c, j - 1]
+        ns = 0
         j = 0
         while j < m:
-            acc = S[j, w]
+            acc = S[w, j]
             q = j + 1
-            while q < m:
-                c = 0
-                while c < w and S[q, c] == S[j, c]:
-                    c += 1
-                if c < w:
-                    break
-                acc += S[q, w]
+            while q < m and eq[q]:
+                acc += S[w, q]
                 if acc >= MAX_MULT or acc <= -MAX_MULT:
                     return -1, j  # (each diff is below it: a sum checked at every step cannot wrap)
                 q += 1
             if acc != 0:
-                new = nk == 0 or rh[nk - 1] != S[j, 0]
+                sel[ns] = j
+                sd[ns] = acc
+                ns += 1
+            j = q
+        for t in range(ns):
+            p = sel[t]
+            if t == 0:
+                new = nk == 0 or rh[nk - 1] != S[0, p]
                 c = 0
                 while not new and c < kk:
-                    new = rk[c, nk - 1] != S[j, 1 + c]
+                    new = rk[c, nk - 1] != S[1 + c, p]
                     c += 1
-                if new:
-                    rh[nk] = S[j, 0]
-                    for c in range(kk):
-                        rk[c, nk] = S[j, 1 + c]
-                    koff[nk] = nr
-                    nk += 1
-                for c in range(kv):
-                    rv[c, nr] = S[j, 1 + kk + c]
-                for c in range(d):
-                    rt[nr, c] = S[j, 1 + kk + kv + c]
-                rd[nr] = acc
-                nr += 1
-            j = q
+            else:
+                x = sel[t - 1]
+                new = S[0, p] != S[0, x]
+                c = 0
+                while not new and c < kk:
+                    new = S[1 + c, p] != S[1 + c, x]
+                    c += 1
+            if new:
+                rh[nk] = S[0, p]
+                for c in range(kk):
+                    rk[c, nk] = S[1 + c, p]
+                koff[nk] = nr + t
+                nk += 1
+        for c in range(kv):
+            for t in range(ns):
+                rv[c, nr + t] = S[1 + kk + c, sel[t]]
+        for c in range(d):
+            for t in range(ns):
+                rt[nr + t, c] = S[1 + kk + kv + c, sel[t]]
+        for t in range(ns):
+            rd[nr + t] = sd[t]
+        nr += ns
     koff[nk] = nr
     return nk, nr
