@@ -74,14 +74,18 @@ def _checked(formed):
     return nk, nr
 
 
-def form_parts(parts, workers: int, run=_serial) -> list:
+def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> list:
     """``form_shards`` of the updates of several parts ((keys kk x n, vals kv x n, times n x d, diffs
     n) tuples, read only) taken together, without concatenating them first: hash and one MSD radix pass
     from every part into shards and cache-sized buckets by hash (engine/kernels/exchange.py), then each
     shard's buckets ordered and consolidated in place (engine/kernels/form.py), the shards in parallel
     through ``run``. Each large array is allocated once here (fresh memory costs page faults) and becomes
     part of the batches, the hashes' array their key offsets; the shards' batches are views of the same
-    arrays."""
+    arrays. ``time``: every update's one time, when the caller knows it (a round's output, a load): the
+    kernels then neither move nor compare times, and the batches' times are filled in after."""
+    if time is not None:
+        parts = [(p[0], p[1], np.empty((p[3].shape[0], 0), np.int64), p[3]) for p in parts]
+        return [_with_time(arrays, time) for arrays in form_parts(parts, workers, run)]
     parts = [tuple(_c(a) for a in p) for p in parts]
     keys0, vals0, times0, _ = parts[0]
     kk, kv, d = keys0.shape[0], vals0.shape[0], times0.shape[1]
@@ -139,6 +143,13 @@ def form_parts(parts, workers: int, run=_serial) -> list:
         nk, nr = _checked(form_buckets(cnt[s * per:(s + 1) * per + 1] - a, *arrays, *arrays, koff))
         return trim(arrays[0], arrays[1], koff, *arrays[2:], nk, nr)
     return run(shard, range(workers), rows=n)
+
+
+def _with_time(arrays, time: tuple):
+    kh, keys, koff, vals, _, diffs = arrays
+    times = np.empty((diffs.shape[0], len(time)), np.int64)
+    times[:] = time
+    return kh, keys, koff, vals, times, diffs
 
 
 class Batch:

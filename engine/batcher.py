@@ -16,7 +16,7 @@ import numpy as np
 
 from . import faults
 from .batch import Batch, form_parts
-from .kernels.times import time_groups
+from .kernels.times import one_time, time_groups
 from .lattice import Antichain, antichain_of, in_advance_mask
 
 
@@ -33,15 +33,20 @@ def _serial(fn, items, rows=None):
 
 class Part:
     """Buffered updates (keys kk x n, vals kv x n, times n x d, diffs n) and their minimal times ``lo``;
-    ``single``: every update has that one time. A seal decides a part with one time, or one wholly in
-    advance of its frontier, without reading its rows."""
+    ``single``: every update has that one time (found on arrival unless given). A seal decides a part
+    with one time, or one wholly in advance of its frontier, without reading its rows, and forms parts
+    of one time without their times (batch.form_parts ``time``)."""
 
     __slots__ = ("keys", "vals", "times", "diffs", "_lo", "single")
 
-    def __init__(self, keys, vals, times, diffs, lo: Antichain | None = None, single: bool = False):
+    def __init__(self, keys, vals, times, diffs, lo: Antichain | None = None, single: bool | None = None):
         self.keys, self.vals, self.times, self.diffs = keys, vals, times, diffs
-        self._lo = lo
+        if single is None:  # found out: most parts (a round's output, a load) hold one time
+            single = len(diffs) == 1 or (len(diffs) > 1 and one_time(times))
         self.single = single
+        if lo is None and single:
+            lo = Antichain._of((tuple(times[0].tolist()),))
+        self._lo = lo
 
     @property
     def lo(self) -> Antichain:
@@ -93,8 +98,7 @@ class Batcher:
         if not parts:
             return
         faults.point("exchange")
-        # (a part of one update has one time: seals decide it without reading its rows)
-        pieces = [Part(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3]), single=len(p[3]) == 1) for p in parts]
+        pieces = [Part(_c(p[0]), _c(p[1]), _c(p[2]), _c(p[3])) for p in parts]
         held = self.held
         for p in pieces:
             held = held.meet(p.lo)
@@ -129,8 +133,9 @@ class Batcher:
                 if keep.any():
                     now.append(p.select(keep))
         if now:
+            one = now[0].lo.elements[0] if all(p.single and p.lo == now[0].lo for p in now) else None
             batches = [Batch(*arrays, lower, upper) for arrays in form_parts([p.arrays for p in now],
-                                                                             self.workers, run)]
+                                                                             self.workers, run, time=one)]
         else:
             batches = [Batch.empty(self.kk, self.kv, self.depth, lower, upper) for _ in range(self.workers)]
         held = Antichain()

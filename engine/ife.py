@@ -206,12 +206,12 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
         traces["state"] = [dk.op.owned_trace(), res.op.owned_trace()]
         return res
 
-    initial = getattr(state, agg)(by=key, col=value)  # D_0 = agg(start), as in the other modes
-    if rounds == 0:
-        return initial.as_collection()
-    if start_rounds is None:
+    if start_rounds is None or rounds == 0:
+        initial = getattr(state, agg)(by=key, col=value)  # D_0 = agg(start), as in the other modes
+        if rounds == 0:
+            return initial.as_collection()
         out = initial.iterate(step, max_rounds=rounds)
-    else:
+    else:  # (the loop's own reduce makes D_0 from the entering states: no reduce outside it)
         scope = state.scope.loop()
         var = Variable(scope, columns=list(state.schema.names), dtypes=list(state.schema.dtypes))
         out = var.set(step(var), max_rounds=rounds).leave()

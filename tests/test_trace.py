@@ -189,6 +189,42 @@ def test_formation_of_parts(monkeypatch, workers, bucket_rows, parallel_rows):
         assert all(np.array_equal(x, y) for x, y in zip(whole, again))
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("bucket_rows", [8, 8192])
+def test_formation_of_one_time_leaves_times_out(monkeypatch, workers, bucket_rows):
+    """form_parts(time=t) of parts whose updates all have time t (times left out of the kernels, filled
+    in after) gives the same shards' arrays as forming them with their times; the batcher finds such
+    parts on arrival, and seals a mix of times, or of one-time parts of different times, with times."""
+    from kpgnb.engine.batcher import Batcher
+    rng = np.random.default_rng(workers * 7 + bucket_rows)
+    monkeypatch.setattr(sortk, "BUCKET_ROWS", bucket_rows)
+    monkeypatch.setattr(sortk, "ONE_BUCKET", 0)
+    for kk, kv, depth in [(1, 0, 1), (1, 1, 2), (2, 2, 3), (0, 1, 1)]:
+        t = tuple(int(x) for x in rng.integers(0, 5, depth))
+        sizes = [int(x) for x in rng.integers(0, 500, 3)]
+        parts = [(rng.integers(-5, 80, (kk, m)), rng.integers(0, 3, (kv, m)), np.tile(np.array(t, np.int64), (m, 1)),
+                  rng.integers(-2, 3, m)) for m in sizes]
+        got = bm.form_parts(parts, workers, time=t)
+        want = bm.form_parts(parts, workers)
+        assert len(got) == workers
+        for g, w in zip(got, want):
+            assert all(np.array_equal(x, y) for x, y in zip(g, w))
+            assert all(a.flags.c_contiguous and a.flags.writeable for a in g)
+        for mixed in (False, True):
+            b = Batcher(kk, kv, depth, workers)
+            b.push(parts)
+            if mixed:  # one more part at another time: every part formed with its times
+                other = tuple(x + 1 for x in t)
+                extra = (rng.integers(-5, 80, (kk, 9)), rng.integers(0, 3, (kv, 9)),
+                         np.tile(np.array(other, np.int64), (9, 1)), np.ones(9, np.int64))
+                b.push([extra])
+                want = bm.form_parts(parts + [extra], workers)
+            assert all(p.single for p in b.buffer if len(p.diffs))
+            sealed = b.seal(Antichain([(0,) * depth]), Antichain())
+            for g, w in zip(sealed, want):
+                assert all(np.array_equal(x, y) for x, y in zip(g.arrays, w))
+
+
 @pytest.mark.parametrize("workers", [2, 3, 5])
 def test_small_formation_splits_one_batch_by_shard(monkeypatch, workers):
     """Below SMALL_ROWS the shards are formed as one batch and split at hash boundaries: the same arrays

@@ -35,6 +35,18 @@ def minimal_times(times):
 
 
 @kernel
+def one_time(times):
+    """Whether every row of a non-empty time matrix equals its first (a round's join output, a load):
+    formation then leaves the times out of its exchange and comparisons. Stops at the first other row."""
+    n, d = times.shape
+    for i in range(1, n):
+        for c in range(d):
+            if times[i, c] != times[0, c]:
+                return False
+    return True
+
+
+@kernel
 def in_advance_rows(times, frontier):
     """bool[n]: which rows of the ``n x d`` time matrix are >= some row of the ``m x d`` frontier matrix
     (in advance of the antichain). One pass, no ``n x d`` temporaries: batcher seals run it over every
