@@ -25,6 +25,7 @@ from .kernels import multiplicity_overflow
 from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step, merge_whole
+from .kernels.times import fill_times
 from .kernels.exchange import bucket_counts, exchange_rows
 from .lattice import Antichain, rep
 
@@ -148,7 +149,7 @@ def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> l
 def _with_time(arrays, time: tuple):
     kh, keys, koff, vals, _, diffs = arrays
     times = np.empty((diffs.shape[0], len(time)), np.int64)
-    times[:] = time
+    fill_times(times, np.array(time, np.int64))
     return kh, keys, koff, vals, times, diffs
 
 

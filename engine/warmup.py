@@ -76,6 +76,7 @@ def kernel_signatures(family: str) -> list:
                 (form.close_rows, (I1, i8, i8, i8)),
                 (times.minimal_times, (I2,)),
                 (times.one_time, (I2,)),
+                (times.fill_times, (I2, I1)),
                 (times.in_advance_rows, (I2, I2)),
                 (times.time_groups, (I2, i8)),
                 (seek.unique_sorted_keys, (I1, I2)),

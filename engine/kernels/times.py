@@ -47,6 +47,16 @@ def one_time(times):
 
 
 @kernel
+def fill_times(times, t):
+    """Every row of the ``n x d`` time matrix set to ``t`` (NumPy's broadcast assignment of a short row
+    loops per row)."""
+    n, d = times.shape
+    for i in range(n):
+        for c in range(d):
+            times[i, c] = t[c]
+
+
+@kernel
 def in_advance_rows(times, frontier):
     """bool[n]: which rows of the ``n x d`` time matrix are >= some row of the ``m x d`` frontier matrix
     (in advance of the antichain). One pass, no ``n x d`` temporaries: batcher seals run it over every
