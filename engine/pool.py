@@ -13,7 +13,8 @@ PARALLEL_ROWS = 10_000  # below this many rows a step's shards run inline: a poo
 
 class WorkerPool:
     """W persistent threads. ``run(fn, items, rows)`` runs fn over items, the first on the calling thread
-    and the rest on the pool (when ``rows``, the work's size, is unknown or large enough); kernels release
+    and the rest on the pool, the caller taking those still queued once it is done (when ``rows``, the
+    work's size, is unknown or large enough); kernels release
     the GIL, so shards run concurrently. Exceptions raised in a worker surface in the caller with the
     worker's traceback, after every shard has stopped (so a failed step never leaves work running)."""
 
@@ -32,14 +33,22 @@ class WorkerPool:
             return [timed(i) for i in items]
         ctx = contextvars.copy_context()  # the dataflow's (see commands.Install), one copy per thread
         futures = [self._pool.submit(ctx.copy().run, timed, i) for i in items[1:]]
-        results, error = [], None
+        results, error = [None] * len(items), None
         try:
-            results.append(timed(items[0]))
+            results[0] = timed(items[0])
+            # then the items no pool thread has started, from the last: with more items than threads
+            # (formation's row ranges) the caller takes its share instead of waiting for the pool
+            for k in range(len(futures) - 1, -1, -1):
+                if futures[k].cancel():
+                    futures[k] = None
+                    results[k + 1] = timed(items[k + 1])
         except BaseException as e:  # noqa: BLE001 - raised once every shard has stopped
             error = e
-        for f in futures:  # never leave a shard running behind the caller's back
+        for k, f in enumerate(futures):  # never leave a shard running behind the caller's back
+            if f is None:
+                continue
             try:
-                results.append(f.result())
+                results[k + 1] = f.result()
             except BaseException as e:  # noqa: BLE001
                 error = error or e
         if error is not None:

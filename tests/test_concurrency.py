@@ -216,3 +216,36 @@ def test_many_writers_and_dataflows_installed_and_dropped_meanwhile(workers):
             assert v.to_pandas()["count"].tolist() == [2000 * n_epochs]
     finally:
         eng.close()
+
+
+def test_pool_caller_takes_the_items_no_thread_has_started():
+    """With more items than pool threads (formation's row ranges), the calling thread runs the items
+    still queued, from the last, instead of waiting while one pool thread works through them all:
+    results in item order, each item run once, exceptions still raised after every item stopped."""
+    import threading
+    from kpgnb.engine.pool import WorkerPool
+    pool = WorkerPool(2)  # one pool thread
+    try:
+        released = threading.Event()
+        ran = []
+
+        def fn(i):
+            ran.append((i, threading.current_thread().name))
+            if i == 1:  # the pool thread holds item 1 until the caller has run item 4
+                assert released.wait(10), "item 4 waited behind item 1 in the pool's queue"
+            if i == 4:
+                released.set()
+            return i * i
+        assert pool.run(fn, range(5)) == [0, 1, 4, 9, 16]
+        assert sorted(i for i, _ in ran) == [0, 1, 2, 3, 4]
+        caller = threading.current_thread().name
+        assert {i for i, name in ran if name == caller} >= {0, 4}
+
+        def bad(i):
+            if i == 3:
+                raise ValueError("item 3")
+            return i
+        with pytest.raises(ValueError, match="item 3"):
+            pool.run(bad, range(5))
+    finally:
+        pool.shutdown()
