@@ -14,8 +14,9 @@ PARALLEL_ROWS = 10_000  # below this many rows a step's shards run inline: a poo
 class WorkerPool:
     """W persistent threads. ``run(fn, items, rows)`` runs fn over items, the first on the calling thread
     and the rest on the pool, the caller taking those still queued once it is done (when ``rows``, the
-    work's size, is unknown or large enough); kernels release the GIL, so shards run concurrently. Exceptions raised in a worker surface in the caller with the
-    worker's traceback, after every shard has stopped (so a failed step never leaves work running)."""
+    work's size, is unknown or large enough); kernels release the GIL, so shards run concurrently.
+    Exceptions raised in a worker surface in the caller with the worker's traceback, after every shard
+    has stopped (so a failed step never leaves work running)."""
 
     def __init__(self, workers: int):
         self.workers = workers
