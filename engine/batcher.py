@@ -44,13 +44,11 @@ class Part:
         if single is None:  # found out: most parts (a round's output, a load) hold one time
             single = len(diffs) == 1 or (len(diffs) > 1 and one_time(times))
         self.single = single
-        if lo is None and single:
-            lo = Antichain._of((tuple(times[0].tolist()),))
-        self._lo = lo
+        self._lo = antichain_of(times[:1]) if lo is None and single else lo
 
     @property
     def lo(self) -> Antichain:
-        if self._lo is None:  # on first use: a part sealed at once never needs it
+        if self._lo is None:  # on first use: a part selected from another may be formed at once
             self._lo = antichain_of(self.times)
         return self._lo
 
@@ -66,11 +64,11 @@ class Part:
 
     def by_time(self) -> list:
         """This part as one part per time, when it holds few (rows gathered once, in time groups)."""
+        if self.single:
+            return [self]
         group, seen, g = time_groups(self.times, TIME_GROUPS)
         if g < 0:
             return [self]
-        if g == 1:
-            return [Part(*self.arrays, Antichain([tuple(seen[0].tolist())]), True)]
         order = np.argsort(group, kind="stable")
         keys, vals, times, diffs = self.keys[:, order], self.vals[:, order], self.times[order], self.diffs[order]
         ends = np.cumsum(np.bincount(group, minlength=g)).tolist()

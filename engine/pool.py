@@ -1,5 +1,6 @@
 """The worker pool: W persistent threads that run an operator step's shards in parallel. Kernels
-release the GIL, so shards really run at once; the first shard runs on the calling (scheduler) thread."""
+release the GIL, so shards really run at once; the first shard runs on the calling (scheduler) thread, and
+so do those still queued when it is done."""
 from __future__ import annotations
 
 import contextvars
@@ -41,7 +42,7 @@ class WorkerPool:
             for k in range(len(futures) - 1, -1, -1):
                 if futures[k].cancel():
                     futures[k] = None
-                    results[k + 1] = timed(items[k + 1])
+                    results[k + 1] = ctx.copy().run(timed, items[k + 1])
         except BaseException as e:  # noqa: BLE001 - raised once every shard has stopped
             error = e
         for k, f in enumerate(futures):  # never leave a shard running behind the caller's back
