@@ -35,10 +35,17 @@ def test_user_error_raised_on_a_worker_thread():
         x.advance_to(1)
 
         import threading
+        on_pool = threading.Event()
 
         def boom(a):
-            if threading.current_thread().name.startswith("kpgnb-worker") and len(a):
+            name = threading.current_thread().name
+            if name.startswith("kpgnb-worker") and len(a):
+                on_pool.set()
                 raise KeyError("no such node")
+            if name.startswith("kpgnb-scheduler") and len(a):
+                # the caller would run a shard still queued itself (WorkerPool.run): hold it until the
+                # pool's thread has taken its shard, so the error is raised there
+                on_pool.wait(10)
             return {"a": a}
 
         with eng.dataflow("bad") as df:
