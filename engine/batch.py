@@ -86,7 +86,6 @@ def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> l
     kernels then neither move nor compare times, and the batches' times are filled in after."""
     if time is not None:
         parts = [(p[0], p[1], np.empty((p[3].shape[0], 0), np.int64), p[3]) for p in parts]
-        return [_with_time(arrays, time) for arrays in form_parts(parts, workers, run)]
     parts = [tuple(_c(a) for a in p) for p in parts]
     keys0, vals0, times0, _ = parts[0]
     kk, kv, d = keys0.shape[0], vals0.shape[0], times0.shape[1]
@@ -106,7 +105,7 @@ def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> l
         rk, rv = rk.reshape(kk, n), rv.reshape(kv, n)
         nk, nr = _checked(form_buckets(np.array([0, n], np.int64), kh, keys, vals, times, diffs, rh, rk, rv, rt,
                                        rd, kh))
-        whole = trim(rh, rk, kh, rv, rt, rd, nk, nr)
+        whole = _with_time(trim(rh, rk, kh, rv, rt, rd, nk, nr), time)
         return [whole] if workers == 1 else _split(whole, workers)
     # the distribution runs in parallel over row ranges of the parts: counts per range, then each range
     # scatters from its own starting places (after the earlier ranges' rows: stable)
@@ -142,11 +141,14 @@ def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> l
         arrays = (rh[a:b], rk[kk * a:kk * b].reshape(kk, m), rv[kv * a:kv * b].reshape(kv, m), rt[a:b], rd[a:b])
         koff = kh[a + s:b + s + 1]  # disjoint for each shard: kh has n + workers entries
         nk, nr = _checked(form_buckets(cnt[s * per:(s + 1) * per + 1] - a, *arrays, *arrays, koff))
-        return trim(arrays[0], arrays[1], koff, *arrays[2:], nk, nr)
+        return _with_time(trim(arrays[0], arrays[1], koff, *arrays[2:], nk, nr), time)
     return run(shard, range(workers), rows=n)
 
 
-def _with_time(arrays, time: tuple):
+def _with_time(arrays, time: tuple | None):
+    """Formed arrays with their times written in: every row at ``time`` (None: they have their own)."""
+    if time is None:
+        return arrays
     kh, keys, koff, vals, _, diffs = arrays
     times = np.empty((diffs.shape[0], len(time)), np.int64)
     fill_times(times, np.array(time, np.int64))

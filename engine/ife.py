@@ -191,14 +191,20 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
                 res, keep = res
             n = len(c[value])
             res = np.broadcast_to(np.asarray(res), (n,))
-            keep = np.ones(n, bool) if keep is None else np.asarray(keep, bool)
-            out = {g: np.asarray(c[g])[keep] for g in groups}
+            rows = np.flatnonzero(np.asarray(keep, bool)) if keep is not None else np.arange(n)
+
+            def kept(col):  # (every row kept: the column as it is, no copy)
+                return col if keep is None else np.asarray(col)[rows]
+            out = {g: kept(c[g]) for g in groups}
             for n_, d_ in zip(node, dst):
-                out[n_] = np.asarray(c[rnames[d_]])[keep]
-            res = res[keep]
-            out[value] = res.astype(np.float64) if dtypes[value] == "float64" else message_ints(res)
-            return out, np.flatnonzero(keep)
-        msgs = j.flat_map(emit, out={c: dtypes[c] for c in key + [value]}, repeat=False)
+                out[n_] = kept(c[rnames[d_]])
+            res = kept(res)
+            out[value] = res.astype(np.float64, copy=False) if dtypes[value] == "float64" else message_ints(res)
+            return out, rows
+        # only what the messages read leaves the join (its other columns are never gathered)
+        needed = list(dict.fromkeys(groups + [value] + [rnames[p] for p in payload] + [rnames[d] for d in dst]
+                                    + ([cname] if degree else [])))
+        msgs = j.select(needed).flat_map(emit, out={c: dtypes[c] for c in key + [value]}, repeat=False)
         entry = state if start_rounds is None else state.enter_at(d.scope, start_rounds)
         cat = msgs.concat(entry).arrange_by(*key, vals=[value])
         res = getattr(cat, agg)(by=key, col=value)

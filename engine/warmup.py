@@ -60,7 +60,7 @@ def kernel_signatures(family: str) -> list:
     """The (dispatcher, argument types) pairs a family compiles, in the order of first use."""
     from numba.core import types
 
-    from .kernels import exchange, form, join, merge, seek, sort, times
+    from .kernels import exchange, form, join, merge, rows, seek, sort, times
     from .kernels import reduce as rk
     i8, b1 = types.int64, types.boolean
     I1, I2 = types.int64[::1], types.int64[:, ::1]
@@ -78,6 +78,7 @@ def kernel_signatures(family: str) -> list:
                 (times.one_time, (I2,)),
                 (times.fill_times, (I2, I1)),
                 (times.in_advance_rows, (I2, I2)),
+                (rows.is_identity, (I1,)),
                 (times.time_groups, (I2, i8)),
                 (seek.unique_sorted_keys, (I1, I2)),
                 (seek.seek_keys, (I1, I2, I1, I2)),

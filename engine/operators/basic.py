@@ -7,6 +7,7 @@ import numpy as np
 from ..batch import Batch, form_arrays, may_meet, merge_arrays
 from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows, whole
 from ..dataflow import Batches, Operator, Updates
+from ..kernels.rows import is_identity
 from ..lattice import Antichain
 from ..scope import enter, enter_at_times, enter_times, leave, leave_times, next_round
 
@@ -140,6 +141,8 @@ class FlatMapOp(UserFunctionOp):
                     self.repeat = learned  # later calls read the same way, even when their lengths agree
                 data = encode_outputs(cols, self.out_schema, len(idx), self.symbols, "the flat_map function",
                                       self.inferred)
+                if len(idx) == len(b) and is_identity(np.ascontiguousarray(idx, np.int64)):
+                    return UpdateBatch(data, b.times, b.diffs)  # every row kept, in order
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])
             self._send_rows(_per_shard(rt, one, msg.shards), msg.lower)
 
@@ -195,11 +198,46 @@ class ProjectOp(Operator):
     def __init__(self, scope, input, cols, site):
         super().__init__(scope, [input], site)
         self.cols = np.asarray(cols, np.int64)
+        self.gather = self.cols  # what this step copies out (None: nothing; see fuse_projections)
 
     def step(self, rt):
         for msg in self.take():
-            self.send(Updates([None if b is None else UpdateBatch(b.data[self.cols], b.times, b.diffs)
-                               for b in msg.shards], msg.lower))
+            if self.gather is not None:
+                msg = Updates([None if b is None else UpdateBatch(b.data[self.gather], b.times, b.diffs)
+                               for b in msg.shards], msg.lower)
+            self.send(msg)
+
+    def finish_install(self):
+        if self.gather is None:  # fused into the operator upstream
+            return
+        rest = fuse_projections(self)
+        cols = self.cols if rest is None else self.cols[rest]
+        up = self.inputs[0].schema
+        self.gather = None if up is not None and _identity(cols, len(up.names)) else cols
+
+
+def fuse_projections(op) -> np.ndarray | None:
+    """At install: the chain of projections that alone consume ``op``'s output (a join's, another
+    projection's, ...), composed into one column list, which ``op`` then produces itself; each projection
+    of the chain passes its messages on as they come. None (nothing fused) where no projection alone
+    consumes ``op``. Install-time only: ``cols`` stay what the dataflow says (the Spark backend reads
+    them). A rename (identity columns) alone also becomes a pass-through, with nothing to fuse into."""
+    chain, nxt = [], op
+    while len(nxt.consumers) == 1 and isinstance(nxt.consumers[0][0], ProjectOp):
+        nxt = nxt.consumers[0][0]
+        chain.append(nxt)
+    if not chain:
+        return None
+    cols = chain[0].cols
+    for p in chain[1:]:
+        cols = cols[p.cols]
+    for p in chain:
+        p.gather = None
+    return cols
+
+
+def _identity(cols, width: int) -> bool:
+    return len(cols) == width and bool((cols == np.arange(width)).all())
 
 
 # -- scopes -------------------------------------------------------------------------------------
@@ -363,20 +401,21 @@ class FlattenOp(Operator):
 
     def step(self, rt):
         lens = self.inputs[0].lens
+
+        def flat(parts):
+            if not lens.identity and may_meet(parts, lens.frontier):
+                return _imported(parts, lens)
+            data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
+            times = np.concatenate([b.times for b in parts], axis=0)
+            diffs = np.concatenate([b.diffs for b in parts])
+            return UpdateBatch(data, times if lens.identity else lens.apply(times), diffs)
         for msg in self.take():
-            shards = []
-            for batches in msg.shards:
-                parts = [b for b in batches if len(b)]
-                if not parts:
-                    shards.append(None)
-                    continue
-                if not lens.identity and may_meet(parts, lens.frontier):
-                    shards.append(_imported(parts, lens))
-                    continue
-                data = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in parts], axis=1)
-                times = np.concatenate([b.times for b in parts], axis=0)
-                diffs = np.concatenate([b.diffs for b in parts])
-                shards.append(UpdateBatch(data, times if lens.identity else lens.apply(times), diffs))
+            parts = [[b for b in batches if len(b)] for batches in msg.shards]
+            work = [s for s, p in enumerate(parts) if p]
+            shards = [None] * len(parts)
+            for s, out in zip(work, rt.run(lambda s: flat(parts[s]), work,
+                                           rows=sum(len(b) for s in work for b in parts[s]))):
+                shards[s] = out
             if any(b is not None for b in shards):  # an empty message would only hold frontiers back:
                 self.send(Updates(shards, msg.lower))  # in a loop it would go round forever
 

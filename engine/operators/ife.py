@@ -109,7 +109,7 @@ def message_ints(res: np.ndarray) -> np.ndarray:
     """A message's values for an int64 state: integers (floats with no fractional part too); anything
     else is an error, not a silent truncation."""
     if res.dtype.kind in "iub":
-        return res.astype(np.int64)
+        return res.astype(np.int64, copy=False)
     if res.dtype.kind == "f":
         ok = whole(res)
         if ok.all():

@@ -17,6 +17,7 @@ from ..columns import UpdateBatch
 from ..dataflow import Operator, Updates
 from ..kernels.join import join_product, product_total
 from ..lattice import Antichain
+from .basic import fuse_projections
 from .reader import ArrangedInput
 
 CHUNK = 1 << 20  # output rows per shard per step
@@ -37,7 +38,9 @@ class _Product:
     def done(self) -> bool:
         return self.remaining <= 0
 
-    def next_chunk(self, limit: int):
+    def next_chunk(self, limit: int, cols=None):
+        """Up to ``limit`` more output rows: the key columns, then A's values, then B's (``cols``: only
+        those of these columns, in that order)."""
         ha, hb = self.ha, self.hb
         n = min(limit, self.remaining)
         probe, arow, brow, times, diffs = join_product(ha.off, ha.times, ha.diffs, hb.off, hb.times, hb.diffs,
@@ -48,7 +51,13 @@ class _Product:
         self.remaining -= n
         if n == 0:
             return None
-        data = np.concatenate([self.pkeys[:, probe], ha.vals[:, arow], hb.vals[:, brow]], axis=0)
+        sources = ((self.pkeys, probe), (ha.vals, arow), (hb.vals, brow))
+        if cols is None:
+            return UpdateBatch(np.concatenate([m[:, rows] for m, rows in sources], axis=0), times, diffs)
+        data = np.empty((len(cols), n), np.int64)
+        for i, (side, c) in enumerate(cols):
+            m, rows = sources[side]
+            np.take(m[c], rows, out=data[i])
         return UpdateBatch(data, times, diffs)
 
 
@@ -62,9 +71,18 @@ class JoinOp(Operator):
         self.workers = workers
         self.sides = [None, None]  # ArrangedInput per side, from install until released
         self.futures = deque()     # (lower, [product per shard])
+        self.cols = None           # the output columns it makes, as (source, row) pairs (None: all)
 
     def install(self, rt):
         self.sides = [ArrangedInput(up, self.label()) for up in self.inputs]
+
+    def finish_install(self):
+        """Columns that only a projection downstream reads are never gathered (sg's ``a`` once joined)."""
+        cols = fuse_projections(self)
+        if cols is not None:
+            kk, ka = self.sides[0].kk, self.sides[0].kv
+            self.cols = [(0, c) if c < kk else (1, c - kk) if c < kk + ka else (2, c - kk - ka)
+                         for c in cols.tolist()]
 
     def release(self):
         for side in self.sides:
@@ -130,7 +148,7 @@ class JoinOp(Operator):
             return
         lower, products = self.futures[0]
         live = [i for i, p in enumerate(products) if p is not None and not p.done]
-        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK), live,
+        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK, self.cols), live,
                         rows=sum(min(products[i].remaining, CHUNK) for i in live))
         shards = [None] * self.workers
         for i, c in zip(live, chunks):
