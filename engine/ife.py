@@ -220,7 +220,8 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
     else:  # (the loop's own reduce makes D_0 from the entering states: no reduce outside it)
         scope = state.scope.loop()
         var = Variable(scope, columns=list(state.schema.names), dtypes=list(state.schema.dtypes))
-        out = var.set(step(var), max_rounds=rounds).leave()
+        # the variable starts empty, so round r holds D_(r-1): D_rounds is one round further on
+        out = var.set(step(var), max_rounds=None if rounds is None else rounds + 1).leave()
     builder = state.builder
     builder.reports.append(FullReport(builder, name, traces["join"], traces["state"], agg))
     return out

@@ -16,8 +16,8 @@ class WorkerPool:
     """W persistent threads. ``run(fn, items, rows)`` runs fn over items, the first on the calling thread
     and the rest on the pool, the caller taking those still queued once it is done (when ``rows``, the
     work's size, is unknown or large enough); kernels release the GIL, so shards run concurrently.
-    Exceptions raised in a worker surface in the caller with the worker's traceback, after every shard
-    has stopped (so a failed step never leaves work running)."""
+    An exception surfaces in the caller with its item's traceback, after every shard has stopped (so a
+    failed step never leaves work running); where several items fail, the first in item order's."""
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -34,26 +34,31 @@ class WorkerPool:
             return [timed(i) for i in items]
         ctx = contextvars.copy_context()  # the dataflow's (see commands.Install), one copy per thread
         futures = [self._pool.submit(ctx.copy().run, timed, i) for i in items[1:]]
-        results, error = [None] * len(items), None
+        results, errors = [None] * len(items), {}  # errors: item index -> what it raised
         try:
             results[0] = timed(items[0])
-            # then the items no pool thread has started, from the last: with more items than threads
-            # (formation's row ranges) the caller takes its share instead of waiting for the pool
-            for k in range(len(futures) - 1, -1, -1):
-                if futures[k].cancel():
-                    futures[k] = None
-                    results[k + 1] = ctx.copy().run(timed, items[k + 1])
         except BaseException as e:  # noqa: BLE001 - raised once every shard has stopped
-            error = e
+            errors[0] = e
+        # then the items no pool thread has started, from the last: with more items than threads
+        # (formation's row ranges) the caller takes its share instead of waiting for the pool; after an
+        # error, none is started at all
+        for k in range(len(futures) - 1, -1, -1):
+            if futures[k].cancel():
+                futures[k] = None
+                if not errors:
+                    try:
+                        results[k + 1] = ctx.copy().run(timed, items[k + 1])
+                    except BaseException as e:  # noqa: BLE001
+                        errors[k + 1] = e
         for k, f in enumerate(futures):  # never leave a shard running behind the caller's back
             if f is None:
                 continue
             try:
                 results[k + 1] = f.result()
             except BaseException as e:  # noqa: BLE001
-                error = error or e
-        if error is not None:
-            raise error
+                errors[k + 1] = e
+        if errors:
+            raise errors[min(errors)]  # the first failing item in item order, whichever thread ran it
         return results
 
     def _timed(self, fn):

@@ -213,12 +213,10 @@ def _ife_answer(workers, edges, starts, rounds, mode):
 
 @pytest.mark.parametrize("rounds", [0, 1, 2, 3])
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.xfail(reason="s35 finding: ife(start_rounds=..., rounds=k) answers D_{k-1}", strict=False)
 def test_ife_start_rounds_of_zero_with_rounds_matches_plain_ife(workers, rounds):
     """start_rounds giving every start state round 0 is plain entry: with ``rounds=k`` the answer is D_k
-    (as without start_rounds, and as memory='jod'). s35 finding: it is D_{k-1} (engine/ife.py _full: the
-    Variable starts empty, so the loop's round r holds D_{r-1}, and max_rounds=rounds cuts one round
-    early)."""
+    (as without start_rounds, and as memory='jod'). It was D_{k-1} (engine/ife.py _full: the Variable
+    starts empty, so the loop's round r holds D_{r-1})."""
     edges = [(i, i + 1) for i in range(6)]
     starts = [(0, 0), (3, 10)]
     want = _ife_answer(workers, edges, starts, rounds, "plain")
@@ -235,3 +233,36 @@ def test_ife_start_rounds_fixed_point_matches_plain_ife(workers):
         want = _ife_answer(workers, edges, starts, None, "plain")
         assert _ife_answer(workers, edges, starts, None, "bit_start_rounds") == want
         assert _ife_answer(workers, edges, starts, None, "zero_start_rounds") == want
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_star_graph_many_equal_keys_in_one_round(workers):
+    """Every message of a round goes to one node (runs of equal hash tens of thousands long, one-time
+    parts of a round's output), then half the roots and the hub's out-edge go."""
+    n = 30_000
+    src = np.arange(1, n + 1)
+    with kp.Engine(workers=workers) as eng:
+        e = eng.input("edges", ["src", "dst"], rows={"src": np.concatenate([src, [0]]),
+                                                    "dst": np.concatenate([np.zeros(n, np.int64), [n + 5]])})
+        r = eng.input("roots", ["node"], rows={"node": src})
+        e.advance_to(1)
+        r.advance_to(1)
+        with eng.dataflow("d") as df:
+            b = bfs(df.input("edges"), df.input("roots")).view("b")
+            w = wcc(df.input("edges")).view("w")
+        eng.wait(b)
+        eng.wait(w)
+        bp = b.to_pandas().set_index("node")["dist"]
+        assert len(bp) == n + 2 and bp[0] == 1 and bp[n + 5] == 2 and (bp.loc[src] == 0).all()
+        wp = w.to_pandas()
+        assert len(wp) == n + 2 and (wp.label == 0).all()
+        r.remove({"node": src[::2]})
+        e.remove([(0, n + 5)])
+        e.advance_to(2)
+        r.advance_to(2)
+        eng.wait(b)
+        eng.wait(w)
+        bp = b.to_pandas().set_index("node")["dist"]
+        assert len(bp) == n // 2 + 1 and bp[0] == 1 and (bp.drop(0) == 0).all()
+        wp = w.to_pandas().set_index("node")["label"]
+        assert len(wp) == n + 1 and n + 5 not in wp.index and (wp == 0).all()

