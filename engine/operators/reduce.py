@@ -225,7 +225,7 @@ class ReduceOp(Operator):
         spec = self.spec
         d = self.scope.depth
         m = len(pkh)
-        times = dh.times[dh.off[:-1]]
+        times = _first_times(dh)
         self.work[s][0] += len(hin) + m  # (what phase 1 would visit: each row, and each key's seed)
         if self._listing == rk.LIST_TOTAL and spec.op == rk.DISTINCT:  # one row per key: kept if positive
             keep = hin.diffs > 0
@@ -319,7 +319,7 @@ def _fresh(dh, hin, hout, soff, upper) -> bool:
         return False
     if not np.array_equal(hin.times, dh.times):  # (the rows line up: same offsets, probe order)
         return False
-    first = dh.times[dh.off[:-1]]
+    first = _first_times(dh)
     counts = np.diff(dh.off)
     if len(dh) > len(counts):  # a key with several rows: one time, and distinct values in order (advancing
         # times through an import's lens can give rows of two batches one time without consolidating them)
@@ -333,6 +333,12 @@ def _fresh(dh, hin, hout, soff, upper) -> bool:
         if ((key[1:] == key[:-1]) & ~ahead).any():
             return False
     return not (upper.elements and in_advance_mask(first, upper).any())
+
+
+def _first_times(h):
+    """Each probe key's first row's time: the rows' own times where every key has one row (sg's pairs,
+    each derived once), without a gather."""
+    return h.times if len(h) == len(h.off) - 1 else h.times[h.off[:-1]]
 
 
 def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:
