@@ -122,6 +122,24 @@ def test_wcc_matches_networkx_every_epoch(workers, tname):
                 assert got == _wcc_ref(live, f), (seed, e, workers, tname)
 
 
+def _epoch(rng, edges, seeds, count, ins, rem, f, e, repeat):
+    """One epoch of the stream: the edge changes, then one random seed node inserted or (half the time,
+    when present) removed (``repeat``: a present one may be inserted again), then both inputs advanced."""
+    if ins:
+        edges.insert(_rows(ins, f))
+    if rem:
+        edges.remove(_rows(rem, f))
+    r = int(rng.integers(0, N))
+    if count[r] and rng.random() < 0.5:
+        seeds.remove([(f(r),)])
+        count[r] -= 1
+    elif repeat or not count[r]:
+        seeds.insert([(f(r),)])
+        count[r] += 1
+    edges.advance_to(e + 1)
+    seeds.advance_to(e + 1)
+
+
 @pytest.mark.parametrize("tname", list(TRANSFORMS))
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_bfs_matches_networkx_every_epoch(workers, tname):
@@ -136,19 +154,7 @@ def test_bfs_matches_networkx_every_epoch(workers, tname):
             view = bfs(df.input("edges"), df.input("roots")).view("bfs")
         rootset = Counter()
         for e, (ins, rem, live) in enumerate(stream):
-            if ins:
-                edges.insert(_rows(ins, f))
-            if rem:
-                edges.remove(_rows(rem, f))
-            r = int(rng.integers(0, N))
-            if rootset[r] and rng.random() < 0.5:
-                roots.remove([(f(r),)])
-                rootset[r] -= 1
-            else:
-                roots.insert([(f(r),)])
-                rootset[r] += 1
-            edges.advance_to(e + 1)
-            roots.advance_to(e + 1)
+            _epoch(rng, edges, roots, rootset, ins, rem, f, e, repeat=True)
             eng.wait(view)
             got = view.to_pandas()
             pairs = list(zip(got["node"].tolist(), got["dist"].tolist()))
@@ -170,19 +176,7 @@ def test_sssp_matches_networkx_every_epoch(workers, tname):
             view = sssp(df.input("edges"), df.input("sources")).view("sssp")
         sset = Counter()
         for e, (ins, rem, live) in enumerate(stream):
-            if ins:
-                edges.insert(_rows(ins, f))
-            if rem:
-                edges.remove(_rows(rem, f))
-            r = int(rng.integers(0, N))
-            if sset[r] and rng.random() < 0.5:
-                srcs.remove([(f(r),)])
-                sset[r] -= 1
-            elif not sset[r]:
-                srcs.insert([(f(r),)])
-                sset[r] += 1
-            edges.advance_to(e + 1)
-            srcs.advance_to(e + 1)
+            _epoch(rng, edges, srcs, sset, ins, rem, f, e, repeat=False)
             eng.wait(view)
             got = view.to_pandas()
             trip = list(zip(got["source"].tolist(), got["node"].tolist(), got["dist"].tolist()))
