@@ -83,7 +83,7 @@ def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> l
     through ``run``. Each large array is allocated once here (fresh memory costs page faults) and becomes
     part of the batches, the hashes' array their key offsets; the shards' batches are views of the same
     arrays. ``time``: every update's one time, when the caller knows it (a round's output, a load): the
-    kernels then neither move nor compare times, and the batches' times are filled in after."""
+    kernels then neither move nor compare times, and each shard's item fills its batch's times in."""
     if time is not None:
         parts = [(p[0], p[1], np.empty((p[3].shape[0], 0), np.int64), p[3]) for p in parts]
     parts = [tuple(_c(a) for a in p) for p in parts]

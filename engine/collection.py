@@ -597,6 +597,7 @@ class Arranged(Collection):
     def _stream(self):
         if self._flat is None:
             self._flat = FlattenOp(self.scope, self.op, Site.capture())
+            self._flat.schema = self.schema  # (key columns, then value columns, as this collection names them)
         return self._flat
 
     def as_collection(self) -> Collection:

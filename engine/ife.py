@@ -19,7 +19,7 @@ import numpy as np
 from .columns import SchemaError
 from .dataflow import Site
 from .dropping import Drop
-from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints
+from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep
 
 MODES = ("full", "jod", "drop")
 
@@ -191,7 +191,7 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
                 res, keep = res
             n = len(c[value])
             res = np.broadcast_to(np.asarray(res), (n,))
-            rows = np.flatnonzero(np.asarray(keep, bool)) if keep is not None else np.arange(n)
+            rows = np.flatnonzero(message_keep(keep, n)) if keep is not None else np.arange(n)
 
             def kept(col):  # (every row kept: the column as it is, no copy)
                 return col if keep is None else np.asarray(col)[rows]

@@ -4,6 +4,7 @@ so do those still queued when it is done."""
 from __future__ import annotations
 
 import contextvars
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,23 +34,31 @@ class WorkerPool:
         if self._pool is None or len(items) == 1 or (rows is not None and rows < PARALLEL_ROWS):
             return [timed(i) for i in items]
         ctx = contextvars.copy_context()  # the dataflow's (see commands.Install), one copy per thread
-        futures = [self._pool.submit(ctx.copy().run, timed, i) for i in items[1:]]
+        failed = threading.Event()  # once an item has failed, no other starts (a failed step stops soon)
+
+        def guarded(item):
+            if failed.is_set():
+                return None
+            try:
+                return timed(item)
+            except BaseException:
+                failed.set()
+                raise
+        futures = [self._pool.submit(ctx.copy().run, guarded, i) for i in items[1:]]
         results, errors = [None] * len(items), {}  # errors: item index -> what it raised
         try:
-            results[0] = timed(items[0])
+            results[0] = guarded(items[0])
         except BaseException as e:  # noqa: BLE001 - raised once every shard has stopped
             errors[0] = e
         # then the items no pool thread has started, from the last: with more items than threads
-        # (formation's row ranges) the caller takes its share instead of waiting for the pool; after an
-        # error, none is started at all
+        # (formation's row ranges) the caller takes its share instead of waiting for the pool
         for k in range(len(futures) - 1, -1, -1):
             if futures[k].cancel():
                 futures[k] = None
-                if not errors:
-                    try:
-                        results[k + 1] = ctx.copy().run(timed, items[k + 1])
-                    except BaseException as e:  # noqa: BLE001
-                        errors[k + 1] = e
+                try:
+                    results[k + 1] = ctx.copy().run(guarded, items[k + 1])
+                except BaseException as e:  # noqa: BLE001
+                    errors[k + 1] = e
         for k, f in enumerate(futures):  # never leave a shard running behind the caller's back
             if f is None:
                 continue
@@ -57,8 +66,8 @@ class WorkerPool:
                 results[k + 1] = f.result()
             except BaseException as e:  # noqa: BLE001
                 errors[k + 1] = e
-        if errors:
-            raise errors[min(errors)]  # the first failing item in item order, whichever thread ran it
+        if errors:  # an interrupt first, else the first failing item in item order, whichever thread ran it
+            raise errors[min(errors, key=lambda k: (isinstance(errors[k], Exception), k))]
         return results
 
     def _timed(self, fn):

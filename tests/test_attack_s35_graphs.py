@@ -260,3 +260,25 @@ def test_star_graph_many_equal_keys_in_one_round(workers):
         assert len(bp) == n // 2 + 1 and bp[0] == 1 and (bp.drop(0) == 0).all()
         wp = w.to_pandas().set_index("node")["label"]
         assert len(wp) == n + 1 and n + 5 not in wp.index and (wp == 0).all()
+
+
+@pytest.mark.parametrize("memory", ["full", "jod"])
+def test_ife_keep_mask_is_checked_the_same_in_every_mode(memory):
+    """A message function's keep mask: one boolean stands for every message; a mask of another length is
+    an error naming it, in every mode (full mode once turned a scalar True into 'keep row 0 only')."""
+    def answer(message):
+        with kp.Engine(workers=1) as eng:
+            e = eng.input("edges", ["src", "dst"], rows=[(0, 1), (0, 2), (0, 3), (1, 4), (2, 5)])
+            s = eng.input("s", ["node", "d"], rows=[(0, 0)])
+            e.advance_to(1)
+            s.advance_to(1)
+            with eng.dataflow("x") as df:
+                v = df.input("s").ife(df.input("edges"), key="node", node="node", value="d", message=message,
+                                      agg="min", memory=memory).view("v")
+            eng.wait(v)
+            return sorted(map(tuple, v.to_pandas().to_numpy().tolist()))
+    everything = [(0, 0), (1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]
+    assert answer(lambda d: (d + 1, True)) == everything
+    assert answer(lambda d: (d + 1, d < 1)) == everything[:4]
+    with pytest.raises(kp.DataflowError, match="keep mask must be"):
+        answer(lambda d: (d + 1, np.array([True, False, True, False, True, False, True])[:len(d) + 1]))

@@ -225,3 +225,41 @@ def test_close_while_items_are_in_flight(workers):
     assert not any(t.name.startswith("kpgnb-worker") for t in threading.enumerate())
     with pytest.raises(Exception, match="closed"):
         v.to_pandas()
+
+
+def test_no_queued_item_starts_after_a_pool_thread_failed():
+    """Item 1 fails on the pool thread (before or while the caller runs item 0): neither the pool thread
+    nor the caller starts a queued item after that, and item 1's error is raised."""
+    pool = WorkerPool(2)
+    ran = []
+    try:
+        def fn(i):
+            ran.append(i)
+            if i == 0:
+                time.sleep(0.3)
+                return 0
+            if i == 1:
+                raise ValueError("item 1")
+            return i
+        with pytest.raises(ValueError, match="item 1"):
+            pool.run(fn, range(6))
+        assert set(ran) <= {0, 1} and 1 in ran, ran
+    finally:
+        pool.shutdown()
+
+
+def test_an_interrupt_wins_over_an_earlier_items_error():
+    pool = WorkerPool(2)
+    try:
+        def fn(i):
+            if i == 0:
+                time.sleep(0.2)
+                return 0
+            if i == 1:
+                time.sleep(0.4)
+                raise ValueError("item 1")
+            raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):
+            pool.run(fn, [0, 1, 2])
+    finally:
+        pool.shutdown()

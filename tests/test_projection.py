@@ -67,10 +67,15 @@ SHAPES = {
     "permute_rename": (  # a permutation (not the identity) and a rename alone
         lambda a, b: {"v": (a.select("y", "k", "x").rename(y="m"), ["m", "k", "x"])},
         lambda A, B: {"v": _clean(Counter({(y, k, x): d for (k, x, y), d in A.items()}))}),
-    "semijoin": (
-        lambda a, b: {"v": (a.semijoin(b, on="k"), ["k", "x", "y"])},
-        lambda A, B: {"v": _clean(Counter({r: d for r, d in A.items()
-                                           if any(bk == r[0] and bd for (bk, _, _), bd in B.items())}))}),
+    "semijoin": (  # the left reordered, so that the join's output (key first) is projected back
+        lambda a, b: {"v": (a.select("y", "k", "x").semijoin(b, on="k"), ["y", "k", "x"])},
+        lambda A, B: {"v": _rows_of({r: d for r, d in A.items() if r[0] in _keys(B)}, lambda k, x, y: (y, k, x))}),
+    "antijoin": (
+        lambda a, b: {"v": (a.select("x", "k").antijoin(b, on="k"), ["x", "k"])},
+        lambda A, B: {"v": _rows_of({r: d for r, d in A.items() if r[0] not in _keys(B)}, lambda k, x, y: (x, k))}),
+    "rename_alone": (  # identity columns: passes the flattened input on
+        lambda a, b: {"v": (a.rename(x="q"), ["k", "q", "y"])},
+        lambda A, B: {"v": _clean(Counter(A))}),
     "flat_map_all_rows": (  # an identity index (times pass on as they are) and a reversed one
         lambda a, b: {"v": (a.flat_map(lambda k, x, y: ({"k": k, "x": x * 2}, np.arange(len(k))),
                                        out={"k": "int64", "x": "int64"}, repeat=False), ["k", "x"]),
@@ -87,6 +92,11 @@ def _count(pairs) -> Counter:
     for k, x, y, z, w, d in pairs:
         tot[z] += d
     return _clean(Counter({(z, n): 1 for z, n in tot.items() if n}))
+
+
+def _keys(B) -> set:
+    """The keys present in B (its rows' multiplicities are positive: the stream removes present rows)."""
+    return {k for (k, _, _), d in B.items() if d}
 
 
 def _rows_of(A, f) -> Counter:
@@ -144,3 +154,28 @@ def test_fused_projections_match_the_reference(shape, seed, workers):
             eng.wait(v)
             for e, want in expected.items():
                 assert _counter(v, cols, at=e) == want[n], (shape, n, "epoch", e)
+
+
+def test_fusion_happens():
+    """The shapes above are fused as this module's docstring says (else they would pass unfused too): a
+    join gathers only what its select/rename chain keeps, the chain passes messages on, a rename of an
+    arranged input copies nothing, and a join whose output another operator reads gathers everything."""
+    from kpgnb.engine.operators.basic import ProjectOp
+    from kpgnb.engine.operators.join import JoinOp
+    with kp.Engine(workers=2) as eng:
+        eng.input("A", ["k", "x", "y"]).advance_to(1)
+        eng.input("B", ["k", "z", "w"]).advance_to(1)
+        with eng.dataflow("p") as df:
+            a, b = df.input("A"), df.input("B")
+            a.join(b, on="k").select("w", "k", "y").rename(w="p").select("y", "p").view("chain")
+            a.rename(x="q").view("renamed")
+            j = a.join(b, on="k")
+            j.select("x").view("one")
+            j.count(by="z").view("two")
+        eng.wait()
+        ops = df.graph.ops
+        joins = [op for op in ops if isinstance(op, JoinOp)]
+        assert [op.out_cols for op in joins] == [[(1, 1), (2, 1)], None]  # (y: A's 2nd value; w: B's 2nd)
+        projects = [op for op in ops if isinstance(op, ProjectOp)]
+        # the chain's three and the rename pass on; the select after the shared join gathers
+        assert [op.gather is None for op in projects] == [True, True, True, True, False]

@@ -43,8 +43,8 @@ def one_time(times):
     n, d = times.shape
     if d == 0:
         return True
-    flat = times.reshape(n * d)
-    step = 4096 * d
+    flat = times.reshape(n * d)  # (C-contiguous, as every kernel's arrays)
+    step = min(n, 4096) * d
     pattern = np.empty(step, np.int64)
     for j in range(step):
         pattern[j] = times[0, j % d]

@@ -220,8 +220,8 @@ def fuse_projections(op) -> np.ndarray | None:
     """At install: the chain of projections that alone consume ``op``'s output (a join's, another
     projection's, ...), composed into one column list, which ``op`` then produces itself; each projection
     of the chain passes its messages on as they come. None (nothing fused) where no projection alone
-    consumes ``op``. Install-time only: ``cols`` stay what the dataflow says (the Spark backend reads
-    them). A rename (identity columns) alone also becomes a pass-through, with nothing to fuse into."""
+    consumes ``op``. Install-time only: ``cols`` stay what the dataflow says. A rename (identity columns)
+    alone also becomes a pass-through, with nothing to fuse into."""
     chain, nxt = [], op
     while len(nxt.consumers) == 1 and isinstance(nxt.consumers[0][0], ProjectOp):
         nxt = nxt.consumers[0][0]

@@ -105,6 +105,16 @@ class _Rows:
         self.q, self.vals, self.counts = q, vals, counts
 
 
+def message_keep(keep, n: int) -> np.ndarray:
+    """A message function's keep mask as n booleans (one value stands for every row); any other shape is
+    an error, not a silent selection of the wrong rows."""
+    keep = np.asarray(keep)
+    if keep.dtype.kind not in "biu" or keep.shape not in ((), (n,)):
+        raise SchemaError(f"the message function's keep mask must be {n} booleans (one per message) or one "
+                          f"boolean, got dtype {keep.dtype} and shape {keep.shape}")
+    return np.broadcast_to(keep.astype(bool, copy=False), (n,))
+
+
 def message_ints(res: np.ndarray) -> np.ndarray:
     """A message's values for an int64 state: integers (floats with no fractional part too); anything
     else is an error, not a silent truncation."""
@@ -366,7 +376,7 @@ class IfeOp(Operator):
         keep = np.ones(len(sv), bool)
         if isinstance(res, tuple):
             res, keep = res
-            keep = np.asarray(keep, bool)
+            keep = message_keep(keep, len(sv))
         res = np.asarray(res)
         if res.shape != sv.shape:
             res = np.broadcast_to(res, sv.shape)

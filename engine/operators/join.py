@@ -57,7 +57,7 @@ class _Product:
         data = np.empty((len(cols), n), np.int64)
         for i, (side, c) in enumerate(cols):
             m, rows = sources[side]
-            np.take(m[c], rows, out=data[i])
+            np.take(m[c], rows, out=data[i], mode="clip")  # (rows are in range: "raise" buffers out)
         return UpdateBatch(data, times, diffs)
 
 
@@ -71,18 +71,18 @@ class JoinOp(Operator):
         self.workers = workers
         self.sides = [None, None]  # ArrangedInput per side, from install until released
         self.futures = deque()     # (lower, [product per shard])
-        self.cols = None           # the output columns it makes, as (source, row) pairs (None: all)
+        self.out_cols = None       # the output columns it makes, as (source, row) pairs (None: all)
 
     def install(self, rt):
         self.sides = [ArrangedInput(up, self.label()) for up in self.inputs]
 
     def finish_install(self):
-        """Columns that only a projection downstream reads are never gathered (sg's ``a`` once joined)."""
+        """Columns that no projection downstream keeps are never gathered."""
         cols = fuse_projections(self)
-        if cols is not None:
-            kk, ka = self.sides[0].kk, self.sides[0].kv
-            self.cols = [(0, c) if c < kk else (1, c - kk) if c < kk + ka else (2, c - kk - ka)
-                         for c in cols.tolist()]
+        kk, ka, kb = self.sides[0].kk, self.sides[0].kv, self.sides[1].kv
+        if cols is not None and cols.tolist() != list(range(kk + ka + kb)):  # (all, in order: concatenated)
+            self.out_cols = [(0, c) if c < kk else (1, c - kk) if c < kk + ka else (2, c - kk - ka)
+                             for c in cols.tolist()]
 
     def release(self):
         for side in self.sides:
@@ -148,7 +148,7 @@ class JoinOp(Operator):
             return
         lower, products = self.futures[0]
         live = [i for i, p in enumerate(products) if p is not None and not p.done]
-        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK, self.cols), live,
+        chunks = rt.run(lambda i: products[i].next_chunk(CHUNK, self.out_cols), live,
                         rows=sum(min(products[i].remaining, CHUNK) for i in live))
         shards = [None] * self.workers
         for i, c in zip(live, chunks):
