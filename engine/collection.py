@@ -548,7 +548,8 @@ class Collection:
         message(D_r(u), edge) for each edge u -> v of ``edges`` (columns ``src``, ``dst`` and payload)),
         to a fixed point or for ``rounds`` rounds. ``agg`` is min, max or sum; ``message`` names its
         arguments by column (the state's ``value``, edge payload columns, ``degree`` for the sender's
-        out-degree) and returns the candidates, or (candidates, keep mask). ``memory`` is "full"
+        out-degree) and returns the candidates, or (candidates, keep mask: one boolean per candidate,
+        or one for all; another shape is an error). ``memory`` is "full"
         (join + reduce in ``iterate``), "jod" (join on demand: no join output kept) or "drop" (also drops
         state differences as ``drop=kp.Drop(...)`` says); every mode gives the same collection.
         ``symmetric=True`` promises that every edge u -> v comes with v -> u and the same payload (as
