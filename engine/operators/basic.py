@@ -213,7 +213,7 @@ class ProjectOp(Operator):
         rest = fuse_projections(self)
         cols = self.cols if rest is None else self.cols[rest]
         up = self.inputs[0].schema
-        self.gather = None if up is not None and _identity(cols, len(up.names)) else cols
+        self.gather = None if up is not None and len(cols) == len(up.names) and is_identity(cols) else cols
 
 
 def fuse_projections(op) -> np.ndarray | None:
@@ -235,9 +235,6 @@ def fuse_projections(op) -> np.ndarray | None:
         p.gather = None
     return cols
 
-
-def _identity(cols, width: int) -> bool:
-    return len(cols) == width and bool((cols == np.arange(width)).all())
 
 
 # -- scopes -------------------------------------------------------------------------------------

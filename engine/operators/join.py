@@ -16,6 +16,7 @@ import numpy as np
 from ..columns import UpdateBatch
 from ..dataflow import Operator, Updates
 from ..kernels.join import join_product, product_total
+from ..kernels.rows import is_identity
 from ..lattice import Antichain
 from .basic import fuse_projections
 from .reader import ArrangedInput
@@ -80,7 +81,7 @@ class JoinOp(Operator):
         """Columns that no projection downstream keeps are never gathered."""
         cols = fuse_projections(self)
         kk, ka, kb = self.sides[0].kk, self.sides[0].kv, self.sides[1].kv
-        if cols is not None and cols.tolist() != list(range(kk + ka + kb)):  # (all, in order: concatenated)
+        if cols is not None and not (len(cols) == kk + ka + kb and is_identity(cols)):  # (all: concatenated)
             self.out_cols = [(0, c) if c < kk else (1, c - kk) if c < kk + ka else (2, c - kk - ka)
                              for c in cols.tolist()]
 
