@@ -25,7 +25,7 @@ from .kernels import multiplicity_overflow
 from .kernels import sort as sortk
 from .kernels.form import form_buckets, trim
 from .kernels.merge import merge_step, merge_whole
-from .kernels.times import fill_times
+from .kernels.times import count_positive, fill_times
 from .kernels.exchange import bucket_counts, exchange_rows
 from .lattice import Antichain, rep
 
@@ -233,7 +233,7 @@ class Batch:
         """Records with a positive diff minus records with a negative one (for the spine's estimate of
         its live records: each retraction of a set's row cancels one insertion)."""
         if self._balance is None:
-            self._balance = 2 * int(np.count_nonzero(self.diffs > 0)) - len(self)
+            self._balance = 2 * int(count_positive(_c(self.diffs))) - len(self)
         return self._balance
 
     @property

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import faults
 from .batch import Batch, form_parts
-from .kernels.times import one_time, time_groups
+from .kernels.times import group_rows, one_time, time_groups
 from .lattice import Antichain, antichain_of, in_advance_mask
 
 
@@ -63,21 +63,41 @@ class Part:
         return Part(self.keys[:, mask], self.vals[:, mask], self.times[mask], self.diffs[mask])
 
     def by_time(self) -> list:
-        """This part as one part per time, when it holds few (rows gathered once, in time groups)."""
+        """This part as one part per time, when it holds few; else [self]."""
         if self.single:
             return [self]
         group, seen, g = time_groups(self.times, TIME_GROUPS)
-        if g < 0:
-            return [self]
-        order = np.argsort(group, kind="stable")
-        keys, vals, times, diffs = self.keys[:, order], self.vals[:, order], self.times[order], self.diffs[order]
-        ends = np.cumsum(np.bincount(group, minlength=g)).tolist()
+        return [self] if g < 0 else self._grouped(group, seen, g)
+
+    def _grouped(self, group, seen, g) -> list:
+        """One part per time group (``time_groups``' output): rows gathered once by a counting-sort
+        kernel, in place of an argsort and a gather per array."""
+        keys, vals, times, diffs, ends = group_rows(self.keys, self.vals, self.times, self.diffs, group, g)
         out, a = [], 0
-        for j, b in enumerate(ends):
+        for j, b in enumerate(ends.tolist()):
             out.append(Part(keys[:, a:b], vals[:, a:b], times[a:b], diffs[a:b],
                             Antichain([tuple(seen[j].tolist())]), True))
             a = b
         return out
+
+    def split(self, upper: Antichain) -> tuple:
+        """(parts now, parts later): this part's updates not in advance of ``upper`` and those that are,
+        the later ones one part per time when they hold few (so later seals take or leave them whole).
+        A part of few times is classified by its times alone and gathered at most once."""
+        if self.single:
+            return ([], [self]) if all(upper.dominates(t) for t in self.lo) else ([self], [])
+        group, seen, g = time_groups(self.times, TIME_GROUPS)
+        if g > 0:
+            late = [upper.dominates(tuple(seen[j].tolist())) for j in range(g)]
+            if not any(late):
+                return [self], []
+            parts = self._grouped(group, seen, g)
+            return [q for q, x in zip(parts, late) if not x], [q for q, x in zip(parts, late) if x]
+        later = in_advance_mask(self.times, upper)
+        if not later.any():
+            return [self], []
+        keep = ~later
+        return [self.select(keep)] if keep.any() else [], self.select(later).by_time()
 
 
 class Batcher:
@@ -119,17 +139,9 @@ class Batcher:
                 if all(upper.dominates(t) for t in p.lo):  # every update is later: unread
                     rest.append(p)
                     continue
-                if p.single:
-                    now.append(p)
-                    continue
-                later = in_advance_mask(p.times, upper)
-                if not later.any():
-                    now.append(p)
-                    continue
-                keep = ~later
-                rest.extend(p.select(later).by_time())
-                if keep.any():
-                    now.append(p.select(keep))
+                a, b = p.split(upper)
+                now += a
+                rest += b
         if now:
             one = now[0].lo.elements[0] if all(p.single and p.lo == now[0].lo for p in now) else None
             batches = [Batch(*arrays, lower, upper) for arrays in form_parts([p.arrays for p in now],

@@ -8,7 +8,7 @@ import numpy as np
 from .batch import form_arrays, may_meet
 from .kernels import multiplicity_overflow
 from .kernels.merge import normalize_groups
-from .kernels.seek import gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
+from .kernels.seek import distinct_keys, gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
 from .kernels.sort import arrangement_order
 from .scope import IDENTITY, TimeLens
 
@@ -49,6 +49,9 @@ class Histories:
         return self.diffs.shape[0]
 
 
+DEDUPE_ROWS = 4096  # from this many key columns on, key_index finds the distinct ones by hashing first
+
+
 def key_index(keys: np.ndarray):
     """(hashes, keys, inverse): the distinct key columns in arrangement order, for seeking, and the index
     among them of each of the given keys (which may repeat, in any order)."""
@@ -56,6 +59,14 @@ def key_index(keys: np.ndarray):
     n = keys.shape[1]
     if not n:
         return np.zeros(0, np.int64), keys, np.zeros(0, np.int64)
+    if n >= DEDUPE_ROWS:  # first the distinct keys by hashing, then a sort of those alone
+        firsts, inv, d = distinct_keys(keys, n // 4)
+        if d >= 0:
+            sub = np.ascontiguousarray(keys[:, firsts])
+            perm, skh = arrangement_order(sub, np.zeros((0, d), np.int64), np.zeros((d, 0), np.int64))
+            rank = np.empty(d, np.int64)
+            rank[perm] = np.arange(d)
+            return skh, np.ascontiguousarray(sub[:, perm]), rank[inv]
     perm, skh = arrangement_order(keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
     k = np.ascontiguousarray(keys[:, perm])
     keep = unique_sorted_keys(skh, k)

@@ -80,7 +80,10 @@ def kernel_signatures(family: str) -> list:
                 (times.in_advance_rows, (I2, I2)),
                 (rows.is_identity, (I1,)),
                 (times.time_groups, (I2, i8)),
+                (times.group_rows, (I2, I2, I2, I1, I1, i8)),
+                (times.count_positive, (I1,)),
                 (seek.unique_sorted_keys, (I1, I2)),
+                (seek.distinct_keys, (I2, i8)),
                 (seek.seek_keys, (I1, I2, I1, I2)),
                 (seek.seek_rows, (I1, I2, I1, I1, I2, I1, I1)),
                 (seek.gather_rows, (I1, I1, I2, I2, I1, I1, I2, I2, I1, I1)),
@@ -107,7 +110,8 @@ def kernel_signatures(family: str) -> list:
                 (ife.mask_latest, (I1,) * 8),
                 (ife.bloom_add, (U1, i8, I1, I1)),
                 (ife.bloom_latest, (U1, i8, I1, I1, I1, I1)),
-                (ife.float_sums, (F1, I1, I1, F1))]
+                (ife.float_sums, (F1, I1, I1, F1)),
+                (ife.extremes, (I1, I1, I1, b1, b1, I1))]
     raise ValueError(f"unknown kernel family {family!r}; families are {list(FAMILIES)}")
 
 

@@ -75,7 +75,7 @@ def _check_batches(batches, workers, kk, kv, d, got: Counter):
         assert len({tuple(b.keys[:, k].tolist()) for k in range(nk)}) == nk
 
 
-def _run(seed, workers, d, big=False):
+def _run(seed, workers, d, big=False, many_times=False):
     rng = np.random.default_rng(seed)
     kk, kv = int(rng.integers(1, 3)), int(rng.integers(0, 3))
     pool = WorkerPool(workers)
@@ -86,8 +86,10 @@ def _run(seed, workers, d, big=False):
         lower = Antichain([(0,) * d])
         for step in range(8):
             # times from the current epoch on, rounds small
-            tpool = [tuple([epoch + int(rng.integers(0, 3))] + [int(rng.integers(0, 3)) for _ in range(d - 1)])
-                     for _ in range(int(rng.integers(1, 5)))]
+            # (many_times: more distinct times than a part is split by, Batcher's TIME_GROUPS)
+            span = 40 if many_times else 3
+            tpool = [tuple([epoch + int(rng.integers(0, 3))] + [int(rng.integers(0, span)) for _ in range(d - 1)])
+                     for _ in range(int(rng.integers(100, 200)) if many_times else int(rng.integers(1, 5)))]
             parts = []
             for _ in range(int(rng.integers(0, 5))):
                 n = int(rng.choice([1, 2, 5, 30, 200] + ([12_000, 40_000, 110_000] if big else [])))
@@ -138,3 +140,12 @@ def test_batcher_seals_match_the_model(seed, workers, d):
 @pytest.mark.parametrize("seed", range(2))
 def test_batcher_large_parts_take_the_bucket_and_parallel_paths(seed, workers):
     _run(100 + seed, workers, 2, big=True)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("seed", range(3))
+def test_batcher_parts_of_many_times(seed, workers, d):
+    """Parts holding more times than the seal splits by time (the in-advance mask path) and parts of a
+    few times each (split by a counting sort), mixed in one buffer."""
+    _run(200 + seed, workers, d, many_times=True)

@@ -109,3 +109,52 @@ def float_sums(x, c, starts, out):
         for a in range(starts[g], end):
             fs += x[a] * c[a]
         out[g] = fs
+
+
+@kernel
+def extremes(q, v, c, is_float, want_max, out):
+    """out[q[a]] = the min (``want_max``: the max) of v[a] over the rows a with c[a] > 0, in one pass
+    where a sort of every row gave the same: floats compared as float64 (a NaN is the max, and the min
+    only when all are NaN, as in sorted order), written back canonical (+0.0 added); queries without
+    such rows keep their ``out``. Returns whether an int aggregate equals out's "no state" int64 minimum."""
+    nq = out.shape[0]
+    has = np.zeros(nq, np.bool_)
+    if is_float:
+        x = v.view(np.float64)
+        best = np.empty(nq, np.float64)
+        for a in range(q.shape[0]):
+            if c[a] <= 0:
+                continue
+            j = q[a]
+            y = x[a]
+            if not has[j]:
+                best[j] = y
+                has[j] = True
+            elif want_max:
+                if y > best[j] or y != y:
+                    best[j] = y
+            elif y < best[j] or best[j] != best[j]:
+                best[j] = y
+        ob = out.view(np.float64)
+        for j in range(nq):
+            if has[j]:
+                ob[j] = best[j] + 0.0
+        return False
+    ibest = np.empty(nq, np.int64)
+    for a in range(q.shape[0]):
+        if c[a] <= 0:
+            continue
+        j = q[a]
+        y = v[a]
+        if not has[j]:
+            ibest[j] = y
+            has[j] = True
+        elif (y > ibest[j]) if want_max else (y < ibest[j]):
+            ibest[j] = y
+    absent = np.iinfo(np.int64).min
+    hit = False
+    for j in range(nq):
+        if has[j]:
+            out[j] = ibest[j]
+            hit |= ibest[j] == absent
+    return hit

@@ -7,6 +7,7 @@ import numpy as np
 
 from . import kernel
 from .rows import cmp_cols
+from .sort import key_hash_at
 
 
 @kernel
@@ -126,3 +127,51 @@ def merge_key_lists(akh, akeys, bkh, bkeys):
             j += 1
         n += 1
     return okh[:n].copy(), okeys[:, :n].copy()
+
+
+@kernel
+def distinct_keys(keys, limit):
+    """The distinct key columns, found through a hash table instead of a sort: (their first positions,
+    each column's number among them in order of first appearance, how many). Stops with -1 once more
+    than ``limit`` are distinct, where sorting every column costs no more (the table would outgrow the
+    cache). A slot holds (number, hash, first key column) side by side, so a probe costs one cache
+    miss; the table doubles as it fills, so it stays about the size of the distinct keys."""
+    kk, n = keys.shape
+    inv = np.empty(n, np.int64)
+    firsts = np.empty(min(n, limit + 1), np.int64)
+    cap = 1024
+    table = np.full(3 * cap, -1, np.int64)
+    d = 0
+    for i in range(n):
+        hi = key_hash_at(keys, i)
+        k0 = keys[0, i] if kk else 0
+        s = hi & (cap - 1)
+        while True:
+            t = table[3 * s]
+            if t < 0:
+                if d == limit:
+                    return firsts[:0], inv, -1
+                table[3 * s] = d
+                table[3 * s + 1] = hi
+                table[3 * s + 2] = k0
+                firsts[d] = i
+                inv[i] = d
+                d += 1
+                if 2 * d > cap:  # half full: double and reinsert
+                    old = table
+                    cap *= 2
+                    table = np.full(3 * cap, -1, np.int64)
+                    for j in range(cap // 2):
+                        if old[3 * j] >= 0:
+                            u = old[3 * j + 1] & (cap - 1)
+                            while table[3 * u] >= 0:
+                                u = (u + 1) & (cap - 1)
+                            table[3 * u] = old[3 * j]
+                            table[3 * u + 1] = old[3 * j + 1]
+                            table[3 * u + 2] = old[3 * j + 2]
+                break
+            if table[3 * s + 1] == hi and table[3 * s + 2] == k0 and (kk < 2 or cmp_cols(keys, firsts[t], keys, i) == 0):
+                inv[i] = t
+                break
+            s = (s + 1) & (cap - 1)
+    return firsts[:d], inv, d

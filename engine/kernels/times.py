@@ -59,6 +59,50 @@ def one_time(times):
 
 
 @kernel
+def group_rows(keys, vals, times, diffs, group, g):
+    """The rows gathered into their ``g`` groups (``group``: each row's, from ``time_groups``), stable
+    within a group: (keys, vals, times, diffs, ends), group j's rows at [ends[j-1], ends[j]). A counting
+    sort: one pass to count, one scatter per column, in place of an argsort and a gather per array."""
+    n = diffs.shape[0]
+    at = np.zeros(g + 1, np.int64)
+    for i in range(n):
+        at[group[i] + 1] += 1
+    for j in range(g):
+        at[j + 1] += at[j]
+    ends = at[1:].copy()
+    pos = np.empty(n, np.int64)
+    for i in range(n):
+        q = group[i]
+        pos[i] = at[q]
+        at[q] += 1
+    okeys = np.empty(keys.shape, np.int64)
+    ovals = np.empty(vals.shape, np.int64)
+    otimes = np.empty(times.shape, np.int64)
+    odiffs = np.empty(n, np.int64)
+    for c in range(keys.shape[0]):
+        for i in range(n):
+            okeys[c, pos[i]] = keys[c, i]
+    for c in range(vals.shape[0]):
+        for i in range(n):
+            ovals[c, pos[i]] = vals[c, i]
+    for i in range(n):
+        r = pos[i]
+        odiffs[r] = diffs[i]
+        for c in range(times.shape[1]):
+            otimes[r, c] = times[i, c]
+    return okeys, ovals, otimes, odiffs, ends
+
+
+@kernel
+def count_positive(diffs):
+    """How many entries of ``diffs`` are above zero (a batch's balance, without a boolean temporary)."""
+    m = 0
+    for i in range(diffs.shape[0]):
+        m += diffs[i] > 0
+    return m
+
+
+@kernel
 def fill_times(times, t):
     """Every row of the ``n x d`` time matrix set to ``t`` (NumPy's broadcast assignment of a short row
     loops per row)."""

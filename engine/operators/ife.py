@@ -45,6 +45,7 @@ from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
 from ..kernels import MAX_MULT, multiplicity_overflow
 from ..kernels import ife as ik
+from ..kernels.merge import normalize_groups
 from ..kernels.seek import seek_keys
 from ..kernels.sort import hash_keys
 from ..lattice import Antichain
@@ -70,6 +71,11 @@ def _exact_sums(x, c, starts, limit: int, error):
             raise error(total)
         sums[g] = total
     return sums
+
+
+def _absent_state() -> ValueError:
+    return ValueError(f"a state of {ABSENT} (the int64 minimum) cannot be kept: memory='jod' and 'drop' "
+                      f"reserve it for 'no state'; use memory='full' or another value")
 
 
 def _sum_overflow(total: int) -> OverflowError:
@@ -221,31 +227,30 @@ class IfeOp(Operator):
                 break
 
     # -- reading inputs and the timeline ------------------------------------------------------------
-    def _rows(self, port: int, keys, at: int) -> _Rows:
-        """The rows of input ``port`` under each query key, accumulated as of epoch ``at``."""
+    def _rows(self, port: int, keys, at: int, kh=None) -> _Rows:
+        """The rows of input ``port`` under each query key, accumulated as of epoch ``at``. ``kh``: the
+        keys' hashes, where the keys are distinct and in arrangement order (``key_index``'s), so they
+        are the probe as they are and the rows come out in their order without a gather."""
         side = self.sides[port]
         kv = side.kv
         n = keys.shape[1]
         if not n:
             return _Rows(np.zeros(0, np.int64), np.zeros((kv, 0), np.int64), np.zeros(0, np.int64))
-        pkh, pkeys, inv = key_index(keys)
+        pkh, pkeys, inv = (kh, keys, None) if kh is not None else key_index(keys)
         batches = [b for s in range(self.workers) for b in side.history(s)]
         h = Cursor(batches, kv, 1).seek(pkh, pkeys)
-        probe = np.repeat(np.arange(len(pkh)), np.diff(h.off))
         sel = h.times[:, 0] <= at
-        probe, vals, diffs = probe[sel], h.vals[:, sel], h.diffs[sel]
-        if len(diffs):  # consolidate per (probe, vals)
-            order = np.lexsort(tuple(vals[i] for i in range(kv - 1, -1, -1)) + (probe,))
-            probe, vals, diffs = probe[order], vals[:, order], diffs[order]
-            new = np.ones(len(diffs), bool)
-            new[1:] = (probe[1:] != probe[:-1]) | (vals[:, 1:] != vals[:, :-1]).any(axis=0)
-            starts = np.flatnonzero(new)
-            diffs = _exact_sums(diffs, None, starts, MAX_MULT, lambda total: multiplicity_overflow())
-            probe, vals = probe[starts], vals[:, starts]
-            nz = diffs != 0
-            probe, vals, diffs = probe[nz], vals[:, nz], diffs[nz]
-        poff = np.zeros(len(pkh) + 1, np.int64)
-        np.cumsum(np.bincount(probe, minlength=len(pkh)), out=poff[1:])
+        kept = np.zeros(len(sel) + 1, np.int64)
+        np.cumsum(sel, out=kept[1:])
+        poff = kept[h.off]  # each probe's rows as of ``at``, in its run
+        vals, diffs = h.vals[:, sel], h.diffs[sel]  # (copies: consolidated in place)
+        # consolidate each probe's rows per value (the batches' runs, each in value order, are merged
+        # by a kernel: a NumPy lexsort of every row was most of a first load's time)
+        if normalize_groups(poff, vals, np.zeros((len(diffs), 0), np.int64), diffs) < 0:
+            raise multiplicity_overflow()
+        vals, diffs = vals[:, :poff[-1]], diffs[:poff[-1]]
+        if inv is None:
+            return _Rows(np.repeat(np.arange(n), np.diff(poff)), vals, diffs)
         lens = np.diff(poff)[inv]
         q = np.repeat(np.arange(n), lens)
         rows = np.arange(len(q)) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(poff[:-1][inv], lens)
@@ -341,19 +346,20 @@ class IfeOp(Operator):
         self._memo = (nkh, nkeys, vals)
 
     # -- one round's aggregate, joined on demand ----------------------------------------------------
-    def _values(self, keys, rounds, at: int, prev):
+    def _values(self, keys, rounds, at: int, prev, kh=None):
         """The aggregate at round rounds[i] for each key: its start rows as of ``at``, plus at rounds > 0
         the messages along its in-edges (as of ``at``) from the senders' states at the round before,
-        which ``prev(sender keys, rounds)`` gives."""
+        which ``prev(sender keys, rounds)`` gives. ``kh`` as in ``_rows``."""
         spec = self.spec
         ng, nn = spec.ng, spec.nn
         n = keys.shape[1]
         self.counters["evaluated"] += n
-        st = self._rows(0, keys, at)
+        st = self._rows(0, keys, at, kh)
         qs, vs, cs = [st.q], [st.vals[0]], [st.counts]
         later = np.flatnonzero(rounds > 0)
         if len(later):
-            ed = self._rows(2, np.ascontiguousarray(keys[ng:, later]), at)
+            ed = self._rows(2, np.ascontiguousarray(keys[ng:, later]), at,
+                            kh[later] if kh is not None and not ng else None)
             q = later[ed.q]
             senders = np.concatenate([keys[:ng, q], ed.vals[:nn]], axis=0)
             sv = prev(np.ascontiguousarray(senders), rounds[q] - 1)
@@ -389,32 +395,22 @@ class IfeOp(Operator):
         """Per query: the aggregate of its rows (value, multiplicity), ABSENT where it has none."""
         spec = self.spec
         out = np.full(n, ABSENT, np.int64)
-        if spec.agg == "sum":
-            nz = c != 0
-            q, v, c = q[nz], v[nz], c[nz]
-        else:
-            pos = c > 0
-            q, v = q[pos], v[pos]
+        if spec.agg != "sum":  # min, max: one pass over rows of positive multiplicity
+            if ik.extremes(q, v, c, spec.value_float, spec.agg == "max", out):
+                raise _absent_state()
+            return out
+        nz = c != 0
+        q, v, c = q[nz], v[nz], c[nz]
         if not len(q):
             return out
-        fl = spec.value_float
-        if spec.agg == "sum" and fl:
+        if spec.value_float:
             return self._float_sums(out, q, v, c)
-        x = v.view(np.float64) if fl else v
-        order = np.lexsort((x, q))  # a fixed order: sums come out the same bits every time
-        q, x = q[order], x[order]
+        order = np.lexsort((v, q))  # a fixed order: sums come out the same bits every time
+        q, v = q[order], v[order]
         starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
-        if spec.agg == "sum":
-            agg = _exact_sums(x, c[order], starts, 1 << 63, _sum_overflow)
-        elif spec.agg == "min":
-            agg = x[starts]
-        else:
-            agg = x[np.r_[starts[1:], len(x)] - 1]
-        if fl:
-            agg = (np.asarray(agg, np.float64) + 0.0).view(np.int64)
-        elif (agg == ABSENT).any():
-            raise ValueError(f"a state of {ABSENT} (the int64 minimum) cannot be kept: memory='jod' and 'drop' "
-                             f"reserve it for 'no state'; use memory='full' or another value")
+        agg = _exact_sums(v, c[order], starts, 1 << 63, _sum_overflow)
+        if (agg == ABSENT).any():
+            raise _absent_state()
         out[q[starts]] = agg
         return out
 
@@ -491,9 +487,10 @@ class IfeOp(Operator):
         s_keys = key_index(start[0])[1] if start is not None else np.zeros((kk, 0), np.int64)
         # changed edges (sender node -> receiver node), and senders whose out-degree changed
         if dstd is not None:
-            ch_u, ch_v = dstd[1][:nn], dstd[0]
-            pairs = np.unique(np.concatenate([ch_u, ch_v], axis=0).T, axis=0).T
-            ch_u, ch_v = np.ascontiguousarray(pairs[:nn]), np.ascontiguousarray(pairs[nn:])
+            ch_u, ch_v = np.ascontiguousarray(dstd[1][:nn]), dstd[0]
+            if self.hist.any():  # (only rounds with an old timeline read them: a first load leaves them be)
+                pairs = key_index(np.concatenate([ch_u, ch_v], axis=0))[1]  # distinct
+                ch_u, ch_v = np.ascontiguousarray(pairs[:nn]), np.ascontiguousarray(pairs[nn:])
         else:
             ch_u = ch_v = np.zeros((nn, 0), np.int64)
         deg_u = (key_index(srcd[0])[1] if srcd is not None else np.zeros((nn, 0), np.int64)) if spec.degree \
@@ -542,9 +539,9 @@ class IfeOp(Operator):
         none = np.zeros((kk, 0), np.int64)
         # round 0: the start rows
         n0 = s_keys.shape[1]
-        new = self._values(s_keys, np.zeros(n0, np.int64), e, None) if n0 else np.zeros(0, np.int64)
+        ckh = hash_keys(s_keys)  # (s_keys: distinct, in arrangement order)
+        new = self._values(s_keys, np.zeros(n0, np.int64), e, None, ckh) if n0 else np.zeros(0, np.int64)
         old = self._old(s_keys, np.zeros(n0, np.int64), e) if n0 else np.zeros(0, np.int64)
-        ckh = key_index(s_keys)[0] if n0 else np.zeros(0, np.int64)
         ch = new != old
         X = (ckh[ch], np.ascontiguousarray(s_keys[:, ch]), new[ch], old[ch])
         empty_X = (np.zeros(0, np.int64), none, np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -570,10 +567,11 @@ class IfeOp(Operator):
                 yield  # the old timeline is untouched until _commit: the epoch resumes where it stopped
         return X
 
-    def _out_keys(self, keys, e):
-        """The state keys of the out-neighbours (as of epoch e) of these state keys."""
+    def _out_keys(self, keys, e, kh=None):
+        """The state keys of the out-neighbours (as of epoch e) of these state keys (``kh`` as in
+        ``_rows``)."""
         ng, nn = self.spec.ng, self.spec.nn
-        outs = self._rows(1, np.ascontiguousarray(keys[ng:]), e)
+        outs = self._rows(1, np.ascontiguousarray(keys[ng:]), e, None if ng else kh)
         return np.concatenate([keys[:ng, outs.q], outs.vals[:nn]], axis=0)
 
     def _general(self, r, X, e, s_keys, groups, ch_u, ch_v, deg_u, tl, marks, hist):
@@ -581,7 +579,7 @@ class IfeOp(Operator):
         round r - 1 may differ from the old ones (X-driven and static candidates)."""
         cand = [s_keys]
         if X[1].shape[1]:  # (a vertex that lost its state changes its out-neighbours' inputs too)
-            cand.append(self._out_keys(X[1], e))
+            cand.append(self._out_keys(X[1], e, X[0]))
         for senders, edge_driven in ((ch_u, True), (deg_u, False)):
             if senders.shape[1]:
                 snd = self._cross(groups, senders)
@@ -593,7 +591,7 @@ class IfeOp(Operator):
         ckh, ckeys, _ = key_index(np.concatenate(cand, axis=1))
         n = len(ckh)
         rr = np.full(n, r, np.int64)
-        new = self._values(ckeys, rr, e, lambda k, qq: self._current(k, qq, X, e)) if n else np.zeros(0, np.int64)
+        new = self._values(ckeys, rr, e, lambda k, qq: self._current(k, qq, X, e), ckh) if n else np.zeros(0, np.int64)
         old = self._old(ckeys, rr, e) if n else np.zeros(0, np.int64)
         ch = new != old
         X_next = (ckh[ch], np.ascontiguousarray(ckeys[:, ch]), new[ch], old[ch])
@@ -610,7 +608,7 @@ class IfeOp(Operator):
         bkh, bkeys, _ = key_index(self._out_keys(delta, e))
         n = len(bkh)
         rr = np.full(n, r, np.int64)
-        new = self._values(bkeys, rr, e, lambda k, qq: self._current(k, qq, X, e)) if n else np.zeros(0, np.int64)
+        new = self._values(bkeys, rr, e, lambda k, qq: self._current(k, qq, X, e), bkh) if n else np.zeros(0, np.int64)
         before = self._current(bkeys, rr - 1, X, e)
         old = self._old(bkeys, rr, e)
         moved = new != before
