@@ -188,6 +188,17 @@ class SymbolTable:
 # -- encoding and decoding of columns -----------------------------------------------------------
 
 _NAN_BITS = np.array([np.nan], dtype=np.float64).view(np.int64)[0]
+
+
+def float_bits(f: np.ndarray) -> np.ndarray:
+    """The engine's int64 representation of float64 values: their bits, canonical so that equal values
+    have equal bits (-0.0 as 0.0, every NaN as NumPy's nan). A fresh array."""
+    f = np.asarray(f, np.float64) + 0.0  # -0.0 -> 0.0
+    bits = f.view(np.int64).copy()
+    bits[np.isnan(f)] = _NAN_BITS
+    return bits
+
+
 _INT64_MAX = 2 ** 63 - 1
 _RANGE = "outside int64's range [-2**63, 2**63 - 1]"
 
@@ -237,11 +248,7 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
     if dtype == "float64":
         if arr.dtype.kind not in "iufb":
             arr = _convert_object(arr, name, "float64", float)
-        f = arr.astype(np.float64)
-        f = f + 0.0  # -0.0 -> 0.0
-        bits = f.view(np.int64).copy()
-        bits[np.isnan(f)] = _NAN_BITS
-        return bits
+        return float_bits(arr)
     if dtype == "bool":
         if arr.dtype.kind == "b":
             return arr.astype(np.int64)

@@ -116,7 +116,8 @@ def extremes(q, v, c, is_float, want_max, out):
     """out[q[a]] = the min (``want_max``: the max) of v[a] over the rows a with c[a] > 0, in one pass
     where a sort of every row gave the same: floats compared as float64 (a NaN is the max, and the min
     only when all are NaN, as in sorted order), written back canonical (+0.0 added); queries without
-    such rows keep their ``out``. Returns whether an int aggregate equals out's "no state" int64 minimum."""
+    such rows keep their ``out``; of several NaNs the min keeps the first row's and the max the last
+    row's, as sorted order does. Returns whether an int aggregate equals out's "no state" int64 minimum."""
     nq = out.shape[0]
     has = np.zeros(nq, np.bool_)
     if is_float:
@@ -133,7 +134,7 @@ def extremes(q, v, c, is_float, want_max, out):
             elif want_max:
                 if y > best[j] or y != y:
                     best[j] = y
-            elif y < best[j] or best[j] != best[j]:
+            elif y < best[j] or (best[j] != best[j] and y == y):  # (of only NaNs, the first)
                 best[j] = y
         ob = out.view(np.float64)
         for j in range(nq):

@@ -129,13 +129,17 @@ def merge_key_lists(akh, akeys, bkh, bkeys):
     return okh[:n].copy(), okeys[:, :n].copy()
 
 
+MAX_PROBES = 64  # slots one lookup of distinct_keys may visit (a half-full table averages under 3)
+
+
 @kernel
 def distinct_keys(keys, limit):
     """The distinct key columns, found through a hash table instead of a sort: (their first positions,
     each column's number among them in order of first appearance, how many). Stops with -1 once more
     than ``limit`` are distinct, where sorting every column costs no more (the table would outgrow the
-    cache). A slot holds (number, hash, first key column) side by side, so a probe costs one cache
-    miss; the table doubles as it fills, so it stays about the size of the distinct keys."""
+    cache), or once one lookup visits more than MAX_PROBES slots (keys made to collide). A slot holds
+    (number, hash, first key column) side by side, so a probe costs one cache miss; the table doubles
+    as it fills, so it stays about the size of the distinct keys."""
     kk, n = keys.shape
     inv = np.empty(n, np.int64)
     firsts = np.empty(min(n, limit + 1), np.int64)
@@ -146,6 +150,7 @@ def distinct_keys(keys, limit):
         hi = key_hash_at(keys, i)
         k0 = keys[0, i] if kk else 0
         s = hi & (cap - 1)
+        steps = 0
         while True:
             t = table[3 * s]
             if t < 0:
@@ -174,4 +179,7 @@ def distinct_keys(keys, limit):
                 inv[i] = t
                 break
             s = (s + 1) & (cap - 1)
+            steps += 1
+            if steps > MAX_PROBES:  # keys built to collide: sorting bounds the work instead
+                return firsts[:0], inv, -1
     return firsts[:d], inv, d

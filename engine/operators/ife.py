@@ -39,14 +39,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..batch import Batch, form_shards
-from ..columns import SchemaError, UpdateBatch, whole
+from ..columns import SchemaError, UpdateBatch, float_bits, whole
 from ..cursor import Cursor, key_index
 from ..dataflow import Operator, Updates
 from ..dropping import Drop, make_tracker
-from ..kernels import MAX_MULT, multiplicity_overflow
+from ..kernels import multiplicity_overflow
 from ..kernels import ife as ik
 from ..kernels.merge import normalize_groups
 from ..kernels.seek import seek_keys
+from ..kernels import sort as sortk
 from ..kernels.sort import hash_keys
 from ..lattice import Antichain
 from ..trace import Trace
@@ -387,8 +388,7 @@ class IfeOp(Operator):
         if res.shape != sv.shape:
             res = np.broadcast_to(res, sv.shape)
         if fl:
-            res = res.astype(np.float64) + 0.0  # canonical: no -0.0
-            return np.ascontiguousarray(res).view(np.int64), keep
+            return float_bits(res), keep  # (canonical, as full mode's columns are: one NaN, no -0.0)
         return message_ints(res), keep
 
     def _aggregate(self, n, q, v, c):
@@ -429,7 +429,7 @@ class IfeOp(Operator):
             starts = np.flatnonzero(np.r_[True, q[1:] != q[:-1]])
             sums = np.empty(len(starts), np.float64)
             ik.float_sums(np.ascontiguousarray(v).view(np.float64), c, starts, sums)
-            out[q[starts]] = (sums + 0.0).view(np.int64)
+            out[q[starts]] = float_bits(sums)
         return out
 
     # -- one epoch --------------------------------------------------------------------------------
@@ -539,7 +539,7 @@ class IfeOp(Operator):
         none = np.zeros((kk, 0), np.int64)
         # round 0: the start rows
         n0 = s_keys.shape[1]
-        ckh = hash_keys(s_keys)  # (s_keys: distinct, in arrangement order)
+        ckh = sortk.key_hashes(s_keys, np.empty(n0, np.int64))  # (s_keys: distinct, in arrangement order)
         new = self._values(s_keys, np.zeros(n0, np.int64), e, None, ckh) if n0 else np.zeros(0, np.int64)
         old = self._old(s_keys, np.zeros(n0, np.int64), e) if n0 else np.zeros(0, np.int64)
         ch = new != old

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..batch import Batch, form_arrays
+from ..columns import float_bits
 from ..dataflow import Batches, Operator
 from ..kernels import multiplicity_overflow
 from ..kernels import reduce as rk
@@ -368,10 +369,7 @@ def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec):
 
 
 def _canonical_floats(bits: np.ndarray) -> np.ndarray:
-    f = bits.view(np.float64) + 0.0
-    out = f.view(np.int64).copy()
-    out[np.isnan(f)] = np.array([np.nan]).view(np.int64)[0]
-    return out
+    return float_bits(bits.view(np.float64))
 
 
 def _threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
