@@ -25,6 +25,7 @@ from kpgnb.engine.kernels.seek import distinct_keys
 from kpgnb.engine.kernels.sort import hash_keys
 from kpgnb.engine.lattice import Antichain
 from kpgnb.engine.operators import ife as opi
+from test_memory_modes_attack import pagerank_oracle as pagerank_oracle_of
 
 I64 = np.iinfo(np.int64)
 ABSENT = I64.min
@@ -431,19 +432,7 @@ def test_sssp_random_streams_checked(checked, workers, seed):
                ["source", "node", "dist"], sssp_oracle, n=n, m=int(n * rng.uniform(0.5, 4)), epochs=5)
 
 
-def pagerank_oracle(live, _, iterations=5, alpha=0.85):
-    E = [((e[0], e[1]), c) for e, c in live.items() if c > 0]
-    nodes = {a for (a, _), _ in E} | {b for (_, b), _ in E}
-    outdeg = Counter()
-    for (a, _), c in E:
-        outdeg[a] += c
-    rank = {v: 1 - alpha for v in nodes}
-    for _ in range(iterations):
-        new = {v: 1 - alpha for v in nodes}
-        for (a, b), c in E:
-            new[b] += c * alpha * rank[a] / outdeg[a]
-        rank = new
-    return sorted(rank.items())
+pagerank_oracle = pagerank_oracle_of(5)
 
 
 @pytest.mark.parametrize("workers", [1, 3])

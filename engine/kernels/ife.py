@@ -121,37 +121,15 @@ def extremes(q, v, c, is_float, want_max, out):
     nq = out.shape[0]
     has = np.zeros(nq, np.bool_)
     if is_float:
-        x = v.view(np.float64)
         best = np.empty(nq, np.float64)
-        for a in range(q.shape[0]):
-            if c[a] <= 0:
-                continue
-            j = q[a]
-            y = x[a]
-            if not has[j]:
-                best[j] = y
-                has[j] = True
-            elif want_max:
-                if y > best[j] or y != y:
-                    best[j] = y
-            elif y < best[j] or (best[j] != best[j] and y == y):  # (of only NaNs, the first)
-                best[j] = y
+        _best_per_query(v.view(np.float64), q, c, want_max, has, best)
         ob = out.view(np.float64)
         for j in range(nq):
             if has[j]:
                 ob[j] = best[j] + 0.0
         return False
     ibest = np.empty(nq, np.int64)
-    for a in range(q.shape[0]):
-        if c[a] <= 0:
-            continue
-        j = q[a]
-        y = v[a]
-        if not has[j]:
-            ibest[j] = y
-            has[j] = True
-        elif (y > ibest[j]) if want_max else (y < ibest[j]):
-            ibest[j] = y
+    _best_per_query(v, q, c, want_max, has, ibest)
     absent = np.iinfo(np.int64).min
     hit = False
     for j in range(nq):
@@ -159,3 +137,21 @@ def extremes(q, v, c, is_float, want_max, out):
             out[j] = ibest[j]
             hit |= ibest[j] == absent
     return hit
+
+
+@helper
+def _best_per_query(x, q, c, want_max, has, best):
+    """``extremes``' pass, for int64 or float64 ``x`` (the NaN tests are false for ints)."""
+    for a in range(q.shape[0]):
+        if c[a] <= 0:
+            continue
+        j = q[a]
+        y = x[a]
+        if not has[j]:
+            best[j] = y
+            has[j] = True
+        elif want_max:
+            if y > best[j] or y != y:
+                best[j] = y
+        elif y < best[j] or (best[j] != best[j] and y == y):  # (of only NaNs, the first)
+            best[j] = y
