@@ -83,9 +83,12 @@ class Part:
     def split(self, upper: Antichain) -> tuple:
         """(parts now, parts later): this part's updates not in advance of ``upper`` and those that are,
         the later ones one part per time when they hold few (so later seals take or leave them whole).
-        A part of few times is classified by its times alone and gathered at most once."""
+        A part of few times is classified by its times alone and gathered at most once; one whose
+        least times are all later is left unread."""
+        if all(upper.dominates(t) for t in self.lo):
+            return [], [self]
         if self.single:
-            return ([], [self]) if all(upper.dominates(t) for t in self.lo) else ([self], [])
+            return [self], []
         group, seen, g = time_groups(self.times, TIME_GROUPS)
         if g > 0:
             late = [upper.dominates(tuple(seen[j].tolist())) for j in range(g)]
@@ -136,9 +139,6 @@ class Batcher:
         if upper.elements:
             now = []
             for p in buf:
-                if all(upper.dominates(t) for t in p.lo):  # every update is later: unread
-                    rest.append(p)
-                    continue
                 a, b = p.split(upper)
                 now += a
                 rest += b

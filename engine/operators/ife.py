@@ -46,9 +46,9 @@ from ..dropping import Drop, make_tracker
 from ..kernels import multiplicity_overflow
 from ..kernels import ife as ik
 from ..kernels.merge import normalize_groups
-from ..kernels.seek import seek_keys
 from ..kernels import sort as sortk
-from ..kernels.sort import hash_keys
+from ..kernels.seek import seek_keys
+from ..kernels.sort import hash_keys  # (the trackers' hash, as engine/dropping.py binds it: not the test hooks)
 from ..lattice import Antichain
 from ..trace import Trace
 from .reader import ArrangedInput
