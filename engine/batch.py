@@ -23,7 +23,7 @@ import numpy as np
 
 from .kernels import multiplicity_overflow
 from .kernels import sort as sortk
-from .kernels.form import form_buckets, trim
+from .kernels.form import TINY_ROWS, form_buckets, form_tiny, trim
 from .kernels.merge import merge_step, merge_whole
 from .kernels.times import count_positive, fill_times
 from .kernels.exchange import bucket_counts, exchange_rows
@@ -45,6 +45,7 @@ def _serial(fn, items, rows=None):
 
 PARALLEL_ROWS = 100_000  # below this, one thread distributes the rows (a hand-off costs more)
 SMALL_ROWS = 10_000  # below this, the shards are formed as one and split (the pool would run them inline)
+_NO_TIME = np.zeros(0, np.int64)  # form_tiny's fill when the rows carry their own times
 
 
 def form_shards(keys, vals, times, diffs, workers: int, run=_serial) -> list:
@@ -96,6 +97,13 @@ def form_parts(parts, workers: int, run=_serial, time: tuple | None = None) -> l
     if len(parts) > 1 and one:  # small: one copy costs less than many kernel calls
         parts = [tuple(np.concatenate([p[i] for p in parts], axis=0 if i >= 2 else 1) for i in range(4))]
         sizes = [n]
+    if one and n <= TINY_ROWS:
+        keys, vals, times, diffs = parts[0]
+        *whole, status = form_tiny(sortk.key_hashes(keys, np.empty(n, np.int64)), keys, vals, times, diffs,
+                                   _NO_TIME if time is None else np.array(time, np.int64))
+        if status < 0:
+            raise multiplicity_overflow()
+        return [tuple(whole)] if workers == 1 else _split(tuple(whole), workers)
     kh = np.empty(n + workers, np.int64)
     rh, rk, rv = np.empty(n, np.int64), np.empty(kk * n, np.int64), np.empty(kv * n, np.int64)
     rt, rd = np.empty((n, d), np.int64), np.empty(n, np.int64)

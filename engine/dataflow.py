@@ -409,6 +409,7 @@ class Graph:
                                 o._back = moving[0] if simple else None
                             loops.append(comp)
         self._loops = loops
+        self._sources = [op for op in ops if not op.inputs]
         self._planned, self._planned_n = ops, len(ops)
 
     def _settle(self):
@@ -498,6 +499,19 @@ class Graph:
             did = True
             if rt.interrupted():
                 return True
+
+    def quiet(self) -> bool:
+        """Whether a run would find nothing to do: the last one ended idle, and since then no source
+        operator (an import, whose inbox inputs and other dataflows fill) got work. Only sources take work
+        from outside the graph; a scheduler command that may touch it otherwise calls ``wake``."""
+        if not self.idle:
+            return False
+        self._plan()
+        return not any(op.has_work() for op in self._sources)
+
+    def wake(self):
+        """Something outside the run loop may have given an operator work: the next run looks."""
+        self.idle = False
 
     def has_work(self) -> bool:
         """Whether any operator would run (frontiers brought up to date first)."""

@@ -380,6 +380,8 @@ class Scheduler:
             self._failing[session] = None
 
     def _execute(self, cmd):
+        for df in list(self.dataflows.values()) + self.retired:
+            df.graph.wake()  # (a command may reach into a dataflow: its next run must look)
         if isinstance(cmd, Cancel):
             df = self.dataflows.get(cmd.name)
             if df is not None and df.error is None:
@@ -420,6 +422,8 @@ class Scheduler:
             for i in range(len(dfs)):
                 df = dfs[(start + i) % len(dfs)]
                 self._turn = start + i + 1
+                if df.graph.quiet():
+                    continue  # it ran out of work and nothing reached it since
                 self._slice_end = time.perf_counter() + SLICE_S
                 try:
                     if df.context.run(df.graph.run, self):
@@ -428,8 +432,6 @@ class Scheduler:
                     self._fail(df, e)
                 if self._cmds or self._stop or time.perf_counter() > publish_at:
                     return False
-            if len(dfs) == 1 and dfs[0].graph.idle:
-                break  # (only another dataflow's appends could give a dataflow that ended idle new work)
         return True
 
     def _idle_maintenance(self, merges: bool, every: bool = False) -> bool:

@@ -74,6 +74,7 @@ def kernel_signatures(family: str) -> list:
                 (sort.hash_keys_into, (I2, i8, i8, I1)),
                 (form.form_buckets, (I1, I1, I2, I2, I2, I1, I1, I2, I2, I2, I1, I1)),
                 (form.close_rows, (I1, i8, i8, i8)),
+                (form.form_tiny, (I1, I2, I2, I2, I1, I1)),
                 (times.minimal_times, (I2,)),
                 (times.one_time, (I2,)),
                 (times.fill_times, (I2, I1)),

@@ -10,6 +10,7 @@ per row and column, which on large batches was several times the sort itself.
 import numpy as np
 
 from . import MAX_MULT, kernel
+from .rows import cmp_cols, cmp_update
 
 
 def trim(okh, okeys, koff, ovals, otimes, odiffs, nk, nr):
@@ -332,3 +333,81 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
         nr += ns
     koff[nk] = nr
     return nk, nr
+
+
+TINY_ROWS = 32  # formations of at most this many rows take form_tiny: one call, no buckets or scratch
+
+
+@kernel
+def form_tiny(hs, ks, vs, ts, ds, fill):
+    """``form_buckets`` of a few rows in one call, for the single updates that inputs and loop rounds
+    seal most often (there, the calls and scratch around the kernel cost more than ordering the rows):
+    rows put in (hash, key, val, time) order by insertion, equal ones summed, zeros dropped. Returns the
+    batch arrays at their size (kh, keys, koff, vals, times, diffs) and -1 where a sum reaches
+    ``MAX_MULT`` (else 0). Where ``ts`` has no columns and ``fill`` has some, every row is at time
+    ``fill`` (the caller knew the one time and left the times out)."""
+    n = ds.shape[0]
+    kk = ks.shape[0]
+    kv = vs.shape[0]
+    o = np.empty(n, np.int64)
+    for a in range(n):
+        b = a - 1
+        while b >= 0:
+            x = o[b]
+            c = -1 if hs[x] < hs[a] else (1 if hs[x] > hs[a] else cmp_update(ks, vs, ts, x, a))
+            if c <= 0:
+                break
+            o[b + 1] = x
+            b -= 1
+        o[b + 1] = a
+    sel = np.empty(n, np.int64)
+    sd = np.empty(n, np.int64)
+    ns = 0
+    j = 0
+    while j < n:
+        acc = ds[o[j]]
+        q = j + 1
+        while q < n and hs[o[q]] == hs[o[j]] and cmp_update(ks, vs, ts, o[q], o[j]) == 0:
+            acc += ds[o[q]]
+            if acc >= MAX_MULT or acc <= -MAX_MULT:
+                ns = -1
+                break
+            q += 1
+        if ns < 0:
+            break
+        if acc != 0:
+            sel[ns] = o[j]
+            sd[ns] = acc
+            ns += 1
+        j = q
+    status = 0
+    if ns < 0:
+        ns = 0
+        status = -1
+    nk = 0
+    for t in range(ns):
+        if t == 0 or hs[sel[t]] != hs[sel[t - 1]] or cmp_cols(ks, sel[t], ks, sel[t - 1]) != 0:
+            nk += 1
+    okh = np.empty(nk, np.int64)
+    okeys = np.empty((kk, nk), np.int64)
+    koff = np.empty(nk + 1, np.int64)
+    ovals = np.empty((kv, ns), np.int64)
+    d = ts.shape[1] if ts.shape[1] or fill.shape[0] == 0 else fill.shape[0]
+    otimes = np.empty((ns, d), np.int64)
+    odiffs = np.empty(ns, np.int64)
+    k = 0
+    for t in range(ns):
+        p = sel[t]
+        if t == 0 or hs[p] != hs[sel[t - 1]] or cmp_cols(ks, p, ks, sel[t - 1]) != 0:
+            okh[k] = hs[p]
+            for c in range(kk):
+                okeys[c, k] = ks[c, p]
+            koff[k] = t
+            k += 1
+        for c in range(kv):
+            ovals[c, t] = vs[c, p]
+        for c in range(d):
+            otimes[t, c] = ts[p, c] if ts.shape[1] else fill[c]
+        odiffs[t] = sd[t]
+    koff[nk] = ns
+    return okh, okeys, koff, ovals, otimes, odiffs, status
