@@ -422,8 +422,8 @@ class Scheduler:
             for i in range(len(dfs)):
                 df = dfs[(start + i) % len(dfs)]
                 self._turn = start + i + 1
-                if df.graph.quiet():
-                    continue  # it ran out of work and nothing reached it since
+                if df.error is not None or df.graph.quiet():
+                    continue  # failed in this pass (a failure ends its readers too), or nothing reached it
                 self._slice_end = time.perf_counter() + SLICE_S
                 try:
                     if df.context.run(df.graph.run, self):
