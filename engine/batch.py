@@ -59,6 +59,11 @@ def _split(arrays, workers: int) -> list:
     of a key = (hash * workers) >> HASH_BITS (engine/kernels/exchange.py) grows with the hash, so each
     shard's keys are a run of the hash-ordered keys."""
     kh, keys, koff, vals, times, diffs = arrays
+    if len(kh) and (int(kh[0]) * workers) >> sortk.HASH_BITS == (int(kh[-1]) * workers) >> sortk.HASH_BITS:
+        # every key in one shard (a few updates, mostly): that shard's batch is the whole, the others empty
+        one = (int(kh[0]) * workers) >> sortk.HASH_BITS
+        empty = _empty_arrays(keys.shape[0], vals.shape[0], times.shape[1])[:6]
+        return [arrays if s == one else empty for s in range(workers)]
     firsts = [-((-s << sortk.HASH_BITS) // workers) for s in range(1, workers)]  # ceil: a shard's least hash
     cuts = [0, *np.searchsorted(kh, firsts).tolist(), len(kh)]
     out = []
@@ -195,12 +200,7 @@ class Batch:
         """A batch with no updates: its (zero-length) arrays and default ``since`` are shared by every
         empty batch of the same shape, since loops mint one per shard and round. (They stay writeable:
         kernels are compiled for writeable arrays, and a batch's arrays are never written anyway.)"""
-        shape = _EMPTY.get((kk, kv, d))
-        if shape is None:
-            arrays = (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64), np.zeros(1, np.int64),
-                      np.zeros((kv, 0), np.int64), np.zeros((0, d), np.int64))
-            shape = _EMPTY[(kk, kv, d)] = (*arrays, Antichain([(0,) * d]))
-        z, keys, koff, vals, times, least = shape
+        z, keys, koff, vals, times, _, least = _empty_arrays(kk, kv, d)
         return cls(z, keys, koff, vals, times, z, lower, upper, since if since is not None else least)
 
     def relabel(self, lower: Antichain, upper: Antichain) -> "Batch":
@@ -275,6 +275,18 @@ class Batch:
 
 
 _EMPTY: dict = {}  # (kk, kv, d) -> the arrays and least since shared by empty batches of that shape
+
+
+def _empty_arrays(kk: int, kv: int, d: int) -> tuple:
+    """The arrays of an empty batch of this shape (kh, keys, koff, vals, times, diffs) and its least
+    since, made once per shape and shared."""
+    shape = _EMPTY.get((kk, kv, d))
+    if shape is None:
+        z = np.zeros(0, np.int64)
+        shape = _EMPTY[(kk, kv, d)] = (z, np.zeros((kk, 0), np.int64), np.zeros(1, np.int64),
+                                       np.zeros((kv, 0), np.int64), np.zeros((0, d), np.int64), z,
+                                       Antichain([(0,) * d]))
+    return shape
 
 
 def merge_arrays(a, b, frontier: np.ndarray | None = None):
