@@ -224,6 +224,24 @@ def _nx_bfs(edges, roots):
     return out
 
 
+def _toggle(inp, members: set, x: int):
+    """Remove row (x,) from a one-column input if it is there (keeping at least one), else insert it."""
+    if x in members and len(members) > 1:
+        inp.remove([(x,)])
+        members.discard(x)
+    elif x not in members:
+        inp.insert([(x,)])
+        members.add(x)
+
+
+def _advance_and_wait(eng, inputs, epoch: int, views):
+    """Advance the inputs in the order given, then wait for every view."""
+    for inp in inputs:
+        inp.advance_to(epoch)
+    for v in views:
+        eng.wait(v, timeout=T)
+
+
 def _nx_wcc(edges):
     g = nx.Graph()
     g.add_edges_from(edges)
@@ -272,18 +290,9 @@ def test_graph_loops_single_edge_changes(workers, memory):
                         edges.insert([(s, t)])
                         E.add((s, t))
             elif what < 0.8:
-                r = int(rng.integers(0, N))
-                if r in R and len(R) > 1:
-                    roots.remove([(r,)])
-                    R.discard(r)
-                elif r not in R:
-                    roots.insert([(r,)])
-                    R.add(r)
-            order = [edges, roots] if rng.random() < 0.5 else [roots, edges]
-            for inp in order:
-                inp.advance_to(epoch + 1)
-            for v in (vdeg, vcc, vreach, vdist):
-                eng.wait(v, timeout=T)
+                _toggle(roots, R, int(rng.integers(0, N)))
+            _advance_and_wait(eng, [edges, roots] if rng.random() < 0.5 else [roots, edges], epoch + 1,
+                              (vdeg, vcc, vreach, vdist))
             dist = vdist.to_pandas()
             assert dist.attrs["epoch"] == epoch + 1
             want = _nx_bfs(E, R)
@@ -797,17 +806,9 @@ def test_nested_loops_and_memory_modes_over_shared_edges(workers):
                     edges.insert([(s, t, W[(s, t)])])
                     E.add((s, t))
             elif r < 0.8:
-                n = int(rng.integers(0, N))
-                if n in srcs and len(srcs) > 1:
-                    sources.remove([(n,)])
-                    srcs.discard(n)
-                elif n not in srcs:
-                    sources.insert([(n,)])
-                    srcs.add(n)
-            for inp in ([edges, sources] if epoch % 2 else [sources, edges]):
-                inp.advance_to(epoch + 1)
-            for v in (vscc, vsp, vk, v2):
-                eng.wait(v, timeout=T)
+                _toggle(sources, srcs, int(rng.integers(0, N)))
+            _advance_and_wait(eng, [edges, sources] if epoch % 2 else [sources, edges], epoch + 1,
+                              (vscc, vsp, vk, v2))
             assert set(map(tuple, vscc.to_pandas()[["src", "dst"]].to_numpy().tolist())) == _scc_edges(E)
             g = nx.DiGraph()
             g.add_nodes_from(srcs)
