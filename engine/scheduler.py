@@ -412,7 +412,9 @@ class Scheduler:
         waiting or it is time to publish progress (False). Turns go round robin across calls: a pass cut
         short resumes with the dataflow after the one it ended with, so that while commands keep coming
         (an input sealing an epoch every few milliseconds) the dataflows installed first, which always
-        have the newest epoch to work on, do not starve the others."""
+        have the newest epoch to work on, do not starve the others. A dataflow that ran out of work and
+        that nothing has reached since (``Graph.quiet``) is not run: an update that one dataflow passes to
+        another costs a run of those two, not of every dataflow installed."""
         publish_at = time.perf_counter() + PUBLISH_S
         progressed = True
         while progressed:
