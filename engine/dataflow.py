@@ -113,6 +113,7 @@ class Operator:
     # the epoch always step, so traces are complete and compacted at every epoch, as readers outside see them
     lazy_rounds = False
     arranged = False  # whether the output stream carries Batches messages
+    wakes_graph = False  # a source that calls ``graph.wake()`` whenever it gets work (no need to poll it)
     lens = IDENTITY
     trace = None
     schema = None  # the output's columns, positionally, as the first Collection over it names them
@@ -409,7 +410,7 @@ class Graph:
                                 o._back = moving[0] if simple else None
                             loops.append(comp)
         self._loops = loops
-        self._sources = [op for op in ops if not op.inputs]
+        self._polled = [op for op in ops if not op.inputs and not op.wakes_graph]  # see ``quiet``
         self._planned, self._planned_n = ops, len(ops)
 
     def _settle(self):
@@ -502,12 +503,13 @@ class Graph:
 
     def quiet(self) -> bool:
         """Whether a run would find nothing to do: the last one ended idle, and since then no source
-        operator (an import, whose inbox inputs and other dataflows fill) got work. Only sources take work
-        from outside the graph; a scheduler command that may touch it otherwise calls ``wake``."""
+        operator got work. Only sources (operators without inputs) take work from outside the graph: an
+        import wakes the graph when a batch reaches it (``wakes_graph``), the others are asked; a
+        scheduler command that may touch the graph otherwise calls ``wake`` too."""
         if not self.idle:
             return False
         self._plan()
-        return not any(op.has_work() for op in self._sources)
+        return not any(op.has_work() for op in self._polled)
 
     def wake(self):
         """Something outside the run loop may have given an operator work: the next run looks."""

@@ -70,6 +70,7 @@ class Dataflow:
         self._info = None           # the last DataflowInfo, and what it was computed from
         self._last_ops = self._last_n = self._last_ops_f = None  # the operators ``frontier`` reads, per shape
         self._info_key = None
+        self._info_quick = None     # ``info``'s short cut: what the last one was returned for
         self._epoch = 0             # its frontier's epoch when last published
         self._installed = time.perf_counter()
         self.latency_s = None
@@ -147,9 +148,15 @@ class Dataflow:
             self.latencies.add(self.latency_s)
         self.updated_at = time.time()
 
-    def info(self) -> DataflowInfo:
+    def info(self, commands: int = -1) -> DataflowInfo:
         """What the snapshot shows of it; the last one again while its graph, name and links are unchanged
-        (an engine with many dataflows publishes after every step of any of them)."""
+        (an engine with many dataflows publishes after every step of any of them). Name, links and views
+        change only by scheduler commands: while no command ran since (``commands``, the scheduler's count
+        of them) and the graph, error and ending are as they were, the last one is returned unchecked."""
+        quick = (self.graph.changes, self.error, self.ended, self.dropped, commands)
+        if commands >= 0 and self._info is not None and quick == self._info_quick:
+            return self._info
+        self._info_quick = quick
         ops = self.graph.ops
         shape = (len(ops), len(self.views), self.ended, self.dropped)
         key = (self.graph.changes, shape, self.name, tuple(self.exports), frozenset(self.uses), self.error)
@@ -198,6 +205,7 @@ class Scheduler:
         self._input_infos: dict = {}   # name -> the InputInfo last published for it
         self._dirty: dict = {}         # sessions with accepted, unapplied seals (ordered)
         self._failing: dict = {}       # sessions whose last seal failed
+        self._commands = 0             # commands other than seals executed (Dataflow.info's short cut)
         self._sealed_at: list = []
         self.error: BaseException | None = None
         self.rounds = 0
@@ -380,6 +388,7 @@ class Scheduler:
             self._failing[session] = None
 
     def _execute(self, cmd):
+        self._commands += 1
         for df in list(self.dataflows.values()) + self.retired:
             df.graph.wake()  # (a command may reach into a dataflow: its next run must look)
         if isinstance(cmd, Cancel):
@@ -774,8 +783,8 @@ class Scheduler:
         inputs = {n: self._input_info(n, s) for n, s in self.inputs.items()}
         snap = EngineSnapshot(
             seq=self._done, quiet=quiet and not self._failing and not self._cmds,
-            dataflows={n: df.info() for n, df in self.dataflows.items()},
-            retired={df.name: df.info() for df in self.retired},
+            dataflows={n: df.info(self._commands) for n, df in self.dataflows.items()},
+            retired={df.name: df.info(self._commands) for df in self.retired},
             inputs=inputs, catalog=self.catalog.info(), error=self.error, rounds=self.rounds)
         with self._published:
             self.snapshot = snap

@@ -360,6 +360,7 @@ class TraceHandle:
         self._logical = logical if logical is not None else trace.logical
         self._physical = physical if physical is not None else Antichain()
         self.inbox = None
+        self._woken = None
         trace._set_reader(self._key, self._logical, self._physical, owner)
         self._finalizer = weakref.finalize(self, _release, trace, self._key, on_close)
 
@@ -399,13 +400,17 @@ class TraceHandle:
         self._logical, self._physical = logical, physical
         self.trace._set_reader(self._key, logical, physical)
 
-    def subscribe(self):
-        """Receive (batches, lower, upper) of every later append in ``inbox`` (scheduler thread)."""
+    def subscribe(self, woken=None):
+        """Receive (batches, lower, upper) of every later append in ``inbox`` (scheduler thread), calling
+        ``woken()`` (if given) after each."""
         self.inbox = []
+        self._woken = woken
         self.trace.listen(self)
 
     def deliver(self, batches, lower, upper):
         self.inbox.append((batches, lower, upper))
+        if self._woken is not None:
+            self._woken()
 
     @property
     def trace(self) -> Trace:

@@ -101,6 +101,7 @@ class ImportOp(Operator):
 
     kind = "import"
     arranged = True
+    wakes_graph = True
 
     def __init__(self, scope, trace: Trace, site=None, name=None):
         super().__init__(scope, [], site)
@@ -122,7 +123,7 @@ class ImportOp(Operator):
         if trace.start > epoch_of(frontier):
             frontier = at_epoch(trace.start)
         self.handle = trace.handle(logical=frontier, physical=upper, owner=self.label())
-        self.handle.subscribe()
+        self.handle.subscribe(self.graph.wake)
         self.lens = TimeLens(frontier) if frontier.elements else IDENTITY
         shards = tuple(self.handle.batches(s) for s in range(trace.workers))
         self.snapshot = Batches(shards, frontier, self._seen(upper), upper)
