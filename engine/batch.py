@@ -59,9 +59,9 @@ def _split(arrays, workers: int) -> list:
     of a key = (hash * workers) >> HASH_BITS (engine/kernels/exchange.py) grows with the hash, so each
     shard's keys are a run of the hash-ordered keys."""
     kh, keys, koff, vals, times, diffs = arrays
-    if len(kh) and (int(kh[0]) * workers) >> sortk.HASH_BITS == (int(kh[-1]) * workers) >> sortk.HASH_BITS:
+    one = (int(kh[0]) * workers) >> sortk.HASH_BITS if len(kh) else -1
+    if one >= 0 and one == (int(kh[-1]) * workers) >> sortk.HASH_BITS:
         # every key in one shard (a few updates, mostly): that shard's batch is the whole, the others empty
-        one = (int(kh[0]) * workers) >> sortk.HASH_BITS
         empty = _empty_arrays(keys.shape[0], vals.shape[0], times.shape[1])[:6]
         return [arrays if s == one else empty for s in range(workers)]
     firsts = [-((-s << sortk.HASH_BITS) // workers) for s in range(1, workers)]  # ceil: a shard's least hash

@@ -70,7 +70,6 @@ class Dataflow:
         self._info = None           # the last DataflowInfo, and what it was computed from
         self._last_ops = self._last_n = self._last_ops_f = None  # the operators ``frontier`` reads, per shape
         self._info_key = None
-        self._info_quick = None     # ``info``'s short cut: what the last one was returned for
         self._epoch = 0             # its frontier's epoch when last published
         self._installed = time.perf_counter()
         self.latency_s = None
@@ -148,20 +147,16 @@ class Dataflow:
             self.latencies.add(self.latency_s)
         self.updated_at = time.time()
 
-    def info(self, commands: int = -1) -> DataflowInfo:
-        """What the snapshot shows of it; the last one again while its graph, name and links are unchanged
-        (an engine with many dataflows publishes after every step of any of them). Name, links and views
-        change only by scheduler commands: while no command ran since (``commands``, the scheduler's count
-        of them) and the graph, error and ending are as they were, the last one is returned unchecked."""
-        quick = (self.graph.changes, self.error, self.ended, self.dropped, commands)
-        if commands >= 0 and self._info is not None and quick == self._info_quick:
-            return self._info
-        self._info_quick = quick
-        ops = self.graph.ops
-        shape = (len(ops), len(self.views), self.ended, self.dropped)
-        key = (self.graph.changes, shape, self.name, tuple(self.exports), frozenset(self.uses), self.error)
+    def info(self, commands: int) -> DataflowInfo:
+        """What the snapshot shows of it; the last one again while its graph, error and ending are unchanged
+        and no scheduler command ran (``commands``, the scheduler's count of them): its name, links and
+        views change only by commands (an engine with many dataflows publishes after every step of any
+        of them)."""
+        key = (self.graph.changes, self.error, self.ended, self.dropped, commands)
         if self._info is not None and self._info_key == key:
             return self._info
+        ops = self.graph.ops
+        shape = (len(ops), len(self.views), self.ended, self.dropped)
         if self._shape != shape:  # the arrangements and views only change with the graph's shape
             self._shape = shape
             owned = [(getattr(t, "name", None) or f"{op.kind}#{op.index}", op, t)

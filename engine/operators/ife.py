@@ -501,8 +501,11 @@ class IfeOp(Operator):
         parts = [(s_keys, self.hist)]
         if ng and s_keys.shape[1] and self.hist.any():
             gkh, gkeys = self._groups(e - 1)
-            fresh = seek_keys(gkh, gkeys, *key_index(s_keys[:ng])[:2])[key_index(s_keys[:ng])[2]] < 0 \
-                if len(gkh) else np.ones(s_keys.shape[1], bool)
+            if len(gkh):
+                hkh, hkeys, inv = key_index(s_keys[:ng])
+                fresh = seek_keys(gkh, gkeys, hkh, hkeys)[inv] < 0
+            else:
+                fresh = np.ones(s_keys.shape[1], bool)
             if fresh.any():
                 parts = [(np.ascontiguousarray(s_keys[:, ~fresh]), self.hist),
                          (np.ascontiguousarray(s_keys[:, fresh]), np.zeros(0, np.int64))]
