@@ -3,7 +3,7 @@ times are advanced to rep_F(t) and updates that become equal consolidate."""
 import numpy as np
 
 from . import MAX_MULT, kernel
-from .rows import advance_row, cmp_cols, cmp_val_time
+from .rows import cmp_cols, cmp_val_time
 from .sort import sort_index_segment
 
 
@@ -167,15 +167,27 @@ def merge_step(akh, akeys, akoff, avals, atimes, adiffs,
             ib += 1
         spent += nr - s + 1
         if compact:
+            # the key's rows are sorted and consolidated (the merge of two such lists): they need
+            # normalizing only where advancing changed a time
+            moved = False
             if single:
                 for r in range(s, nr):
                     for q in range(d):
                         if otimes[r, q] < frontier[0, q]:
                             otimes[r, q] = frontier[0, q]
+                            moved = True
             else:
-                for r in range(s, nr):
-                    advance_row(otimes, r, frontier)
-            if nr - s > 1:
+                m = frontier.shape[0]
+                for r in range(s, nr):  # times[r] <- min over f of max(t, f), coordinate-wise (inlined)
+                    for q in range(d):
+                        t = otimes[r, q]
+                        best = max(t, frontier[0, q])
+                        for f in range(1, m):
+                            best = min(best, max(t, frontier[f, q]))
+                        if best != t:
+                            otimes[r, q] = best
+                            moved = True
+            if moved and nr - s > 1:
                 nr = normalize_segment(ovals, otimes, odiffs, s, nr)
                 if nr < 0:
                     state[4] = 1

@@ -74,26 +74,6 @@ def in_advance(times, i, frontier):
 
 
 @kernel
-def advance_row(times, i, frontier):
-    """times[i] <- rep_F(times[i]) = min over f of max(t, f), coordinate-wise. Returns whether it changed."""
-    m = frontier.shape[0]
-    if m == 0:
-        return False
-    changed = False
-    for c in range(times.shape[1]):
-        t = times[i, c]
-        best = max(t, frontier[0, c])
-        for f in range(1, m):
-            v = max(t, frontier[f, c])
-            if v < best:
-                best = v
-        if best != t:
-            times[i, c] = best
-            changed = True
-    return changed
-
-
-@kernel
 def is_identity(idx):
     """Whether an index array is 0, 1, ..., n-1 (a flat_map that kept every row in order: the rows'
     times and diffs then pass on without a gather). Stops at the first other entry."""
