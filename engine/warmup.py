@@ -96,12 +96,10 @@ def kernel_signatures(family: str) -> list:
         return [(join.product_total, (I1, I1)),
                 (join.join_product, (I1, I2, I1, I1, I2, I1, I1, i8))]
     if family == "reduce":
-        return [(rk._times_run, (i8, I1, I2, I2, I1, I1, I2, I1, I2, I2, i8,
-                                 I1, I2, I1, I1, I1, I1, I2, I2, I2, I2, I2, I2, I2, I1)),
+        return [(rk._reduce_times, (I1, I2, I2, I1, I1, I2, I1, I2, I2, i8)),
                 (rk.order_keys, (I2, I1, I1)),
                 (rk.reduce_apply, (i8, I1, I1, I1, I2, F2, I2, i8, i8, i8, b1, I2, F2)),
-                (rk._diff_run, (i8, I1, I2, I1, I2, I1, I1, I2, I2, I1,
-                                I1, I2, I2, I1, I2, I2, I1, I1, I1, I1, I2, I2, I2, I1)),
+                (rk._reduce_diff, (I1, I2, I1, I2, I1, I1, I2, I2, I1)),
                 (rk.probe_runs, (I1, I2, I2, I1))]
     if family == "views":
         return []

@@ -33,28 +33,31 @@ SMALL = np.int64(2**31)  # an int64 sum term of two factors below this in magnit
 MODE_INT, MODE_FLOAT, MODE_RANK = 0, 1, 2
 
 
+@helper
 def _grow1(a, need):
-    """``a`` with room for ``need`` entries (at least doubled), contents kept. Plain NumPy: the outer
-    loops below run once per buffer growth, not per row."""
+    """``a`` with room for ``need`` entries (at least doubled), contents kept. The outer loops below run
+    once per buffer growth, not per row."""
     if need <= a.shape[0]:
         return a
-    b = np.empty(max(need, 2 * a.shape[0]), a.dtype)
+    b = np.empty(max(need, 2 * a.shape[0]), np.int64)
     b[:a.shape[0]] = a
     return b
 
 
+@helper
 def _grow_rows(a, need):
     if need <= a.shape[0]:
         return a
-    b = np.empty((max(need, 2 * a.shape[0]), a.shape[1]), a.dtype)
+    b = np.empty((max(need, 2 * a.shape[0]), a.shape[1]), np.int64)
     b[:a.shape[0]] = a
     return b
 
 
+@helper
 def _grow_cols(a, need):
     if need <= a.shape[1]:
         return a
-    b = np.empty((a.shape[0], max(need, 2 * a.shape[1])), a.dtype)
+    b = np.empty((a.shape[0], max(need, 2 * a.shape[1])), np.int64)
     b[:, :a.shape[1]] = a
     return b
 
@@ -556,8 +559,13 @@ def _times_run(p0, ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, uppe
     return m, NEED_NONE
 
 
+@helper
 def _pow2(n):
-    return 1 << max(4, int(n - 1).bit_length())
+    """The least power of two >= n, at least 16."""
+    b = 4
+    while (1 << b) < n:
+        b += 1
+    return 1 << b
 
 
 def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing):
@@ -567,6 +575,18 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
     ``ivals`` (pass order keys, see order_keys, for value order); a key's groups come in lexicographic
     time order; (f_key, f_time) is future work; ``work`` is (the times and updates visited, sorting aside;
     the keys whose times were not totally ordered), for tests to check how the cost grows."""
+    (g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time,
+     counts) = _reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing)
+    if counts[P1_OVERFLOW]:
+        raise multiplicity_overflow()
+    return g_key, g_time, g_off, acc_row, acc_cnt, f_key, f_time, (int(counts[P1_WORK]), int(counts[P1_GENERAL]))
+
+
+@kernel
+def _reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing):
+    """``reduce_times`` in one kernel call: its buffers are allocated, and grown whenever ``_times_run``
+    asks, without returning to Python (a small step's phase 1 was mostly the cost of a Python loop
+    around the kernel and its many arguments). Returns the results and the counters."""
     m = ioff.shape[0] - 1
     d = itimes.shape[1]
     cap = max(16, soff[m] + soff[m] // 4)
@@ -612,14 +632,11 @@ def reduce_times(ioff, ivals, itimes, idiffs, ooff, otimes, soff, stimes, upper,
         else:
             f_key = _grow1(f_key, at)
             f_time = _grow_rows(f_time, f_key.shape[0])
-    if counts[P1_OVERFLOW]:
-        raise multiplicity_overflow()
     ng, na, nf = counts[0], counts[1], counts[2]
     g_off[ng] = na
     # views, not copies: the phases' results live for one operator step (the output batch is formed
     # into fresh arrays), and copying them cost about a tenth of a distinct's step
-    return (g_key[:ng], g_time[:ng], g_off[:ng + 1], acc_row[:na], acc_cnt[:na], f_key[:nf], f_time[:nf],
-            (int(counts[P1_WORK]), int(counts[P1_GENERAL])))
+    return g_key[:ng], g_time[:ng], g_off[:ng + 1], acc_row[:na], acc_cnt[:na], f_key[:nf], f_time[:nf], counts
 
 
 # -- value order ---------------------------------------------------------------------------------
@@ -1105,6 +1122,14 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
     """Phase 3: corrections (c_key, c_vals, c_time, c_diff) making the output accumulate, at every ready
     time, to the desired output; and ``work``: (the output updates and values visited, sorting aside; the
     keys of several groups whose times were not totally ordered)."""
+    c_key, c_vals, c_time, c_diff, counts = _reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals,
+                                                         otimes, odiffs)
+    return c_key, c_vals, c_time, c_diff, (int(counts[P3_WORK]), int(counts[P3_GENERAL]))
+
+
+@kernel
+def _reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, odiffs):
+    """``reduce_diff`` in one kernel call, as ``_reduce_times``."""
     G = g_key.shape[0]
     ko = des_vals.shape[0]
     d = g_time.shape[1]
@@ -1149,8 +1174,7 @@ def reduce_diff(g_key, g_time, des_off, des_vals, des_cnt, ooff, ovals, otimes, 
             w_vals = _grow_cols(w_vals, w_diff.shape[0])
             w_time = _grow_rows(w_time, w_diff.shape[0])
     nc = counts[0]
-    return (c_key[:nc], c_vals[:, :nc], c_time[:nc], c_diff[:nc],  # views, as in reduce_times
-            (int(counts[P3_WORK]), int(counts[P3_GENERAL])))
+    return c_key[:nc], c_vals[:, :nc], c_time[:nc], c_diff[:nc], counts  # views, as in reduce_times
 
 
 @kernel
