@@ -210,6 +210,7 @@ class Scheduler:
         self._slice_end = 0.0
         self._untidied = False         # operators stepped or seals applied since tidying last ran after a step
         self._turn = 0                 # where the next pass over the dataflows starts (round robin)
+        self._order = ((), [])         # (the dataflows it was computed for, their run order): ``_run_order``
         # Kernels release the GIL, and each call takes it back: with another thread busy in Python (a cell
         # polling eng.stats() in a loop) every take waits a whole switch interval, 5 ms by default, and a
         # step of a few thousand kernel calls stalls for seconds. A 1 ms interval bounds that.
@@ -423,7 +424,7 @@ class Scheduler:
         progressed = True
         while progressed:
             progressed = False
-            dfs = [d for d in list(self.dataflows.values()) + self.retired if d.error is None]
+            dfs = [d for d in self._run_order() if d.error is None]
             start = self._turn % len(dfs) if dfs else 0
             for i in range(len(dfs)):
                 df = dfs[(start + i) % len(dfs)]
@@ -438,7 +439,32 @@ class Scheduler:
                     self._fail(df, e)
                 if self._cmds or self._stop or time.perf_counter() > publish_at:
                     return False
+        self._turn = 0  # every dataflow is quiet: the next update's pass starts with the producers
         return True
+
+    def _run_order(self) -> list:
+        """Live and retired dataflows, each after the dataflows whose exports it imports (else in install
+        order), so that one pass carries an update from an index to the queries reading it: a reader run
+        before its producer would run again for the same update."""
+        dfs = list(self.dataflows.values()) + self.retired
+        key = tuple((id(d), id(d.uses), id(d.exports)) for d in dfs)
+        if key != self._order[0]:
+            producer = {e: d for d in dfs for e in d.exports}
+            order, placed = [], set()
+
+            def place(d, path):
+                if id(d) in placed or id(d) in path:  # (a cycle cannot be built: install order breaks one)
+                    return
+                path.add(id(d))
+                for e in sorted(d.uses):
+                    if e in producer:
+                        place(producer[e], path)
+                placed.add(id(d))
+                order.append(d)
+            for d in dfs:
+                place(d, set())
+            self._order = (key, order)
+        return self._order[1]
 
     def _idle_maintenance(self, merges: bool, every: bool = False) -> bool:
         """While nothing else is to do, tidy bloated traces and, once idle for ``IDLE_S`` (``merges``),
