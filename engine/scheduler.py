@@ -450,19 +450,25 @@ class Scheduler:
         key = tuple((id(d), id(d.uses), id(d.exports)) for d in dfs)
         if key != self._order[0]:
             producer = {e: d for d in dfs for e in d.exports}
-            order, placed = [], set()
 
-            def place(d, path):
-                if id(d) in placed or id(d) in path:  # (a cycle cannot be built: install order breaks one)
-                    return
-                path.add(id(d))
-                for e in sorted(d.uses):
-                    if e in producer:
-                        place(producer[e], path)
-                placed.add(id(d))
-                order.append(d)
-            for d in dfs:
-                place(d, set())
+            def producers(d):
+                return iter([producer[e] for e in sorted(d.uses) if e in producer])
+            order, placed = [], set()
+            for d in dfs:  # depth first, producers placed before their readers (no recursion: long chains)
+                if id(d) in placed:
+                    continue
+                stack, path = [(d, producers(d))], {id(d)}
+                while stack:
+                    top, todo = stack[-1]
+                    nxt = next((p for p in todo if id(p) not in placed and id(p) not in path), None)
+                    if nxt is None:  # (a cycle cannot be built: install order would break one)
+                        stack.pop()
+                        path.discard(id(top))
+                        placed.add(id(top))
+                        order.append(top)
+                    else:
+                        path.add(id(nxt))
+                        stack.append((nxt, producers(nxt)))
             self._order = (key, order)
         return self._order[1]
 

@@ -121,3 +121,23 @@ def test_an_update_runs_an_index_and_its_reader_once_each(workers):
         counts = _runs(eng, {index: "old index", reader: "reader"}, [e, r], [(500 + i, i) for i in range(30)])
         assert counts["old index"] == 30 and 30 <= counts["reader"] <= 38, counts
         assert len(v.to_pandas()) == 72
+
+
+def test_run_order_puts_producers_first_in_long_chains():
+    """``_run_order`` on a chain of 3,000 dataflows listed readers first (no recursion limit), and with a
+    retired producer listed after its reader."""
+    from types import SimpleNamespace as NS
+
+    from kpgnb.engine.scheduler import Scheduler
+    n = 3000
+    chain = [NS(name=f"d{i}", exports=[f"e{i}"], uses={f"e{i - 1}"} if i else set()) for i in range(n)]
+    s = Scheduler.__new__(Scheduler)
+    s.dataflows = {d.name: d for d in reversed(chain)}
+    s.retired = []
+    s._order = ((), [])
+    assert [d.name for d in s._run_order()] == [d.name for d in chain]
+    old = NS(name="old", exports=["x"], uses=set())
+    s.dataflows = {"r": NS(name="r", exports=[], uses={"x", "e0"}), "d0": chain[0]}
+    s.retired = [old]
+    names = [d.name for d in s._run_order()]
+    assert sorted(names) == ["d0", "old", "r"] and names[-1] == "r"
