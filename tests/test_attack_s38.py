@@ -37,6 +37,7 @@ from kpgnb.engine.lattice import Antichain
 from kpgnb.engine.spine import Spine
 
 import attack_s27_reduce_gen as G  # reductions of every kind, their from-scratch oracle, colliding hashes
+from test_many_times import _closure, _leq  # the lub closure and product order of the reduce's definition
 
 T = 60  # seconds: every wait's timeout
 OVERFLOW = "multiplicity reaches 2\\*\\*62"
@@ -553,25 +554,6 @@ def _identical(got, want):
 
 
 LISTED_OP = {rk.LIST_ALL: rk.DISTINCT, rk.LIST_FIRST: rk.MIN, rk.LIST_LAST: rk.MAX, rk.LIST_TOTAL: rk.COUNT}
-
-
-def _closure(seeds, hist):
-    c = set(seeds)
-    todo = list(c)
-    while todo:
-        nxt = []
-        for t in todo:
-            for h in hist:
-                u = tuple(max(x, y) for x, y in zip(t, h))
-                if u not in c:
-                    c.add(u)
-                    nxt.append(u)
-        todo = nxt
-    return c
-
-
-def _leq(a, b):
-    return all(x <= y for x, y in zip(a, b))
 
 
 def _desired(listing, acc: Counter) -> Counter:
