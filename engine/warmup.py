@@ -15,7 +15,7 @@ Loop depth adds nothing: times are ``n x d`` matrices whatever d is, so a datafl
 scopes deep runs the same machine code as a flat one. User reduce functions (``reduce(fn=...)``) compile
 when their dataflow is defined and are not warmed here.
 
-After an install, ``core`` compiles in about 12 s, ``reduce`` in 10 s and ``join`` in 1.5 s (2-core
+After an install, ``core`` compiles in about 16 s, ``reduce`` in 16 s and ``join`` in 0.5 s (2-core
 development machine, numba 0.68); afterwards each family loads from the cache in well under a second
 (engine/kernels/cache.py says where the cache lives and why any installation of the same sources can
 use it).

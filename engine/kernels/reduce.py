@@ -205,9 +205,10 @@ def _same_vals(vals, i, j):
 # Phases 1 and 3 never reallocate inside their loops (numba then cannot keep arrays in registers, which
 # measured 10x slower): an inner "run" kernel works through keys until a buffer would overflow, rolls back
 # the key in progress and returns which buffer and how large it must be (counts[P1_NEED_AT] or
-# counts[P3_NEED_AT]); the outer function grows that buffer and resumes. The outer functions are plain Python (they loop once per
-# growth, a handful of times per call): as kernels they cost 5 s of compilation after an install,
-# re-optimizing the inlined run kernel, for no speed at run time.
+# counts[P3_NEED_AT]); the outer kernel grows that buffer and resumes. The outer loops are kernels too
+# (``_reduce_times``, ``_reduce_diff``): as Python they cost a step over a few keys more than its work
+# (16 allocations and a 25-argument call). numba re-optimizes the run kernel inside each, which costs
+# about 6 s more compilation once after an install (bench/README.md, bench.coldstart).
 NEED_NONE, NEED_SCRATCH, NEED_GROUPS, NEED_ACC, NEED_FUTURE, NEED_ROWS, NEED_X = range(7)
 # counts[]: phase 1: groups, acc entries, future times, work, the size a NEED asks for, key attempts, keys
 #           that took the general (not totally ordered) route, whether a multiplicity reached 2**62
