@@ -447,7 +447,9 @@ class Scheduler:
         order), so that one pass carries an update from an index to the queries reading it: a reader run
         before its producer would run again for the same update."""
         dfs = list(self.dataflows.values()) + self.retired
-        key = tuple((id(d), id(d.uses), id(d.exports)) for d in dfs)
+        # what the order depends on changes only by commands (installs, drops, renamed exports), except
+        # for dataflows leaving the retired list (``_collect``): a stale order would still run them all
+        key = (tuple(dfs), self._commands)
         if key != self._order[0]:
             producer = {e: d for d in dfs for e in d.exports}
 

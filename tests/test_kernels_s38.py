@@ -134,7 +134,7 @@ def test_run_order_puts_producers_first_in_long_chains():
     s = Scheduler.__new__(Scheduler)
     s.dataflows = {d.name: d for d in reversed(chain)}
     s.retired = []
-    s._order = ((), [])
+    s._order, s._commands = ((), []), 0
     assert [d.name for d in s._run_order()] == [d.name for d in chain]
     old = NS(name="old", exports=["x"], uses=set())
     s.dataflows = {"r": NS(name="r", exports=[], uses={"x", "e0"}), "d0": chain[0]}
