@@ -37,7 +37,8 @@ from kpgnb.engine.lattice import Antichain
 from kpgnb.engine.spine import Spine
 
 import attack_s27_reduce_gen as G  # reductions of every kind, their from-scratch oracle, colliding hashes
-from test_many_times import _closure, _leq  # the lub closure and product order of the reduce's definition
+from test_many_times import LISTINGS as LISTED_OP  # (listing -> the op that lists so)
+from test_many_times import _closure, _desired, _leq  # the reduce's definition: lub closure, order, output
 
 T = 60  # seconds: every wait's timeout
 OVERFLOW = "multiplicity reaches 2\\*\\*62"
@@ -551,21 +552,6 @@ def _identical(got, want):
             assert x.shape == y.shape and np.array_equal(x, y), (x, y)
         else:
             assert x == y
-
-
-LISTED_OP = {rk.LIST_ALL: rk.DISTINCT, rk.LIST_FIRST: rk.MIN, rk.LIST_LAST: rk.MAX, rk.LIST_TOTAL: rk.COUNT}
-
-
-def _desired(listing, acc: Counter) -> Counter:
-    pos = sorted(v for v, m in acc.items() if m > 0)
-    if listing == rk.LIST_ALL:
-        return Counter({v: 1 for v in pos})
-    if listing == rk.LIST_TOTAL:
-        total = sum(acc.values())
-        return Counter({total: 1}) if total else Counter()
-    if not pos:
-        return Counter()
-    return Counter({pos[0] if listing == rk.LIST_FIRST else pos[-1]: 1})
 
 
 def _check_from_scratch(keys, listing, upper, p1, p3):
