@@ -38,7 +38,7 @@ from kpgnb.engine.spine import Spine
 
 import attack_s27_reduce_gen as G  # reductions of every kind, their from-scratch oracle, colliding hashes
 from test_many_times import LISTINGS as LISTED_OP  # (listing -> the op that lists so)
-from test_many_times import _closure, _desired, _leq  # the reduce's definition: lub closure, order, output
+from test_many_times import _arrays, _closure, _desired, _leq  # the reduce's definition and its inputs
 
 T = 60  # seconds: every wait's timeout
 OVERFLOW = "multiplicity reaches 2\\*\\*62"
@@ -527,24 +527,6 @@ def _key_inputs(rng, d, heavy):
     return ins, outs, seeds
 
 
-def _reduce_arrays(keys, d):
-    def mat(rows, w):
-        return np.ascontiguousarray(np.array(rows, np.int64).reshape(-1, w))
-    ioff = np.cumsum([0] + [len(k[0]) for k in keys]).astype(np.int64)
-    ooff = np.cumsum([0] + [len(k[1]) for k in keys]).astype(np.int64)
-    soff = np.cumsum([0] + [len(k[2]) for k in keys]).astype(np.int64)
-    ins = [r for k in keys for r in k[0]]
-    outs = [r for k in keys for r in k[1]]
-    ivals = mat([r[0] for r in ins], len(ins)) if ins else np.zeros((1, 0), np.int64)
-    itimes = mat([r[1] for r in ins], d)
-    idiffs = np.array([r[2] for r in ins], np.int64)
-    ovals = mat([r[0] for r in outs], len(outs)) if outs else np.zeros((1, 0), np.int64)
-    otimes = mat([r[1] for r in outs], d)
-    odiffs = np.array([r[2] for r in outs], np.int64)
-    stimes = mat([s for k in keys for s in k[2]], d)
-    return ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes
-
-
 def _identical(got, want):
     assert len(got) == len(want)
     for x, y in zip(got, want):
@@ -602,7 +584,7 @@ def test_reduce_phases_equal_the_replaced_drivers_and_the_definition(block):
         d = int(rng.integers(1, 4))
         keys = [_key_inputs(rng, d, rng.random() < 0.3) for _ in range(int(rng.integers(1, 50)))]
         span = 10 if d <= 2 else 5
-        ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes = _reduce_arrays(keys, d)
+        ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes = _arrays(keys, d)
         upper = np.ascontiguousarray(np.array([rng.integers(0, span + 1, d) for _ in range(int(rng.integers(0, 3)))],
                                               np.int64).reshape(-1, d))
         listing = int(rng.integers(0, 4))
@@ -638,7 +620,7 @@ def test_reduce_phases_with_several_value_columns_and_extreme_values():
         rng = np.random.default_rng(99 + seed)
         d = int(rng.integers(1, 3))
         keys = [_key_inputs(rng, d, rng.random() < 0.4) for _ in range(int(rng.integers(1, 20)))]
-        ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes = _reduce_arrays(keys, d)
+        ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes = _arrays(keys, d)
         ivals = np.ascontiguousarray(np.stack([EXTREME[ivals[0] % len(EXTREME)],
                                                EXTREME[(ivals[0] * 7) % len(EXTREME)]]))
         upper = np.zeros((0, d), np.int64) if rng.random() < 0.5 else np.array([[6] * d], np.int64)
@@ -695,7 +677,7 @@ def test_reduce_times_overflow_is_refused(listing, d, behind):
             v, t, m = ins[0]
             ins = [(v, t, m - np.sign(m)), (9, t, int(np.sign(m)))] + ins[1:]
         keys = filler + _one_key(ins, seeds, d)
-        ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes = _reduce_arrays(keys, d)
+        ioff, ivals, itimes, idiffs, ooff, ovals, otimes, odiffs, soff, stimes = _arrays(keys, d)
         kin = np.zeros((0, len(idiffs)), np.int64) if listing == rk.LIST_TOTAL else ivals
         args = (ioff, kin, itimes, idiffs, ooff, otimes, soff, stimes, upper, listing)
         if overflows:
