@@ -85,8 +85,10 @@ def kernel_signatures(family: str) -> list:
                 (times.count_positive, (I1,)),
                 (seek.unique_sorted_keys, (I1, I2)),
                 (seek.distinct_keys, (I2, i8)),
+                (seek.seek_indexed, (I1, I2, I1, i8, i8, I1, I2)),
                 (seek.seek_keys, (I1, I2, I1, I2)),
-                (seek.seek_rows, (I1, I2, I1, I1, I2, I1, I1)),
+                (seek.hash_directory, (I1, i8, i8, i8)),
+                (seek.seek_rows, (I1, I2, I1, I1, i8, i8, I1, I2, I1, I1)),
                 (seek.gather_rows, (I1, I1, I2, I2, I1, I1, I2, I2, I1, I1)),
                 (seek.merge_key_lists, (I1, I2, I1, I2)),
                 (merge.merge_step, (I1, I2, I1, I2, I2, I1) * 3 + (I1, I2, i8)),
@@ -100,7 +102,8 @@ def kernel_signatures(family: str) -> list:
                 (rk.order_keys, (I2, I1, I1)),
                 (rk.reduce_apply, (i8, I1, I1, I1, I2, F2, I2, i8, i8, i8, b1, I2, F2)),
                 (rk._reduce_diff, (I1, I2, I1, I2, I1, I1, I2, I2, I1)),
-                (rk.probe_runs, (I1, I2, I2, I1))]
+                (rk.probe_runs, (I1, I2, I2, I1)),
+                (rk.covered_keys, (I1, I2, I1, I2))]
     if family == "views":
         return []
     if family == "ife":

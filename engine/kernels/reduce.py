@@ -1201,3 +1201,39 @@ def probe_runs(c_key, c_vals, c_time, c_diff):
             return keys[:0].copy(), off[:0].copy()
     off[m] = n
     return keys[:m].copy(), off[:m + 1].copy()
+
+
+COVER_SCAN = 16  # output rows ``covered_keys`` compares with one seed time before giving up on the key
+
+
+@kernel
+def covered_keys(hoff, htimes, soff, stimes):
+    """bool[m]: whether each seed time of probe p has one of p's output rows (``hoff``, ``htimes``) at or
+    before it. A key's output rows are in time order when it has no values, so the first one decides in a
+    totally ordered scope; a seed is compared with at most COVER_SCAN rows, past which the key counts as
+    not covered (the general path then handles it, in time linear in its rows)."""
+    m = soff.shape[0] - 1
+    d = stimes.shape[1]
+    out = np.zeros(m, np.bool_)
+    for p in range(m):
+        h0 = hoff[p]
+        h1 = min(hoff[p + 1], h0 + COVER_SCAN)
+        if h0 == h1:
+            continue
+        ok = True
+        for s in range(soff[p], soff[p + 1]):
+            found = False
+            for r in range(h0, h1):
+                le = True
+                for c in range(d):
+                    if htimes[r, c] > stimes[s, c]:
+                        le = False
+                        break
+                if le:
+                    found = True
+                    break
+            if not found:
+                ok = False
+                break
+        out[p] = ok
+    return out

@@ -19,7 +19,7 @@ from ..dataflow import Batches, Operator
 from ..kernels import multiplicity_overflow
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
-from ..cursor import Cursor
+from ..cursor import Cursor, Histories
 from ..lattice import Antichain, antichain_of, in_advance_mask
 from ..trace import Trace
 from .reader import ArrangedInput
@@ -77,6 +77,7 @@ class ReduceOp(Operator):
         self.held = Antichain()  # minimal times of pending work: where output may still change
         # per shard: what the kernels count as work (see work_done)
         self.work = [[0, 0, 0, 0] for _ in range(workers)]
+        self._inserts_only = [True] * workers  # per shard: no update with a negative diff seen (_monotone)
         # what phase 1 lists per group: COUNT reads the total only; MIN and MAX (over their one value
         # column, in value order) the first or last value of positive multiplicity; the rest everything
         self._listing = {rk.COUNT: rk.LIST_TOTAL, rk.MIN: rk.LIST_FIRST, rk.MAX: rk.LIST_LAST}.get(spec.op, rk.LIST_ALL)
@@ -163,6 +164,20 @@ class ReduceOp(Operator):
             return Batch.empty(kk, spec.out_kv, d, lower, upper)
         dcur = inp.cursor(delta)
         pkh, pkeys = dcur.keys() if delta else (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64))
+        dh = hout = None
+        monotone = bool(delta) and self._monotone(s, delta)
+        if monotone:
+            dh = dcur.seek(pkh, pkeys)
+            hout = self._output_cursor(s).seek(pkh, pkeys)
+            settled = rk.covered_keys(hout.off, hout.times, dh.off, dh.times) if len(hout) else None
+            if settled is not None and settled.any():
+                keep = ~settled
+                pkh, pkeys = pkh[keep], np.ascontiguousarray(pkeys[:, keep])
+                dh, hout = _subset(dh, keep), _subset(hout, keep)
+                if not len(pkh) and ready_kh is None:
+                    return Batch.empty(kk, spec.out_kv, d, lower, upper)
+            if ready_kh is not None:  # (the keys with pending work due join the probe keys below, settled or
+                dh = hout = None      # not, and these are sought again for them all)
         if ready_kh is not None:
             # pending work is kept in arrangement order, so the ready part is sorted by key already
             rk_sorted, rkeys_sorted, rtimes = ready_kh, np.ascontiguousarray(ready_keys), ready_times
@@ -175,7 +190,8 @@ class ReduceOp(Operator):
             pkh, pkeys = merge_key_lists(pkh, pkeys, rk_sorted[keep], np.ascontiguousarray(rkeys_sorted[:, keep]))
         m = len(pkh)
         # seeds: times of new input for each probe key, and ready pending times
-        dh = dcur.seek(pkh, pkeys) if delta else None
+        if dh is None and delta:
+            dh = dcur.seek(pkh, pkeys)
         if ready_kh is None:  # the new input's times alone, already grouped by probe key
             stimes, soff = np.ascontiguousarray(dh.times), dh.off
         else:
@@ -190,11 +206,34 @@ class ReduceOp(Operator):
             soff = np.zeros(m + 1, np.int64)
             np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
         # histories of input (through the acknowledged frontier) and of our own output
-        hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
-        hout = Cursor(self.out_trace.snapshot.batches(s), spec.out_kv, d).seek(pkh, pkeys)
+        if monotone and ready_kh is None and self.pending[s] is None and not len(hout):
+            hin = dh  # (no output and no pending work: under insertions alone, no input before the new rows)
+        else:
+            hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
+        if hout is None:
+            hout = self._output_cursor(s).seek(pkh, pkeys)
         if dh is not None and _fresh(dh, hin, hout, soff, upper):
             return self._first(s, pkh, pkeys, dh, hin, lower, upper)
         return self._phases(s, pkh, pkeys, hin, hout, soff, stimes, lower, upper)
+
+    def _monotone(self, s, delta) -> bool:
+        """Whether this is a distinct whose input, in shard ``s``, has had only insertions (this step's
+        ``delta`` included). Its output then changes only where a key's new rows lie at times no output
+        row of the key is at or before (``covered_keys``): an output row at t means input rows at or
+        before t, so the key is present at every time from t on, and insertions cannot change that. Keys
+        whose new rows are all covered so are settled without reading their input history (in a
+        recursive Datalog rule, the rows derived again in later rounds); and while no work is pending, a
+        key with no output rows has no input before its new rows (each earlier row was settled into
+        output in its step). One retraction ever seen ends this for the shard: a row
+        inserted and retracted leaves output rows behind that no longer mean the key is present."""
+        if self.spec.op != rk.DISTINCT or self._listing != rk.LIST_TOTAL or not self._inserts_only[s]:
+            return False
+        if any(b.balance != len(b) for b in delta):
+            self._inserts_only[s] = False
+        return self._inserts_only[s]
+
+    def _output_cursor(self, s) -> Cursor:
+        return Cursor(self.out_trace.snapshot.batches(s), self.spec.out_kv, self.scope.depth)
 
     def _phases(self, s, pkh, pkeys, hin, hout, soff, stimes, lower, upper) -> Batch:
         """The three phases for these probe keys: the output batch; lubs beyond ``upper`` become pending
@@ -334,6 +373,16 @@ def _fresh(dh, hin, hout, soff, upper) -> bool:
         if ((key[1:] == key[:-1]) & ~ahead).any():
             return False
     return not (upper.elements and in_advance_mask(first, upper).any())
+
+
+def _subset(h: Histories, keep: np.ndarray) -> Histories:
+    """The histories of the probe keys where ``keep``."""
+    counts = np.diff(h.off)
+    rows = np.repeat(keep, counts)
+    off = np.zeros(int(keep.sum()) + 1, np.int64)
+    np.cumsum(counts[keep], out=off[1:])
+    return Histories(h.kh[keep], np.ascontiguousarray(h.keys[:, keep]), off, np.ascontiguousarray(h.vals[:, rows]),
+                     np.ascontiguousarray(h.times[rows]), h.diffs[rows])
 
 
 def _first_times(h):
