@@ -25,7 +25,6 @@ from .kernels import multiplicity_overflow
 from .kernels import sort as sortk
 from .kernels.form import TINY_ROWS, form_buckets, form_tiny, trim
 from .kernels.merge import merge_step, merge_whole
-from .kernels.seek import hash_directory
 from .kernels.times import count_positive, fill_times
 from .kernels.exchange import bucket_counts, exchange_rows
 from .lattice import Antichain, rep
@@ -33,11 +32,6 @@ from .lattice import Antichain, rep
 
 def _c(a):
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
-DIRECTORY_KEYS = 1 << 16  # batches with fewer keys are sought by galloping alone (see Batch.directory)
-DIRECTORY_SPAN = 8        # keys per directory entry, on average
-NO_DIRECTORY = (np.zeros(0, np.int64), 0, 0)
 
 
 def form_arrays(keys, vals, times, diffs):
@@ -177,8 +171,7 @@ def _with_time(arrays, time: tuple | None):
 class Batch:
     """An immutable arranged batch (see the module docstring for its arrays)."""
 
-    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since", "n", "_balance", "_range",
-                 "_dir", "_sought")
+    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since", "n", "_balance", "_range")
 
     def __init__(self, kh, keys, koff, vals, times, diffs, lower: Antichain, upper: Antichain,
                  since: Antichain | None = None):
@@ -195,8 +188,6 @@ class Batch:
         self.since = since if since is not None else Antichain([(0,) * times.shape[1]])
         self._balance = None
         self._range = None
-        self._dir = None   # (entries, base, shift) of the hash directory, once built (``directory``)
-        self._sought = 0   # the galloping work probes have cost here so far, until the directory is built
 
     @classmethod
     def form(cls, keys, vals, times, diffs, lower: Antichain, upper: Antichain) -> "Batch":
@@ -215,7 +206,7 @@ class Batch:
     def relabel(self, lower: Antichain, upper: Antichain) -> "Batch":
         """The same updates described by other (wider) frontiers."""
         b = Batch(self.kh, self.keys, self.koff, self.vals, self.times, self.diffs, lower, upper, self.since)
-        b._balance, b._range, b._dir, b._sought = self._balance, self._range, self._dir, self._sought
+        b._balance, b._range = self._balance, self._range
         return b
 
     @property
@@ -243,29 +234,7 @@ class Batch:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays) + (self._dir[0].nbytes if self._dir is not None else 0)
-
-    def directory(self, probes: int) -> tuple:
-        """(entries, base, shift) of this batch's hash directory (kernels/seek.py ``hash_directory``) for a
-        seek of ``probes`` keys, or ``NO_DIRECTORY``. Built once the galloping searches sought here have
-        cost (by their comparisons, ``probes * log2(keys / probes)`` each seek) an eighth of the batch's
-        keys: building costs a few ns a key, and in a batch of millions of keys a probe then costs tens
-        of ns instead of hundreds. About one byte a key (an entry per ``DIRECTORY_SPAN`` keys); batches
-        under ``DIRECTORY_KEYS`` keys have none (their hashes stay in cache)."""
-        d = self._dir
-        if d is not None:
-            return d
-        nk = self.kh.shape[0]
-        if nk < DIRECTORY_KEYS or not probes:
-            return NO_DIRECTORY
-        self._sought += probes * max(1, (nk // probes).bit_length())
-        if 8 * self._sought < nk:
-            return NO_DIRECTORY
-        base = int(self.kh[0])
-        span = int(self.kh[-1]) - base + 1
-        shift = (span // max(1, nk // DIRECTORY_SPAN)).bit_length()
-        d = self._dir = (hash_directory(self.kh, base, shift, ((span - 1) >> shift) + 1), base, shift)
-        return d
+        return sum(a.nbytes for a in self.arrays)
 
     @property
     def balance(self) -> int:

@@ -113,8 +113,7 @@ class Cursor:
             return self._seen(Histories(pkh, pkeys, b.koff, b.vals, b.times, b.diffs), batches, owned=False)
         found = np.empty((len(batches), m), np.int64)  # per batch: the key index of each probe, or -1
         counts = np.zeros(m, np.int64)
-        hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, *b.directory(m), pkh, pkeys,
-                                                             found[i], counts)]
+        hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
         off = np.zeros(m + 1, np.int64)
         np.cumsum(counts, out=off[1:])
         total = int(off[-1])

@@ -2,8 +2,7 @@
 
 Probes come in arrangement order (hash, key); each seek gallops forward from the previous probe's
 position, so the work is proportional to the number of probes times the log of the gap between them,
-never to the size of the batch. A large batch sought often gets a directory of its hashes
-(``hash_directory``), so a probe's search starts within a few keys of its target."""
+never to the size of the batch."""
 import numpy as np
 
 from . import kernel
@@ -12,52 +11,21 @@ from .sort import key_hash_at
 
 
 @kernel
-def hash_directory(kh, base, shift, nd):
-    """int64[nd + 1]: entry i is the first key index whose hash h has (h - base) >> shift >= i (the last
-    is the number of keys). Built once per batch (``Batch.directory``): a probe then starts its search
-    at its hash's entry instead of galloping across the gap from the previous probe, which in a batch
-    of millions of keys costs several cache misses per probe."""
-    n = kh.shape[0]
-    out = np.empty(nd + 1, np.int64)
-    j = 0
-    for i in range(nd):
-        while j < n and (kh[j] - base) >> shift < i:
-            j += 1
-        out[i] = j
-    out[nd] = n
-    return out
-
-
-@kernel
-def seek_indexed(bkh, bkeys, bdir, base, shift, pkh, pkeys):
-    """int64[len(probes)]: the batch key index of each probe, or -1 where the batch lacks it. ``bdir`` is
-    the batch's ``hash_directory`` (empty: none): each search starts at the later of the previous
-    probe's position and the probe's directory entry, and gallops from there."""
+def seek_keys(bkh, bkeys, pkh, pkeys):
+    """int64[len(probes)]: the batch key index of each probe, or -1 where the batch lacks it."""
     nb = bkh.shape[0]
     m = pkh.shape[0]
-    nd = bdir.shape[0] - 1
     out = np.full(m, -1, np.int64)
     pos = 0
     for p in range(m):
         h = pkh[p]
-        end = nb
-        if nd > 0:
-            b = (h - base) >> shift
-            if b < 0:
-                b = 0
-            if b >= nd:
-                pos = nb
-                continue
-            if bdir[b] > pos:
-                pos = bdir[b]
-            end = bdir[b + 1]
-        if pos < end and bkh[pos] < h:
+        if pos < nb and bkh[pos] < h:
             lo = pos
             step = 1
-            while lo + step < end and bkh[lo + step] < h:
+            while lo + step < nb and bkh[lo + step] < h:
                 lo += step
                 step *= 2
-            hi = min(lo + step, end)
+            hi = min(lo + step, nb)
             lo += 1
             while lo < hi:
                 mid = (lo + hi) >> 1
@@ -79,17 +47,10 @@ def seek_indexed(bkh, bkeys, bdir, base, shift, pkh, pkeys):
 
 
 @kernel
-def seek_keys(bkh, bkeys, pkh, pkeys):
-    """int64[len(probes)]: the batch key index of each probe, or -1 where the batch lacks it (galloping
-    from each probe to the next, no directory)."""
-    return seek_indexed(bkh, bkeys, np.zeros(0, np.int64), 0, 0, pkh, pkeys)
-
-
-@kernel
-def seek_rows(bkh, bkeys, koff, bdir, base, shift, pkh, pkeys, kidx, counts):
-    """``seek_indexed`` into ``kidx`` (the batch key index of each probe, or -1), adding each found probe's
+def seek_rows(bkh, bkeys, koff, pkh, pkeys, kidx, counts):
+    """``seek_keys`` into ``kidx`` (the batch key index of each probe, or -1), adding each found probe's
     row count to ``counts``; returns the rows found (none: the cursor skips gathering from this batch)."""
-    found = seek_indexed(bkh, bkeys, bdir, base, shift, pkh, pkeys)
+    found = seek_keys(bkh, bkeys, pkh, pkeys)
     rows = 0
     for p in range(found.shape[0]):
         k = found[p]
