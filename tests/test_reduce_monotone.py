@@ -1,9 +1,10 @@
-"""A distinct whose input has only ever had insertions settles a key without reading its input history
-when an output row of the key lies at or before each of its new rows' times (``ReduceOp._monotone``,
-``covered_keys``): the rows a recursive rule derives again in later rounds. These check the kernel
-against its definition, that the short cut is taken (the phase work of an insert-only recursion stays
-proportional to its output, not to its derivations), and that answers stay right through insert-only
-epochs, then retractions, then re-insertions of what was retracted, at W = 1, 2 and 3."""
+"""A distinct settles a key without reading its input history where the key's new rows are insertions at
+or after all of its output rows, which sum to 1, and no work is pending for it (``ReduceOp._settle``,
+``settled_keys``): the rows a recursive rule derives again in later rounds. While its input has had
+only insertions, a key without output rows reads no history either (``ReduceOp._inserts_only``). These
+check the kernel against its definition, that the short cuts are taken (the phase work of an insert-only
+recursion stays proportional to its output, not to its derivations), and that answers stay right
+through insert-only epochs, then retractions, then re-insertions of what was retracted, at W = 1, 2, 3."""
 from collections import Counter
 
 import numpy as np
@@ -18,31 +19,34 @@ from test_many_times import reduce_ops, view_counter
 TC = "tc(x, y) :- edge(x, y).\ntc(x, y) :- tc(x, z), edge(z, y).\n"
 
 
-def _covered_by_definition(rows, seeds) -> bool:
-    return all(any((r <= s).all() for r in rows) for s in seeds)
+def _settled_by_definition(times, diffs, seeds, sdiffs) -> bool:
+    return (len(diffs) > 0 and diffs.sum() == 1 and (sdiffs > 0).all()
+            and all((t <= s).all() for t in times for s in seeds))
 
 
 @pytest.mark.parametrize("d", [1, 2, 3])
-def test_covered_keys_matches_its_definition(d):
-    """Covered only where every seed has an output row at or before it; exactly the definition where a
-    key has at most COVER_SCAN output rows (past that, the kernel may send a key the general way)."""
+def test_settled_keys_matches_its_definition(d):
+    """Settled exactly where the new rows are insertions and the output rows sum to 1, each at or before
+    every new row's time."""
     rng = np.random.default_rng(d)
-    for _ in range(40):
+    hits = 0
+    for _ in range(60):
         m = int(rng.integers(1, 30))
-        nrows = rng.integers(0, rk.COVER_SCAN + 6, m)
+        nrows = rng.integers(0, 4, m)
         nseeds = rng.integers(1, 4, m)
         hoff = np.concatenate([[0], np.cumsum(nrows)]).astype(np.int64)
         soff = np.concatenate([[0], np.cumsum(nseeds)]).astype(np.int64)
-        htimes = rng.integers(0, 4, (int(hoff[-1]), d)).astype(np.int64)
-        stimes = rng.integers(0, 5, (int(soff[-1]), d)).astype(np.int64)
-        got = rk.covered_keys(hoff, htimes, soff, stimes)
+        htimes = rng.integers(0, 3, (int(hoff[-1]), d)).astype(np.int64)
+        hdiffs = rng.choice([1, 1, 1, -1, 2], int(hoff[-1])).astype(np.int64)
+        stimes = rng.integers(1, 5, (int(soff[-1]), d)).astype(np.int64)
+        sdiffs = rng.choice([1, 1, 1, 1, 2, -1], int(soff[-1])).astype(np.int64)
+        got = rk.settled_keys(hoff, htimes, hdiffs, soff, stimes, sdiffs)
         for p in range(m):
-            rows = htimes[hoff[p]:hoff[p + 1]]
-            want = _covered_by_definition(rows, stimes[soff[p]:soff[p + 1]])
-            if nrows[p] <= rk.COVER_SCAN:
-                assert got[p] == want, (p, rows, stimes[soff[p]:soff[p + 1]])
-            else:
-                assert want or not got[p]
+            h, sd = slice(hoff[p], hoff[p + 1]), slice(soff[p], soff[p + 1])
+            want = _settled_by_definition(htimes[h], hdiffs[h], stimes[sd], sdiffs[sd])
+            assert got[p] == want, (p, htimes[h], hdiffs[h], stimes[sd], sdiffs[sd])
+            hits += want
+    assert hits > 20  # (the random cases reach both answers)
 
 
 def _random_edges(rng, nodes, n):

@@ -1203,37 +1203,42 @@ def probe_runs(c_key, c_vals, c_time, c_diff):
     return keys[:m].copy(), off[:m + 1].copy()
 
 
-COVER_SCAN = 16  # output rows ``covered_keys`` compares with one seed time before giving up on the key
-
-
 @kernel
-def covered_keys(hoff, htimes, soff, stimes):
-    """bool[m]: whether each seed time of probe p has one of p's output rows (``hoff``, ``htimes``) at or
-    before it. A key's output rows are in time order when it has no values, so the first one decides in a
-    totally ordered scope; a seed is compared with at most COVER_SCAN rows, past which the key counts as
-    not covered (the general path then handles it, in time linear in its rows)."""
+def settled_keys(hoff, htimes, hdiffs, soff, stimes, sdiffs):
+    """bool[m]: whether a distinct's probe p is settled by its new rows (``soff``, ``stimes``,
+    ``sdiffs``) alone: they are all insertions, and its output rows (``hoff``, ``htimes``, ``hdiffs``)
+    sum to 1 and all lie at or before the meet of the new rows' times. (See ReduceOp._settle.)"""
     m = soff.shape[0] - 1
     d = stimes.shape[1]
     out = np.zeros(m, np.bool_)
+    meet = np.empty(d, np.int64)
     for p in range(m):
-        h0 = hoff[p]
-        h1 = min(hoff[p + 1], h0 + COVER_SCAN)
+        h0, h1 = hoff[p], hoff[p + 1]
         if h0 == h1:
             continue
+        total = 0
+        for r in range(h0, h1):
+            total += hdiffs[r]
+        if total != 1:
+            continue
         ok = True
+        for c in range(d):
+            meet[c] = stimes[soff[p], c]
         for s in range(soff[p], soff[p + 1]):
-            found = False
-            for r in range(h0, h1):
-                le = True
-                for c in range(d):
-                    if htimes[r, c] > stimes[s, c]:
-                        le = False
-                        break
-                if le:
-                    found = True
-                    break
-            if not found:
+            if sdiffs[s] <= 0:
                 ok = False
+                break
+            for c in range(d):
+                if stimes[s, c] < meet[c]:
+                    meet[c] = stimes[s, c]
+        if not ok:
+            continue
+        for r in range(h0, h1):
+            for c in range(d):
+                if htimes[r, c] > meet[c]:
+                    ok = False
+                    break
+            if not ok:
                 break
         out[p] = ok
     return out

@@ -77,7 +77,6 @@ class ReduceOp(Operator):
         self.held = Antichain()  # minimal times of pending work: where output may still change
         # per shard: what the kernels count as work (see work_done)
         self.work = [[0, 0, 0, 0] for _ in range(workers)]
-        self._inserts_only = [True] * workers  # per shard: no update with a negative diff seen (_monotone)
         # what phase 1 lists per group: COUNT reads the total only; MIN and MAX (over their one value
         # column, in value order) the first or last value of positive multiplicity; the rest everything
         self._listing = {rk.COUNT: rk.LIST_TOTAL, rk.MIN: rk.LIST_FIRST, rk.MAX: rk.LIST_LAST}.get(spec.op, rk.LIST_ALL)
@@ -107,6 +106,7 @@ class ReduceOp(Operator):
         if self.spec.op in (rk.DISTINCT, rk.THRESHOLD) and self.input.kv == 0:
             # a group's rows are all one (empty) value: its total multiplicity is all that phase 2 reads
             self._listing = rk.LIST_TOTAL
+        self._settles = self.spec.op == rk.DISTINCT and self._listing == rk.LIST_TOTAL  # (see _settle)
 
     def release(self):
         """The input's handle, and the output trace: whoever still holds this operator (a view of the
@@ -165,19 +165,14 @@ class ReduceOp(Operator):
         dcur = inp.cursor(delta)
         pkh, pkeys = dcur.keys() if delta else (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64))
         dh = hout = None
-        monotone = bool(delta) and self._monotone(s, delta)
-        if monotone:
+        if delta and self._settles:
             dh = dcur.seek(pkh, pkeys)
             hout = self._output_cursor(s).seek(pkh, pkeys)
-            settled = rk.covered_keys(hout.off, hout.times, dh.off, dh.times) if len(hout) else None
-            if settled is not None and settled.any():
-                keep = ~settled
-                pkh, pkeys = pkh[keep], np.ascontiguousarray(pkeys[:, keep])
-                dh, hout = _subset(dh, keep), _subset(hout, keep)
-                if not len(pkh) and ready_kh is None:
-                    return Batch.empty(kk, spec.out_kv, d, lower, upper)
-            if ready_kh is not None:  # (the keys with pending work due join the probe keys below, settled or
-                dh = hout = None      # not, and these are sought again for them all)
+            pkh, pkeys, dh, hout = self._settle(s, pkh, pkeys, dh, hout)
+            if not len(pkh) and ready_kh is None:
+                return Batch.empty(kk, spec.out_kv, d, lower, upper)
+            if ready_kh is not None:  # (the keys with pending work due join the probe keys below, and
+                dh = hout = None      # these are sought again for them all)
         if ready_kh is not None:
             # pending work is kept in arrangement order, so the ready part is sorted by key already
             rk_sorted, rkeys_sorted, rtimes = ready_kh, np.ascontiguousarray(ready_keys), ready_times
@@ -206,8 +201,9 @@ class ReduceOp(Operator):
             soff = np.zeros(m + 1, np.int64)
             np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
         # histories of input (through the acknowledged frontier) and of our own output
-        if monotone and ready_kh is None and self.pending[s] is None and not len(hout):
-            hin = dh  # (no output and no pending work: under insertions alone, no input before the new rows)
+        if (self._settles and dh is not None and ready_kh is None and self.pending[s] is None and not len(hout)
+                and self._insertions_only(s)):
+            hin = dh  # (see _insertions_only)
         else:
             hin = inp.cursor(inp.history(s)).seek(pkh, pkeys)
         if hout is None:
@@ -216,21 +212,29 @@ class ReduceOp(Operator):
             return self._first(s, pkh, pkeys, dh, hin, lower, upper)
         return self._phases(s, pkh, pkeys, hin, hout, soff, stimes, lower, upper)
 
-    def _monotone(self, s, delta) -> bool:
-        """Whether this is a distinct whose input, in shard ``s``, has had only insertions (this step's
-        ``delta`` included). Its output then changes only where a key's new rows lie at times no output
-        row of the key is at or before (``covered_keys``): an output row at t means input rows at or
-        before t, so the key is present at every time from t on, and insertions cannot change that. Keys
-        whose new rows are all covered so are settled without reading their input history (in a
-        recursive Datalog rule, the rows derived again in later rounds); and while no work is pending, a
-        key with no output rows has no input before its new rows (each earlier row was settled into
-        output in its step). One retraction ever seen ends this for the shard: a row
-        inserted and retracted leaves output rows behind that no longer mean the key is present."""
-        if self.spec.op != rk.DISTINCT or self._listing != rk.LIST_TOTAL or not self._inserts_only[s]:
-            return False
-        if any(b.balance != len(b) for b in delta):
-            self._inserts_only[s] = False
-        return self._inserts_only[s]
+    def _settle(self, s, pkh, pkeys, dh, hout):
+        """The probe keys (with their new rows ``dh`` and output ``hout``) left once those whose output
+        cannot change are dropped: a key of a distinct whose new rows are insertions, and whose output
+        rows sum to 1 and all lie at or before every new row's time (``settled_keys``). Its output is 1
+        at every time t from the new rows on. Where no work of the key pending at or before t remains,
+        that output is right, so the input's count at t was positive, and insertions keep it so; work
+        pending reads the whole history when it runs. The input history of a settled key is never
+        read: in a recursive Datalog rule these are the rows derived again in later rounds, most of what
+        the rule's distinct is offered."""
+        if not len(hout):
+            return pkh, pkeys, dh, hout
+        settled = rk.settled_keys(hout.off, hout.times, hout.diffs, dh.off, dh.times, dh.diffs)
+        if not settled.any():
+            return pkh, pkeys, dh, hout
+        keep = ~settled
+        return pkh[keep], np.ascontiguousarray(pkeys[:, keep]), _subset(dh, keep), _subset(hout, keep)
+
+    def _insertions_only(self, s) -> bool:
+        """Whether every row of this distinct's input history in shard ``s`` is an insertion (a first load,
+        a recursion's rounds, or retractions since compacted away). Then, with no work pending, a key
+        without output rows has no input rows but its new ones: an earlier row would make the input's
+        count positive from its time on, and the output 1 there."""
+        return all(b.balance == len(b) for b in self.input.history(s))
 
     def _output_cursor(self, s) -> Cursor:
         return Cursor(self.out_trace.snapshot.batches(s), self.spec.out_kv, self.scope.depth)
