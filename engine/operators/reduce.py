@@ -226,8 +226,9 @@ class ReduceOp(Operator):
         settled = rk.settled_keys(hout.off, hout.times, hout.diffs, dh.off, dh.times, dh.diffs)
         if not settled.any():
             return pkh, pkeys, dh, hout
-        keep = ~settled
-        return pkh[keep], np.ascontiguousarray(pkeys[:, keep]), _subset(dh, keep), _subset(hout, keep)
+        idx = np.flatnonzero(~settled)
+        pkh, pkeys = pkh[idx], np.take(pkeys, idx, axis=1)
+        return pkh, pkeys, _subset(dh, idx, pkh, pkeys), _subset(hout, idx, pkh, pkeys)
 
     def _insertions_only(self, s) -> bool:
         """Whether every row of this distinct's input history in shard ``s`` is an insertion (a first load,
@@ -379,14 +380,18 @@ def _fresh(dh, hin, hout, soff, upper) -> bool:
     return not (upper.elements and in_advance_mask(first, upper).any())
 
 
-def _subset(h: Histories, keep: np.ndarray) -> Histories:
-    """The histories of the probe keys where ``keep``."""
-    counts = np.diff(h.off)
-    rows = np.repeat(keep, counts)
-    off = np.zeros(int(keep.sum()) + 1, np.int64)
-    np.cumsum(counts[keep], out=off[1:])
-    return Histories(h.kh[keep], np.ascontiguousarray(h.keys[:, keep]), off, np.ascontiguousarray(h.vals[:, rows]),
-                     np.ascontiguousarray(h.times[rows]), h.diffs[rows])
+def _subset(h: Histories, idx: np.ndarray, kh, keys) -> Histories:
+    """The histories of the probe keys ``idx`` (whose hashes and keys are ``kh``, ``keys``)."""
+    starts = h.off[idx]
+    counts = h.off[idx + 1] - starts
+    off = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    if (counts == 1).all():  # (one row a key: a distinct's new rows)
+        rows = starts
+    else:
+        rows = np.arange(off[-1], dtype=np.int64) + np.repeat(starts - off[:-1], counts)
+    return Histories(kh, keys, off, np.take(h.vals, rows, axis=1), np.take(h.times, rows, axis=0),
+                     h.diffs[rows])
 
 
 def _first_times(h):
