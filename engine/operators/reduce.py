@@ -4,7 +4,9 @@ top-k and a general reduce with a user ``@njit`` function.
 For every key with new input, and every (key, time) of pending work whose time the input frontier has
 passed, the operator recomputes the output at each lub of the key's input times not yet final, and
 emits the difference from what its output trace accumulates to there. Lubs beyond the frontier
-become pending work. The output is kept in an arrangement of its own, which others can share.
+become pending work. The output is kept in an arrangement of its own, which others can share. A
+distinct first drops the keys whose new rows cannot change its output (``_settle``): their input
+history is never read.
 """
 from __future__ import annotations
 
