@@ -28,6 +28,7 @@ insertion has an output row from the step that brought it.
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -287,6 +288,14 @@ def _phase_updates(rng, phase, state: Counter, n):
     return rows, diffs
 
 
+def _epoch(d, rng, phase, width):
+    """One epoch of ``_phase_updates`` to both inputs, sealed."""
+    for name in ("A", "B"):
+        rows, diffs = _phase_updates(rng, phase, d.state[name], int(rng.integers(0, width)))
+        d.update(name, rows, diffs)
+    d.seal()
+
+
 def random_case(seed, workers, epochs=12, late_at=4, bursts=(2, 7), loops_only=False):
     """Programs over A and B; an epoch stream whose phases move at epochs//3 and 2*epochs//3; the epochs
     in ``bursts`` ranges ([a, b)) sealed with the scheduler held; a second dataflow with the same programs
@@ -302,20 +311,10 @@ def random_case(seed, workers, epochs=12, late_at=4, bursts=(2, 7), loops_only=F
         while e < epochs:
             held = bursts[0] <= e < bursts[1]
             stop = bursts[1] if held else e + 1
-            ctx = held_scheduler() if held else None
-            if ctx:
-                ctx.__enter__()
-            try:
+            with held_scheduler() if held else nullcontext():
                 while e < stop:
-                    phase = 0 if e < epochs // 3 else 1 if e < 2 * epochs // 3 else 2
-                    for name in ("A", "B"):
-                        rows, diffs = _phase_updates(rng, phase, d.state[name], int(rng.integers(0, 6)))
-                        d.update(name, rows, diffs)
-                    d.seal()
+                    _epoch(d, rng, 0 if e < epochs // 3 else 1 if e < 2 * epochs // 3 else 2, 6)
                     e += 1
-            finally:
-                if ctx:
-                    ctx.__exit__(None, None, None)
             if late is None and e >= late_at:
                 late = d.install("late", {f"late{k}": p for k, p in progs.items()}, history=epochs + 4)
                 born = d.epoch - 1
@@ -489,20 +488,9 @@ def test_distincts_over_imported_histories(workers):
         installed = []
         e = 0
         while e < epochs:
-            held = e % 5 in (1, 2, 3)
-            ctx = held_scheduler() if held else None
-            if ctx:
-                ctx.__enter__()
-            try:
-                phase = 0 if e < 5 else 1 if e < 10 else 2
-                for name in ("A", "B"):
-                    rows, diffs = _phase_updates(rng, phase, d.state[name], int(rng.integers(0, 8)))
-                    d.update(name, rows, diffs)
-                d.seal()
+            with held_scheduler() if e % 5 in (1, 2, 3) else nullcontext():
+                _epoch(d, rng, 0 if e < 5 else 1 if e < 10 else 2, 8)
                 e += 1
-            finally:
-                if ctx:
-                    ctx.__exit__(None, None, None)
             if e in (1, 4, 6, 9, 11, 14):
                 progs = _install_late(d, f"late{e}_", epochs + 4)
                 installed.append((progs, d.epoch - 1))
