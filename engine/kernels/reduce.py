@@ -1204,10 +1204,13 @@ def probe_runs(c_key, c_vals, c_time, c_diff):
 
 
 @kernel
-def settled_keys(hoff, htimes, hdiffs, soff, stimes, sdiffs):
-    """bool[m]: whether a distinct's probe p is settled by its new rows (``soff``, ``stimes``,
-    ``sdiffs``) alone: they are all insertions, and its output rows (``hoff``, ``htimes``, ``hdiffs``)
-    sum to 1 and all lie at or before the meet of the new rows' times. (See ReduceOp._settle.)"""
+def settled_keys(hoff, htimes, hdiffs, hord, soff, stimes, sdiffs, sord, sense):
+    """bool[m]: whether a reduce's probe p is settled by its new rows (``soff``, ``stimes``, ``sdiffs``,
+    value order keys ``sord``) alone: they are all insertions; its output rows (``hoff``, ``htimes``,
+    ``hdiffs``, ``hord``) sum to 1 and all lie at or before the meet of the new rows' times; and for a
+    min (``sense`` 1) or max (-1) the output rows are of one value, which every new value is at or
+    after (min) or at or before (max) in value order. A distinct has ``sense`` 0 and no values. (See
+    ReduceOp._settle.)"""
     m = soff.shape[0] - 1
     d = stimes.shape[1]
     out = np.zeros(m, np.bool_)
@@ -1222,6 +1225,18 @@ def settled_keys(hoff, htimes, hdiffs, soff, stimes, sdiffs):
         if total != 1:
             continue
         ok = True
+        if sense != 0:
+            cur = hord[0, h0]
+            for r in range(h0 + 1, h1):
+                if hord[0, r] != cur:
+                    ok = False
+                    break
+            for s in range(soff[p], soff[p + 1]):
+                if (sense > 0 and sord[0, s] < cur) or (sense < 0 and sord[0, s] > cur):
+                    ok = False
+                    break
+            if not ok:
+                continue
         for c in range(d):
             meet[c] = stimes[soff[p], c]
         for s in range(soff[p], soff[p + 1]):

@@ -5,8 +5,8 @@ For every key with new input, and every (key, time) of pending work whose time t
 passed, the operator recomputes the output at each lub of the key's input times not yet final, and
 emits the difference from what its output trace accumulates to there. Lubs beyond the frontier
 become pending work. The output is kept in an arrangement of its own, which others can share. A
-distinct first drops the keys whose new rows cannot change its output (``_settle``): their input
-history is never read.
+distinct, min or max first drops the keys whose new rows cannot change its output (``_settle``): their
+input history is never read.
 """
 from __future__ import annotations
 
@@ -108,7 +108,9 @@ class ReduceOp(Operator):
         if self.spec.op in (rk.DISTINCT, rk.THRESHOLD) and self.input.kv == 0:
             # a group's rows are all one (empty) value: its total multiplicity is all that phase 2 reads
             self._listing = rk.LIST_TOTAL
-        self._settles = self.spec.op == rk.DISTINCT and self._listing == rk.LIST_TOTAL  # (see _settle)
+        # (see _settle): 1 for a min, -1 for a max, 0 for a distinct without values, None for the rest
+        self._settles = {rk.MIN: 1, rk.MAX: -1}.get(self.spec.op, 0 if self._listing == rk.LIST_TOTAL
+                                                     and self.spec.op == rk.DISTINCT else None)
 
     def release(self):
         """The input's handle, and the output trace: whoever still holds this operator (a view of the
@@ -167,7 +169,7 @@ class ReduceOp(Operator):
         dcur = inp.cursor(delta)
         pkh, pkeys = dcur.keys() if delta else (np.zeros(0, np.int64), np.zeros((kk, 0), np.int64))
         dh = hout = None
-        if delta and self._settles:
+        if delta and self._settles is not None:
             dh = dcur.seek(pkh, pkeys)
             hout = self._output_cursor(s).seek(pkh, pkeys)
             pkh, pkeys, dh, hout = self._settle(s, pkh, pkeys, dh, hout)
@@ -203,7 +205,7 @@ class ReduceOp(Operator):
             soff = np.zeros(m + 1, np.int64)
             np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
         # histories of input (through the acknowledged frontier) and of our own output
-        if (self._settles and dh is not None and ready_kh is None and self.pending[s] is None and not len(hout)
+        if (self._settles is not None and dh is not None and ready_kh is None and self.pending[s] is None and not len(hout)
                 and self._insertions_only(s)):
             hin = dh  # (see _insertions_only)
         else:
@@ -216,16 +218,18 @@ class ReduceOp(Operator):
 
     def _settle(self, s, pkh, pkeys, dh, hout):
         """The probe keys (with their new rows ``dh`` and output ``hout``) left once those whose output
-        cannot change are dropped: a key of a distinct whose new rows are insertions, and whose output
-        rows sum to 1 and all lie at or before every new row's time (``settled_keys``). Its output is 1
-        at every time t from the new rows on. Where no work of the key pending at or before t remains,
-        that output is right, so the input's count at t was positive, and insertions keep it so; work
-        pending reads the whole history when it runs. The input history of a settled key is never
-        read: in a recursive Datalog rule these are the rows derived again in later rounds, most of what
-        the rule's distinct is offered."""
+        cannot change are dropped (``settled_keys``): keys whose new rows are insertions, whose output
+        rows sum to 1 and all lie at or before every new row's time, and, for a min or max, are of one
+        value that no new value beats. The output is then that one row at every time t from the new rows
+        on. Where no work of the key pending at or before t remains, it is right (the key present, its
+        extreme value present), and insertions that do not beat it keep it so; work pending reads the
+        whole history when it runs. The input history of a settled key is never read: in a recursive
+        rule these are the rows derived again in later rounds, most of what a Datalog rule's distinct is
+        offered, and the labels or distances that do not improve on a node's own."""
         if not len(hout):
             return pkh, pkeys, dh, hout
-        settled = rk.settled_keys(hout.off, hout.times, hout.diffs, dh.off, dh.times, dh.diffs)
+        settled = rk.settled_keys(hout.off, hout.times, hout.diffs, self._order_keys(hout.vals), dh.off, dh.times,
+                                  dh.diffs, self._order_keys(dh.vals), self._settles)
         if not settled.any():
             return pkh, pkeys, dh, hout
         idx = np.flatnonzero(~settled)
@@ -233,10 +237,10 @@ class ReduceOp(Operator):
         return pkh, pkeys, _subset(dh, idx, pkh, pkeys), _subset(hout, idx, pkh, pkeys)
 
     def _insertions_only(self, s) -> bool:
-        """Whether every row of this distinct's input history in shard ``s`` is an insertion (a first load,
-        a recursion's rounds, or retractions since compacted away). Then, with no work pending, a key
-        without output rows has no input rows but its new ones: an earlier row would make the input's
-        count positive from its time on, and the output 1 there."""
+        """Whether every row of the input history in shard ``s`` is an insertion (a first load, a
+        recursion's rounds, or retractions since compacted away). Then, with no work pending, a key
+        without output rows has no input rows but its new ones: an earlier row would make the key
+        present from its time on, with an output row there."""
         return all(b.balance == len(b) for b in self.input.history(s))
 
     def _output_cursor(self, s) -> Cursor:
