@@ -108,9 +108,10 @@ class ReduceOp(Operator):
         if self.spec.op in (rk.DISTINCT, rk.THRESHOLD) and self.input.kv == 0:
             # a group's rows are all one (empty) value: its total multiplicity is all that phase 2 reads
             self._listing = rk.LIST_TOTAL
-        # (see _settle): 1 for a min, -1 for a max, 0 for a distinct without values, None for the rest
-        self._settles = {rk.MIN: 1, rk.MAX: -1}.get(self.spec.op, 0 if self._listing == rk.LIST_TOTAL
-                                                     and self.spec.op == rk.DISTINCT else None)
+        # which keys _settle may drop: a min's (1), a max's (-1), a value-less distinct's (0); None: none
+        self._settles = {rk.MIN: 1, rk.MAX: -1}.get(self.spec.op)
+        if self.spec.op == rk.DISTINCT and self._listing == rk.LIST_TOTAL:
+            self._settles = 0
 
     def release(self):
         """The input's handle, and the output trace: whoever still holds this operator (a view of the
