@@ -7,9 +7,9 @@ when it runs, every update before that frontier is in its queue or already consu
 output frontier is the meet of its capabilities (work it holds back) and of its input frontier and the
 lower bounds of the messages still queued at it, mapped through its path summary (enter adds a round,
 leave drops it, feedback adds 1).
-Operators run when they have messages or their frontier moved (in a nested scope, a move that keeps the
-least epoch runs a ``lazy_rounds`` operator only if work is ``due``); many logical times travel in one
-physical message (K-Pg principle 1).
+Operators run when they have messages or their frontier moved (in a nested scope, a ``lazy_rounds``
+operator runs only if work is ``due``, and follows a move to another epoch by letting its inputs compact);
+many logical times travel in one physical message (K-Pg principle 1).
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class Operator:
     - ``step(rt)`` does the work: take every queued message (``frontier`` counts on it), send results
       (``rt.run`` runs per-shard work on the pool). A ``passive`` operator steps only when messages
       are queued; the others also step when their input frontier moved (``lazy_rounds`` ones, in a
-      nested scope, only when it moved to another epoch or work is ``due()``).
+      nested scope, only when work is ``due()``; ``follow_epoch()`` when it moved to another epoch).
     - ``summary(frontier)`` maps an input frontier to the output (how times change), and
       ``capabilities()`` is the antichain of times the operator may still emit at without new input.
     - ``install(rt)`` runs on the scheduler when the dataflow is installed (open trace handles), then
@@ -107,10 +107,10 @@ class Operator:
     kind = "operator"
     family = "core"  # the kernels it runs, as engine/warmup.py groups them
     passive = False  # it only passes messages on (no state, no capabilities): a moved frontier gives it no work
-    # in a nested scope (times of depth >= 2), a move of the input frontier that leaves its least epoch as
-    # it was gives it work only if ``due()``: what it would do otherwise (extend its trace's upper, let its
-    # inputs compact) can wait for its next step, which covers the rounds in between; moves that change
-    # the epoch always step, so traces are complete and compacted at every epoch, as readers outside see them
+    # in a nested scope (times of depth >= 2), a move of the input frontier gives it work only if ``due()``:
+    # extending its trace's upper over a span without updates can wait for its next step, which covers the
+    # span. A move to another epoch still lets its inputs compact (``follow_epoch``), so loop traces hold
+    # what eager steps would leave at every epoch
     lazy_rounds = False
     arranged = False  # whether the output stream carries Batches messages
     wakes_graph = False  # a source that calls ``graph.wake()`` whenever it gets work (no need to poll it)
@@ -160,14 +160,25 @@ class Operator:
         f, g = self.frontier.elements, last.elements
         if f == g:
             return False
-        if self.lazy_rounds and f and g and len(f[0]) > 1 and f[0][0] == g[0][0]:
-            return self.due()  # (elements are sorted: the first holds the least epoch)
+        if self.lazy_rounds and f and g and len(f[0]) > 1:
+            return self.due()
         return True
 
     def due(self) -> bool:
         """For ``lazy_rounds`` operators: whether the input frontier has passed work the operator holds
         (it must step for the loop's frontier to move on)."""
         return True
+
+    def epoch_moved(self) -> bool:
+        """For ``lazy_rounds`` operators in a loop without work: whether the input frontier's least epoch
+        moved since the last step or ``follow_epoch`` (elements are sorted: the first holds it)."""
+        f, g = self.frontier.elements, self.last_frontier.elements
+        return bool(f) and bool(g) and f[0][0] != g[0][0]
+
+    def follow_epoch(self):
+        """For ``lazy_rounds`` operators in a loop: the input frontier moved to another epoch and no work
+        is due. Let the traces it reads compact to the frontier, as a step would, without stepping (no
+        empty batch extends its own trace, whose readers compact it the same way)."""
 
     # -- data -------------------------------------------------------------------------------------
     def take(self, port: int = 0) -> list:
@@ -492,6 +503,9 @@ class Graph:
                     self.changes += 1
                     ran = True
                     _update(op, inputs_moved=False)
+                elif op.lazy_rounds and op.last_frontier is not None and op.epoch_moved():
+                    op.last_frontier = op.frontier
+                    op.follow_epoch()
             if not ran:
                 if start:
                     continue  # a resumed pass saw only the tail: look at every operator before concluding

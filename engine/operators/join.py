@@ -102,6 +102,9 @@ class JoinOp(Operator):
     def due(self) -> bool:
         return False
 
+    def follow_epoch(self):
+        self._compact()
+
     def step(self, rt):
         for side in (0, 1):
             msgs = self.take(side)

@@ -96,6 +96,11 @@ class ReduceOp(Operator):
     def due(self) -> bool:
         return bool(self.held.elements) and not self.frontier.less_equal(self.held)
 
+    def follow_epoch(self):
+        # (later output lies at or after the frontier: pending work is not due, so none comes before it)
+        self.h_out.set_logical_compaction(self.frontier)
+        self.input.compact(self.frontier)
+
     @property
     def trace(self):
         return self._out()
