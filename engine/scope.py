@@ -50,7 +50,12 @@ def enter(frontier: Antichain, rounds: int = 1) -> Antichain:
 
 def leave(frontier: Antichain, rounds: int = 1) -> Antichain:
     """A frontier of a nested scope seen ``rounds`` levels out: the last coordinates dropped."""
-    return Antichain(t[:-rounds] for t in frontier.elements) if rounds else frontier
+    els = frontier.elements
+    if not rounds:
+        return frontier
+    if len(els) == 1:  # (several may become comparable once their rounds are dropped)
+        return Antichain._of((els[0][:-rounds],))
+    return Antichain(t[:-rounds] for t in els)
 
 
 def next_round(frontier: Antichain, max_rounds: int | None = None) -> Antichain:
@@ -81,7 +86,7 @@ def epoch_of(frontier: Antichain) -> int | None:
 
 
 def at_epoch(epoch: int) -> Antichain:
-    return Antichain([(int(epoch),)])
+    return Antichain._of(((int(epoch),),))
 
 
 def last_complete(upper: Antichain, current: Antichain | None = None) -> Antichain:

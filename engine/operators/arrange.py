@@ -168,9 +168,8 @@ class ImportOp(Operator):
             if any(shards):
                 self.send(Batches(shards, self.cap, seen, upper))
             self.cap = seen
-            self.handle.set_physical_compaction(upper)
-            if upper.elements:
-                self.handle.set_logical_compaction(last_complete(upper, self.handle.logical))
+            logical = self.handle.logical
+            self.handle.set_compaction(last_complete(upper, logical) if upper.elements else logical, upper)
         if not self.cap.elements:
             self.handle.set_logical_compaction(Antichain())
 
