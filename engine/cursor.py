@@ -115,7 +115,7 @@ class Cursor:
         counts = np.zeros(m, np.int64)
         hit = [i for i, b in enumerate(batches) if seek_rows(b.kh, b.keys, b.koff, pkh, pkeys, found[i], counts)]
         off = np.zeros(m + 1, np.int64)
-        np.cumsum(counts, out=off[1:])
+        np.add.accumulate(counts, out=off[1:])  # (not np.cumsum: its Python dispatch costs more on one key)
         total = int(off[-1])
         vals = np.empty((self.kv, total), np.int64)
         times = np.empty((total, self.depth), np.int64)
@@ -133,7 +133,7 @@ class Cursor:
         """Histories in the reader's times: the lens applied and, if exact, the rows consolidated (in place
         where ``owned``: this seek's own arrays, not a batch's) where advancing the times of the batches
         ``read`` may have made two updates meet."""
-        lens = self.lens
+        lens = self.lens.past(read)
         times = lens.apply(h.times)
         if not (self.exact and may_meet(read, lens.frontier)):
             return Histories(h.kh, h.keys, h.off, h.vals, times, h.diffs)

@@ -115,6 +115,15 @@ class TimeLens:
     def entered(self) -> "TimeLens":
         return TimeLens(self.frontier, self.extend + 1)
 
+    def past(self, batches) -> "TimeLens":
+        """This lens for reading ``batches``: without its frontier where every batch starts in advance of
+        it (minted after the import's start), since advancing times already past it changes nothing (a
+        batch's times lie at or after its lower)."""
+        f = self.frontier
+        if f is None or not all(f.less_equal(b.lower) for b in batches):
+            return self
+        return TimeLens(None, self.extend) if self.extend else IDENTITY
+
     def apply(self, times: np.ndarray) -> np.ndarray:
         """Trace times as the reader sees them."""
         if self.frontier is not None:

@@ -69,7 +69,7 @@ class ArrangeOp(Operator):
             out = []
             for b in (b for bs in msg.shards for b in bs if len(b)):
                 data = b.key_rows() if b.kv == 0 else np.concatenate([b.key_rows(), b.vals], axis=0)
-                times = b.times if lens.identity else lens.apply(b.times)
+                times = b.times if lens.identity else lens.past((b,)).apply(b.times)
                 out.append((data[self._keys], data[self._vals], times, b.diffs))
             return out
         return [(b.data[self._keys], b.data[self._vals], b.times, b.diffs)

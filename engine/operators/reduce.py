@@ -209,7 +209,7 @@ class ReduceOp(Operator):
             order = np.argsort(sp, kind="stable")
             stimes = np.ascontiguousarray(st[order])
             soff = np.zeros(m + 1, np.int64)
-            np.cumsum(np.bincount(sp, minlength=m), out=soff[1:])
+            np.add.accumulate(np.bincount(sp, minlength=m), out=soff[1:])
         # histories of input (through the acknowledged frontier) and of our own output
         if (self._settles is not None and dh is not None and ready_kh is None and self.pending[s] is None and not len(hout)
                 and self._insertions_only(s)):
@@ -239,7 +239,7 @@ class ReduceOp(Operator):
         if not settled.any():
             return pkh, pkeys, dh, hout
         idx = np.flatnonzero(~settled)
-        pkh, pkeys = pkh[idx], np.take(pkeys, idx, axis=1)
+        pkh, pkeys = pkh[idx], pkeys.take(idx, axis=1)
         return pkh, pkeys, _subset(dh, idx, pkh, pkeys), _subset(hout, idx, pkh, pkeys)
 
     def _insertions_only(self, s) -> bool:
@@ -397,12 +397,12 @@ def _subset(h: Histories, idx: np.ndarray, kh, keys) -> Histories:
     starts = h.off[idx]
     counts = h.off[idx + 1] - starts
     off = np.zeros(len(idx) + 1, np.int64)
-    np.cumsum(counts, out=off[1:])
+    np.add.accumulate(counts, out=off[1:])
     if (counts == 1).all():  # (one row a key: a distinct's new rows)
         rows = starts
     else:
         rows = np.arange(off[-1], dtype=np.int64) + np.repeat(starts - off[:-1], counts)
-    return Histories(kh, keys, off, np.take(h.vals, rows, axis=1), np.take(h.times, rows, axis=0),
+    return Histories(kh, keys, off, h.vals.take(rows, axis=1), h.times.take(rows, axis=0),
                      h.diffs[rows])
 
 
