@@ -2,7 +2,8 @@
 let their inputs compact (``Operator.follow_epoch``) and their traces' uppers wait for their next step.
 Checked against eager stepping (``lazy_rounds`` off): the same answers at every epoch, also read back
 with ``at=``, and the same live (logically compacted) records in every loop trace, on random streams
-with epochs that bring nothing, several epochs advanced at once, retractions, W = 1, 2, 3."""
+with epochs that bring nothing, several epochs advanced at once, retractions, W = 1, 2, 3. Once every input
+is closed, the loop's traces are let go of."""
 from __future__ import annotations
 
 import networkx as nx
@@ -142,3 +143,31 @@ def test_epochs_without_updates_do_not_step_the_loop():
         ri.advance_to(23)
         eng.wait(v)
         assert sorted(map(tuple, v.to_pandas().values.tolist())) == [(0, 0), (2, 1), (3, 2), (4, 3)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_closed_loop_lets_go_of_its_traces(workers):
+    """Once every input is closed, nothing inside a loop is read again: its reduce lets go of its input
+    and output traces (as a join lets go of a side whose other side closed), so the loop's arrangements
+    are freed, while the view keeps the answer readable."""
+    import gc
+    with kp.Engine(workers=workers) as eng:
+        ei = eng.input("e", ["src", "dst"], rows=[(0, 1), (1, 2), (2, 0), (2, 3)])
+        ri = eng.input("r", ["node"], rows=[(0,)])
+        with eng.dataflow("p") as df:
+            v = graphs.bfs(df.input("e"), df.input("r")).view("v")
+        ei.advance_to(1)
+        ri.advance_to(1)
+        eng.wait(v)
+
+        def loop_traces():
+            gc.collect()
+            return [a["name"] for a in eng.arrangements() if a["dataflow"] == "p" and a["logical"]
+                    and len(a["logical"].elements[0]) == 2]
+        assert len(loop_traces()) >= 3
+        ei.update([(3, 4)], [1])
+        ei.close()
+        ri.close()
+        eng.wait(v)
+        assert sorted(map(tuple, v.to_pandas().values.tolist())) == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
+        assert loop_traces() == []

@@ -152,7 +152,11 @@ class ReduceOp(Operator):
         self.held = antichain_of(np.concatenate(pend, axis=0)) if pend else Antichain()
         if F.elements:
             self.h_out.set_logical_compaction(F)
-        self.input.compact(F)
+            self.input.compact(F)
+        else:  # every input closed: this operator reads neither trace again (readers elsewhere hold their own)
+            self.input.release()
+            self.h_out.close()
+            self.out_trace = None
 
     # -- one shard ----------------------------------------------------------------------------
     def _shard(self, s, delta, lower, upper) -> Batch:
