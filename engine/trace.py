@@ -152,26 +152,25 @@ class Trace:
 
     def listen(self, listener):
         """Call ``listener.deliver(batches, lower, upper)`` after every append (on the scheduler thread).
-        Held weakly: a listener nobody references stops listening. (A dict of weak references: a WeakSet
+        Held weakly: a listener nobody references stops listening. (A dict of weak references, dead ones
+        dropped as appends find them, with no callback that could change it while it is read: a WeakSet
         costs a microsecond to iterate, on every insertion.)"""
-        key, listeners = id(listener), self._listeners
-
-        def gone(ref):
-            if listeners.get(key) is ref:
-                del listeners[key]
-        listeners[key] = weakref.ref(listener, gone)
+        self._listeners[id(listener)] = weakref.ref(listener)
 
     def unlisten(self, listener):
         ref = self._listeners.get(id(listener))
         if ref is not None and ref() is listener:
-            del self._listeners[id(listener)]
+            self._listeners.pop(id(listener), None)
 
     def _deliver(self, batches, lower: Antichain):
         """Hand an append to the listeners (after the snapshot holding it is published)."""
         upper = self.snapshot.upper
-        for ref in list(self._listeners.values()):
+        for key, ref in list(self._listeners.items()):
             listener = ref()
-            if listener is not None:
+            if listener is None:
+                if self._listeners.get(key) is ref:  # (not a new listener that got the dead one's id)
+                    self._listeners.pop(key, None)
+            else:
                 listener.deliver(batches, lower, upper)
 
     # -- writing (scheduler thread) -------------------------------------------------------------

@@ -799,3 +799,35 @@ def test_reduce_output_built_in_place_equals_formed(kk, kv, depth, data):
     in_order = all(d != 0 for *_, d in rows) and all(
         (rows[i][0], rows[i][1], rows[i][2]) < (rows[i + 1][0], rows[i + 1][1], rows[i + 1][2]) for i in range(n - 1))
     assert (len(probe_runs(c_key, c_vals, np.ascontiguousarray(c_time), c_diff)[1]) > 0) == in_order
+
+
+def test_listeners_are_held_weakly_and_hear_every_append():
+    """A trace hands each append to its listeners; one nobody references any more stops hearing, one that
+    unlistens too, and one listening later (perhaps under a dead one's id) hears from then on."""
+    class Ear:
+        def __init__(self):
+            self.heard = []
+
+        def deliver(self, batches, lower, upper):
+            self.heard.append((len(batches), lower.elements, upper.elements))
+
+    t = Trace(1, 0, 1, 2, Antichain([(0,)]))
+
+    def append(e):
+        t.append([Batch.empty(1, 0, 1, Antichain([(e,)]), Antichain([(e + 1,)])) for _ in range(2)])
+    a, b = Ear(), Ear()
+    t.listen(a)
+    t.listen(b)
+    append(0)
+    ref = weakref.ref(b)
+    del b
+    gc.collect()
+    assert ref() is None
+    append(1)
+    t.unlisten(a)
+    append(2)
+    assert a.heard == [(2, ((0,),), ((1,),)), (2, ((1,),), ((2,),))]
+    c = Ear()
+    t.listen(c)
+    append(3)
+    assert c.heard == [(2, ((3,),), ((4,),))]
