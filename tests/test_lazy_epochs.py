@@ -6,6 +6,9 @@ with epochs that bring nothing, several epochs advanced at once, retractions, W 
 is closed, the loop's traces are let go of."""
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -78,6 +81,20 @@ def _run(monkeypatch, lazy: bool, kind: str, seed: int, workers: int):
     return out
 
 
+@contextmanager
+def _bfs(workers: int, edges: list):
+    """An engine with a BFS dataflow ``p`` over ``edges`` from root 0, answered at epoch 0."""
+    with kp.Engine(workers=workers) as eng:
+        ei = eng.input("e", ["src", "dst"], rows=edges)
+        ri = eng.input("r", ["node"], rows=[(0,)])
+        with eng.dataflow("p") as df:
+            v = graphs.bfs(df.input("e"), df.input("r")).view("v")
+        ei.advance_to(1)
+        ri.advance_to(1)
+        eng.wait(v)
+        yield eng, ei, ri, v
+
+
 def _reference(kind, edges, n):
     g = nx.DiGraph()
     g.add_nodes_from(range(n))
@@ -105,15 +122,7 @@ def test_epochs_without_updates_do_not_step_the_loop():
     """Epochs that bring the loop nothing cost no step of its arrangements, join or reduce (eagerly,
     each stepped once per epoch); the loop's traces still compact to every epoch, and the next update
     is answered right."""
-    with kp.Engine(workers=2) as eng:
-        ei = eng.input("e", ["src", "dst"], rows=[(0, 1), (1, 2), (2, 3)])
-        ri = eng.input("r", ["node"], rows=[(0,)])
-        with eng.dataflow("p") as df:
-            v = graphs.bfs(df.input("e"), df.input("r")).view("v")
-        ei.advance_to(1)
-        ri.advance_to(1)
-        eng.wait(v)
-
+    with _bfs(2, [(0, 1), (1, 2), (2, 3)]) as (eng, ei, ri, v):
         def loop_steps():
             return {o["operator"]: o["steps"] for o in eng.operator_stats("p")
                     if o["operator"].split(": ")[1].split("#")[0] in ("arrange", "join", "min")}
@@ -150,16 +159,7 @@ def test_a_closed_loop_lets_go_of_its_traces(workers):
     """Once every input is closed, nothing inside a loop is read again: its reduce lets go of its input
     and output traces (as a join lets go of a side whose other side closed), so the loop's arrangements
     are freed, while the view keeps the answer readable."""
-    import gc
-    with kp.Engine(workers=workers) as eng:
-        ei = eng.input("e", ["src", "dst"], rows=[(0, 1), (1, 2), (2, 0), (2, 3)])
-        ri = eng.input("r", ["node"], rows=[(0,)])
-        with eng.dataflow("p") as df:
-            v = graphs.bfs(df.input("e"), df.input("r")).view("v")
-        ei.advance_to(1)
-        ri.advance_to(1)
-        eng.wait(v)
-
+    with _bfs(workers, [(0, 1), (1, 2), (2, 0), (2, 3)]) as (eng, ei, ri, v):
         def loop_traces():
             gc.collect()
             return [a["name"] for a in eng.arrangements() if a["dataflow"] == "p" and a["logical"]
