@@ -476,6 +476,7 @@ class Graph:
             self._settle()
             ops = self.ops
             ran = False
+            stepped = []
             start, self._resume = self._resume, 0
             for i in range(start, len(ops)):
                 op = ops[i]
@@ -502,6 +503,7 @@ class Graph:
                     op.steps += 1
                     self.changes += 1
                     ran = True
+                    stepped.append(op)
                     _update(op, inputs_moved=False)
                 elif op.lazy_rounds and op.last_frontier is not None and op.epoch_moved():
                     op.last_frontier = op.frontier
@@ -513,6 +515,11 @@ class Graph:
                 return did
             did = True
             if rt.interrupted():
+                return True
+            if not start and not any(op._stale for op in ops) and not any(op.has_work() for op in stepped):
+                # another pass would find no work: what a step changes reaches the operators after it in
+                # this pass, except through a loop's feedback, which leaves the loop's operators marked
+                self.idle = True
                 return True
 
     def quiet(self) -> bool:
