@@ -475,15 +475,14 @@ class Graph:
         while True:
             self._settle()
             ops = self.ops
-            ran = False
-            stepped = []
+            stepped = []  # operators that stepped in this pass
             start, self._resume = self._resume, 0
             for i in range(start, len(ops)):
                 op = ops[i]
                 if op._stale:
                     _update(op)
                 if op.has_work():
-                    if ran and rt.interrupted():
+                    if stepped and rt.interrupted():
                         self._resume = i
                         return True
                     op.last_frontier = op.frontier
@@ -502,13 +501,12 @@ class Graph:
                     op.busy += time.perf_counter() - t0
                     op.steps += 1
                     self.changes += 1
-                    ran = True
                     stepped.append(op)
                     _update(op, inputs_moved=False)
                 elif op.lazy_rounds and op.last_frontier is not None and op.epoch_moved():
                     op.last_frontier = op.frontier
                     op.follow_epoch()
-            if not ran:
+            if not stepped:
                 if start:
                     continue  # a resumed pass saw only the tail: look at every operator before concluding
                 self.idle = True

@@ -33,6 +33,7 @@ whose other side closed), so a closed loop's own traces are freed either way
 """
 from __future__ import annotations
 
+import gc
 import threading
 from collections import Counter
 from contextlib import nullcontext
@@ -71,7 +72,12 @@ def _counter(view, at=None) -> Counter:
 
 
 def _live(eng, dataflows):
-    """(name, dataflow, live records) of every arrangement of these dataflows."""
+    """(name, dataflow, live records) of every arrangement of these dataflows, once no dataflow has work
+    left (a view is current before every operator behind it has stepped: a loop's last compaction, or its
+    release once every input closed, may come after), and once released traces in reference cycles are
+    collected."""
+    eng.wait(timeout=T)
+    gc.collect()
     return sorted((a["name"], a["dataflow"], a["live"]) for a in eng.arrangements(live=True)
                   if a["dataflow"] in dataflows)
 
