@@ -36,7 +36,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections import Counter
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import networkx as nx
 import numpy as np
@@ -435,16 +435,25 @@ def test_pending_work_at_later_rounds_while_epochs_move(monkeypatch, workers, ne
 
 # == inputs closed under a loop ===========================================================================
 
-def _close_run(monkeypatch, lazy, workers, close_all, kind="bfs", seed=0):
-    _set_lazy(monkeypatch, lazy)
-    rng = np.random.default_rng(seed)
-    out = []
+@contextmanager
+def _loop_engine(workers, kind, history):
+    """An engine with empty edges ``e``, roots ``r`` = {0} and a dataflow ``p`` whose view ``v`` holds
+    ``kind`` (scc, bfs or reach) over them."""
     with kp.Engine(workers=workers) as eng:
         ei = eng.input("e", ["src", "dst"])
         ri = eng.input("r", ["node"], rows=[(0,)])
         with eng.dataflow("p") as df:
             e, r = df.input("e"), df.input("r")
-            v = (graphs.scc(e) if kind == "scc" else graphs.bfs(e, r)).view("v", history=100)
+            v = (graphs.scc(e) if kind == "scc" else graphs.bfs(e, r) if kind == "bfs"
+                 else graphs.reachable(e, r)).view("v", history=history)
+        yield eng, ei, ri, v
+
+
+def _close_run(monkeypatch, lazy, workers, close_all, kind="bfs", seed=0):
+    _set_lazy(monkeypatch, lazy)
+    rng = np.random.default_rng(seed)
+    out = []
+    with _loop_engine(workers, kind, 100) as (eng, ei, ri, v):
         edges, roots = set(), {0}
         for t in range(1, 6):
             ins = {(int(rng.integers(8)), int(rng.integers(8))) for _ in range(4)} - edges
@@ -694,13 +703,7 @@ def _lag_run(monkeypatch, lazy, kind, seed, workers):
     _set_lazy(monkeypatch, lazy)
     rng = np.random.default_rng(seed)
     out = []
-    with kp.Engine(workers=workers) as eng:
-        ei = eng.input("e", ["src", "dst"])
-        ri = eng.input("r", ["node"], rows=[(0,)])
-        with eng.dataflow("p") as df:
-            e, r = df.input("e"), df.input("r")
-            v = (graphs.scc(e) if kind == "scc" else graphs.bfs(e, r) if kind == "bfs"
-                 else graphs.reachable(e, r)).view("v", history=500)
+    with _loop_engine(workers, kind, 500) as (eng, ei, ri, v):
         edges, roots, te, tr = set(), {0}, 0, 0
         e_hist, r_hist = {}, {}
         pending_roots = set(roots)
