@@ -409,6 +409,9 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
     data = np.empty((len(schema), n), np.int64)
     for i, (name, dtype) in enumerate(zip(schema.names, schema.dtypes)):
         col = result[name]
+        if col.__class__ is np.ndarray and col.dtype == np.int64 and dtype == "int64" and col.shape == (n,):
+            data[i] = col  # (the common case, with nothing to check or convert)
+            continue
         arr = np.asarray(col)
         if arr.ndim == 0:
             raise SchemaError(f"{who} returned a scalar ({col!r}) for column {name!r}; expected a column array "

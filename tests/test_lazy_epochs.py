@@ -15,6 +15,7 @@ import pytest
 
 import kpgnb as kp
 from kpgnb import graphs
+from kpgnb.engine.batcher import Batcher
 from kpgnb.engine.operators.arrange import ArrangeOp
 from kpgnb.engine.operators.join import JoinOp
 from kpgnb.engine.operators.reduce import ReduceOp
@@ -171,3 +172,38 @@ def test_a_closed_loop_lets_go_of_its_traces(workers):
         eng.wait(v)
         assert sorted(map(tuple, v.to_pandas().values.tolist())) == [(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]
         assert loop_traces() == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_loop_arrangement_seals_only_what_is_due(monkeypatch, workers):
+    """A loop's arrange that steps for the messages it received, with nothing buffered that the frontier
+    has passed, does not seal: a seal would mint an empty batch into its trace (maintained and published)
+    and the next step's seal covers the span. So inside the loop every seal has buffered rows before its
+    upper, while single-edge changes are still answered right (before, the step that received a round's
+    rows also sealed the span before them, empty)."""
+    seals = []
+    real = Batcher.seal
+
+    def seal(self, lower, upper, run=None):
+        due = bool(self.held.elements) and not upper.less_equal(self.held)  # buffered rows before upper
+        seals.append((self.depth, bool(upper.elements), due))
+        return real(self, lower, upper) if run is None else real(self, lower, upper, run)
+    monkeypatch.setattr(Batcher, "seal", seal)
+    rng = np.random.default_rng(5)
+    edges = {(int(a), int(b)) for a, b in rng.integers(0, 12, (30, 2))}
+    with _bfs(workers, sorted(edges)) as (eng, ei, ri, v):
+        del seals[:]
+        for t in range(2, 30):
+            k = (int(rng.integers(12)), int(rng.integers(12)))
+            if k in edges:
+                edges.discard(k)
+                ei.update([k], [-1])
+            else:
+                edges.add(k)
+                ei.update([k], [1])
+            ei.advance_to(t)
+            ri.advance_to(t)
+            eng.wait(v)
+            assert sorted(map(tuple, v.to_pandas().values.tolist())) == _reference("bfs", edges, 12), t
+        loop = [due for depth, open_, due in seals if depth == 2 and open_]
+        assert loop and all(loop), [i for i, due in enumerate(loop) if not due]

@@ -50,6 +50,12 @@ class ArrangeOp(Operator):
         held = self.batcher.held
         return bool(held.elements) and not self.frontier.less_equal(held)
 
+    def _lazy(self, F) -> bool:
+        """Whether a step taken for messages alone may leave the trace's upper behind the input frontier
+        ``F`` when nothing buffered is due: in a loop (``lazy_rounds``), where a seal that would mint
+        nothing waits for the next one, which covers its span. A closed input (``F`` empty) is sealed."""
+        return len(F.elements) > 0 and len(F.elements[0]) > 1
+
     @property
     def trace(self):
         return self._weak()
@@ -84,7 +90,7 @@ class ArrangeOp(Operator):
         if msgs:
             self.batcher.push([p for m in msgs for p in self._parts(m)], rt.run)
         F = self.frontier
-        if F != self.upper:
+        if F != self.upper and (self.due() or not self._lazy(F)):
             batches = self.batcher.seal(self.upper, F, rt.run)
             self.upper = F
             trace = self._weak()

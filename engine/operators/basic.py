@@ -42,14 +42,20 @@ class UserFunctionOp(Operator):
         self.in_schema = schema
         self.symbols = symbols
         self.writes = False   # the function was seen writing into its input columns: give it copies
+        self._plan = None
 
     def user_columns(self, batch: UpdateBatch, copy: bool = False) -> dict:
         """The columns the function takes. Numeric ones are views of the batch, which other operators read
         too: read-only, or (``copy``) the function's own copies."""
-        names = self.params if self.params is not None else self.in_schema.names
+        plan = self._plan
+        if plan is None:  # (name, row of the column matrix, dtype) per parameter, worked out once
+            schema = self.in_schema
+            names = self.params if self.params is not None else schema.names
+            plan = self._plan = tuple((n, schema.index(n), schema.dtype(n)) for n in names)
+        data, symbols = batch.data, self.symbols
         out = {}
-        for n in names:
-            col = decode_column(batch.data[self.in_schema.index(n)], self.in_schema.dtype(n), self.symbols)
+        for n, i, dtype in plan:
+            col = decode_column(data[i], dtype, symbols)
             if col.base is not None:  # a view (bool and str columns are decoded into new arrays)
                 col = col.copy() if copy else _read_only(col)
             out[n] = col
