@@ -21,6 +21,7 @@ DECADES = round(math.log10(HIGH / LOW))
 EDGES = LOW * 10.0 ** (np.arange(DECADES * PER_DECADE + 1) / PER_DECADE)
 BUCKETS = len(EDGES) + 1
 EDGES.setflags(write=False)
+_EDGES = EDGES.tolist()  # (Python floats: compared once per sample, on every epoch of every dataflow)
 
 
 def bucket_of(seconds: float) -> int:
@@ -31,9 +32,9 @@ def bucket_of(seconds: float) -> int:
         return BUCKETS - 1
     i = int(math.log10(seconds / LOW) * PER_DECADE) + 1
     # guard the float rounding at a bucket's edge
-    if seconds < EDGES[i - 1]:
+    if seconds < _EDGES[i - 1]:
         i -= 1
-    elif i < len(EDGES) and seconds >= EDGES[i]:
+    elif i < len(_EDGES) and seconds >= _EDGES[i]:
         i += 1
     return i
 
