@@ -101,7 +101,8 @@ def kernel_signatures(family: str) -> list:
                 (rk.reduce_apply, (i8, I1, I1, I1, I2, F2, I2, i8, i8, i8, b1, I2, F2)),
                 (rk._reduce_diff, (I1, I2, I1, I2, I1, I1, I2, I2, I1)),
                 (rk.probe_runs, (I1, I2, I2, I1)),
-                (rk.settled_keys, (I1, I2, I1, I2, I1, I2, I1, I2, i8))]
+                (rk.settled_keys, (I1, I2, I1, I2, I1, I2, I1, I2, i8)),
+                (rk.merge_pending, (I1, I2, I2, I1, I2, I2))]
     if family == "views":
         return []
     if family == "ife":

@@ -1257,3 +1257,82 @@ def settled_keys(hoff, htimes, hdiffs, hord, soff, stimes, sdiffs, sord, sense):
                 break
         out[p] = ok
     return out
+
+
+MERGE_GROUP_PAIRS = 4096  # a key's pending times in both lists, multiplied: above this, the caller sorts
+
+
+@kernel
+def merge_pending(akh, akeys, atimes, bkh, bkeys, btimes):
+    """Union of two lists of pending (key, time) work, each in arrangement order (hash, then key columns)
+    with a key's rows adjacent and its times distinct: (hashes, keys, times) in that order, a key's times
+    those of the first list then the second's new ones. A linear merge, where concatenating and sorting
+    would cost a sort of all the work still pending at every step that adds some. The last result, ``ok``,
+    is False (and the arrays empty) where a key has more than MERGE_GROUP_PAIRS pairs of times to compare:
+    the caller then sorts."""
+    na = akh.shape[0]
+    nb = bkh.shape[0]
+    kk = akeys.shape[0]
+    d = atimes.shape[1]
+    okh = np.empty(na + nb, np.int64)
+    okeys = np.empty((kk, na + nb), np.int64)
+    otimes = np.empty((na + nb, d), np.int64)
+    i = 0
+    j = 0
+    n = 0
+    while i < na or j < nb:
+        if i >= na:
+            c = 1
+        elif j >= nb:
+            c = -1
+        elif akh[i] != bkh[j]:
+            c = -1 if akh[i] < bkh[j] else 1
+        else:
+            c = cmp_cols(akeys, i, bkeys, j)
+        if c < 0:
+            okh[n] = akh[i]
+            for q in range(kk):
+                okeys[q, n] = akeys[q, i]
+            for q in range(d):
+                otimes[n, q] = atimes[i, q]
+            i += 1
+            n += 1
+            continue
+        if c > 0:
+            okh[n] = bkh[j]
+            for q in range(kk):
+                okeys[q, n] = bkeys[q, j]
+            for q in range(d):
+                otimes[n, q] = btimes[j, q]
+            j += 1
+            n += 1
+            continue
+        i0 = i  # the same key in both: its group in each
+        while i < na and akh[i] == akh[i0] and cmp_cols(akeys, i, akeys, i0) == 0:
+            i += 1
+        j0 = j
+        while j < nb and bkh[j] == bkh[j0] and cmp_cols(bkeys, j, bkeys, j0) == 0:
+            j += 1
+        if (i - i0) * (j - j0) > MERGE_GROUP_PAIRS:
+            return okh[:0].copy(), okeys[:, :0].copy(), otimes[:0].copy(), False
+        for r in range(i0, i):
+            okh[n] = akh[r]
+            for q in range(kk):
+                okeys[q, n] = akeys[q, r]
+            for q in range(d):
+                otimes[n, q] = atimes[r, q]
+            n += 1
+        for r in range(j0, j):
+            new = True
+            for s in range(i0, i):
+                if cmp_times(atimes, s, btimes, r) == 0:
+                    new = False
+                    break
+            if new:
+                okh[n] = bkh[r]
+                for q in range(kk):
+                    okeys[q, n] = bkeys[q, r]
+                for q in range(d):
+                    otimes[n, q] = btimes[r, q]
+                n += 1
+    return okh[:n].copy(), okeys[:, :n].copy(), otimes[:n].copy(), True

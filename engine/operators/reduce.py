@@ -360,6 +360,11 @@ class ReduceOp(Operator):
             # distinct (key, time) pairs in the order kept (times copied: they view a kernel buffer)
             self.pending[s] = (kh, keys, times.copy())
             return
+        keys, times = np.ascontiguousarray(keys), np.ascontiguousarray(times)
+        okh, okeys, otimes, ok = rk.merge_pending(cur[0], np.ascontiguousarray(cur[1]), cur[2], kh, keys, times)
+        if ok:
+            self.pending[s] = (okh, okeys, otimes)
+            return
         kh = np.concatenate([cur[0], kh])
         keys = np.concatenate([cur[1], keys], axis=1)
         times = np.concatenate([cur[2], times], axis=0)
