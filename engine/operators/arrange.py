@@ -54,7 +54,7 @@ class ArrangeOp(Operator):
         """Whether a step taken for messages alone may leave the trace's upper behind the input frontier
         ``F`` when nothing buffered is due: in a loop (``lazy_rounds``), where a seal that would mint
         nothing waits for the next one, which covers its span. A closed input (``F`` empty) is sealed."""
-        return len(F.elements) > 0 and len(F.elements[0]) > 1
+        return self.lazy_rounds and len(F.elements) > 0 and len(F.elements[0]) > 1
 
     @property
     def trace(self):
