@@ -24,6 +24,7 @@ from numba import njit
 
 from . import MAX_MULT, helper, kernel, multiplicity_overflow
 from .rows import cmp_cols, cmp_times, cmp_val_time, in_advance, leq_time
+from .seek import merge_order
 from .sort import mix64, sort_index_segment
 
 COUNT, SUM, MIN, MAX, DISTINCT, ARGMIN, ARGMAX, TOPK, THRESHOLD = range(9)
@@ -1262,6 +1263,16 @@ def settled_keys(hoff, htimes, hdiffs, hord, soff, stimes, sdiffs, sord, sense):
 MERGE_GROUP_PAIRS = 4096  # a key's pending times in both lists, multiplied: above this, the caller sorts
 
 
+@helper
+def _put_work(okh, okeys, otimes, n, kh, keys, times, r):
+    """Row r of (kh, keys, times) written as row n of the output."""
+    okh[n] = kh[r]
+    for q in range(keys.shape[0]):
+        okeys[q, n] = keys[q, r]
+    for q in range(times.shape[1]):
+        otimes[n, q] = times[r, q]
+
+
 @kernel
 def merge_pending(akh, akeys, atimes, bkh, bkeys, btimes):
     """Union of two lists of pending (key, time) work, each in arrangement order (hash, then key columns)
@@ -1272,38 +1283,21 @@ def merge_pending(akh, akeys, atimes, bkh, bkeys, btimes):
     the caller then sorts."""
     na = akh.shape[0]
     nb = bkh.shape[0]
-    kk = akeys.shape[0]
-    d = atimes.shape[1]
     okh = np.empty(na + nb, np.int64)
-    okeys = np.empty((kk, na + nb), np.int64)
-    otimes = np.empty((na + nb, d), np.int64)
+    okeys = np.empty((akeys.shape[0], na + nb), np.int64)
+    otimes = np.empty((na + nb, atimes.shape[1]), np.int64)
     i = 0
     j = 0
     n = 0
     while i < na or j < nb:
-        if i >= na:
-            c = 1
-        elif j >= nb:
-            c = -1
-        elif akh[i] != bkh[j]:
-            c = -1 if akh[i] < bkh[j] else 1
-        else:
-            c = cmp_cols(akeys, i, bkeys, j)
+        c = merge_order(akh, akeys, i, na, bkh, bkeys, j, nb)
         if c < 0:
-            okh[n] = akh[i]
-            for q in range(kk):
-                okeys[q, n] = akeys[q, i]
-            for q in range(d):
-                otimes[n, q] = atimes[i, q]
+            _put_work(okh, okeys, otimes, n, akh, akeys, atimes, i)
             i += 1
             n += 1
             continue
         if c > 0:
-            okh[n] = bkh[j]
-            for q in range(kk):
-                okeys[q, n] = bkeys[q, j]
-            for q in range(d):
-                otimes[n, q] = btimes[j, q]
+            _put_work(okh, okeys, otimes, n, bkh, bkeys, btimes, j)
             j += 1
             n += 1
             continue
@@ -1316,11 +1310,7 @@ def merge_pending(akh, akeys, atimes, bkh, bkeys, btimes):
         if (i - i0) * (j - j0) > MERGE_GROUP_PAIRS:
             return okh[:0].copy(), okeys[:, :0].copy(), otimes[:0].copy(), False
         for r in range(i0, i):
-            okh[n] = akh[r]
-            for q in range(kk):
-                okeys[q, n] = akeys[q, r]
-            for q in range(d):
-                otimes[n, q] = atimes[r, q]
+            _put_work(okh, okeys, otimes, n, akh, akeys, atimes, r)
             n += 1
         for r in range(j0, j):
             new = True
@@ -1329,10 +1319,6 @@ def merge_pending(akh, akeys, atimes, bkh, bkeys, btimes):
                     new = False
                     break
             if new:
-                okh[n] = bkh[r]
-                for q in range(kk):
-                    okeys[q, n] = bkeys[q, r]
-                for q in range(d):
-                    otimes[n, q] = btimes[r, q]
+                _put_work(okh, okeys, otimes, n, bkh, bkeys, btimes, r)
                 n += 1
     return okh[:n].copy(), okeys[:, :n].copy(), otimes[:n].copy(), True

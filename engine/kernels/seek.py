@@ -5,7 +5,7 @@ position, so the work is proportional to the number of probes times the log of t
 never to the size of the batch."""
 import numpy as np
 
-from . import kernel
+from . import helper, kernel
 from .rows import cmp_cols
 from .sort import key_hash_at
 
@@ -93,6 +93,19 @@ def unique_sorted_keys(kh, keys):
     return keep
 
 
+@helper
+def merge_order(akh, akeys, i, na, bkh, bkeys, j, nb):
+    """Which comes first in arrangement order (hash, then key columns) when merging two sorted lists at
+    positions i and j: -1 the first list's, 1 the second's (or the one not yet exhausted), 0 both."""
+    if i >= na:
+        return 1
+    if j >= nb:
+        return -1
+    if akh[i] != bkh[j]:
+        return -1 if akh[i] < bkh[j] else 1
+    return cmp_cols(akeys, i, bkeys, j)
+
+
 @kernel
 def merge_key_lists(akh, akeys, bkh, bkeys):
     """Union of two (hash, key)-sorted distinct key lists, sorted and distinct."""
@@ -105,14 +118,7 @@ def merge_key_lists(akh, akeys, bkh, bkeys):
     j = 0
     n = 0
     while i < na or j < nb:
-        if i >= na:
-            c = 1
-        elif j >= nb:
-            c = -1
-        elif akh[i] != bkh[j]:
-            c = -1 if akh[i] < bkh[j] else 1
-        else:
-            c = cmp_cols(akeys, i, bkeys, j)
+        c = merge_order(akh, akeys, i, na, bkh, bkeys, j, nb)
         if c <= 0:
             okh[n] = akh[i]
             for q in range(kk):
