@@ -87,15 +87,18 @@ class DataflowBuilder:
 
     def input(self, name: str) -> "Arranged":
         """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes.
-        It arrives arranged by all its columns (the input's own trace), so a distinct() or a count by
-        every column reuses that index instead of building another."""
+        It arrives arranged as the input keeps its rows (the input's own trace: by all its columns, or by
+        its ``key``), so a join or reduction on those columns reuses that index instead of building
+        another."""
         self.check_building()
         if name not in self._inputs:
             inputs = self.engine.inputs()
             session = inputs.get(name)
             if session is None:
                 raise SchemaError(f"no input named {name!r}; inputs are {sorted(inputs)}")
-            self._inputs[name] = self._import(name, session.trace, session.schema, session.schema.names, [])
+            names = session.schema.names
+            self._inputs[name] = self._import(name, session.trace, session.schema, names[:session.nkey],
+                                              names[session.nkey:])
             self.sources.add(session)
         return self._inputs[name]
 

@@ -606,6 +606,15 @@ class Arranged(Collection):
         self._live()
         return Collection(self.builder, self._stream(), self.schema, self.scope)
 
+    def rename(self, **mapping) -> "Arranged":
+        """Rename columns: rename(old=new, ...). The same arrangement under the new names (renaming
+        moves no row, so a join on the renamed key still reads this index)."""
+        self._live()
+        self._check(mapping)
+        schema = self.schema.rename([mapping.get(n, n) for n in self.schema.names])
+        return Arranged(self.builder, self.op, schema, self.scope, [mapping.get(n, n) for n in self.key_names],
+                        [mapping.get(n, n) for n in self.val_names])
+
     def _enter_child(self, scope):
         op = EnterArrangedOp(scope, self.op, Site.capture())
         return Arranged(self.builder, op, self.schema, scope, self.key_names, self.val_names)

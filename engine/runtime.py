@@ -25,7 +25,7 @@ from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler
 from .scope import epoch_of
-from .session import InputSession
+from .session import InputSession, input_key
 from .snapshot import EngineSnapshot
 from .spine import EFFORT
 from .trace import live_records, trace_stats
@@ -52,22 +52,25 @@ class Engine:
         self._closed = False
 
     # -- inputs and dataflows -------------------------------------------------------------------------
-    def input(self, name: str, columns, dtypes=None, rows=None) -> InputSession:
+    def input(self, name: str, columns, dtypes=None, rows=None, key=None) -> InputSession:
         """Create an input collection with named columns (dtypes default to int64; str is interned).
         ``rows`` are inserted at epoch 0; if they cannot be (a bad value, an interrupt) no input is
-        created, so the name stays free for a corrected retry."""
+        created, so the name stays free for a corrected retry. The input keeps its rows arranged by
+        ``key``, its leading columns (default: all of them): a dataflow that joins or reduces on those
+        columns reads that arrangement itself, instead of indexing the rows a second time."""
         self._live()
         if not isinstance(name, str) or not name:
             raise UsageError(f"an input's name must be a non-empty str, got {name!r}")
         if isinstance(columns, str):
             columns = [columns]
         schema = Schema.of(columns, dtypes)
+        nkey = input_key(schema, key)
         with self._lock:
             self._live()
             if name in self._inputs and not self._inputs[name].dropped:  # (the engine may drop one itself)
                 raise UsageError(f"an input named {name!r} exists already")
             session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
-                                   lambda: self._closed)
+                                   lambda: self._closed, nkey)
             self._inputs[name] = session
         if rows is not None:
             try:

@@ -25,7 +25,7 @@ import numpy as np
 from .batcher import Batcher
 from .columns import Schema
 from .commands import Chunk, Seal
-from .errors import ArgumentTypeError, EngineError, UsageError
+from .errors import ArgumentTypeError, EngineError, SchemaError, UsageError
 from .inputs import diffs_array, rows_to_columns
 from .lattice import Antichain
 from .scope import at_epoch, epoch_of, last_complete
@@ -34,13 +34,32 @@ from .trace import Trace
 
 _MAX_EPOCH = 2 ** 63 - 1  # times are int64
 
+def input_key(schema: Schema, key) -> int:
+    """How many leading columns an input's rows are arranged by: ``key`` None (all of them), a column
+    name, or a list of names that must be the first columns in order (the arrangement's columns are
+    the key's, then the rest: the input's own order, which positional readers such as Datalog rely on)."""
+    if key is None:
+        return len(schema)
+    names = [key] if isinstance(key, str) else key
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise SchemaError(f"an input's key is a column name or a non-empty list of them, got {key!r}")
+    for i, n in enumerate(names):
+        if n not in schema.names:
+            raise SchemaError(f"key column {n!r} is not a column of the input; its columns are {list(schema.names)}")
+        if i >= len(schema.names) or schema.names[i] != n:
+            raise SchemaError(f"an input's key must be its leading columns in order: key column {n!r} is column "
+                              f"{schema.names.index(n)} of {list(schema.names)}, expected {schema.names[i]!r} "
+                              f"at position {i}; list the key columns first")
+    return len(names)
+
+
 class InputSession:
     """Feeds rows into an engine input. Rows inserted since the last ``advance_to`` belong to the
     current epoch; ``advance_to(e)`` closes every epoch before ``e`` and makes them visible to the
     dataflows."""
 
     def __init__(self, name: str, schema: Schema, symbols, workers: int, effort: str, submit,
-                 engine_closed=lambda: False):
+                 engine_closed=lambda: False, nkey: int | None = None):
         self.name = name
         self.schema = schema
         self._symbols = symbols
@@ -56,12 +75,13 @@ class InputSession:
         self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
         self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
         k = len(schema)
-        self.trace = Trace(k, 0, 1, workers, at_epoch(0), effort, f"input:{name}")
+        self.nkey = k if nkey is None else nkey  # the leading columns its rows are arranged by
+        self.trace = Trace(self.nkey, k - self.nkey, 1, workers, at_epoch(0), effort, f"input:{name}")
         # scheduler side
-        self.trace.key_names = tuple(schema.names)
+        self.trace.key_names = tuple(schema.names[:self.nkey])
         # keeps the trace compacted to the last epoch
         self._handle = self.trace.handle(logical=at_epoch(0), owner=f"input {name!r}")
-        self._batcher = Batcher(k, 0, 1, workers)
+        self._batcher = Batcher(self.nkey, k - self.nkey, 1, workers)
         self._incoming: list = []
         self._target = at_epoch(0)
         self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
@@ -236,8 +256,8 @@ class InputSession:
         batches = None
         try:
             if self._incoming:
-                self._batcher.push([(c.data, np.zeros((0, len(c.diffs)), np.int64),
-                                     np.full((len(c.diffs), 1), c.epoch, np.int64), c.diffs)
+                nk = self.nkey
+                self._batcher.push([(c.data[:nk], c.data[nk:], np.full((len(c.diffs), 1), c.epoch, np.int64), c.diffs)
                                     for c in self._incoming], run)
                 self._incoming = []
             if self._target != self.trace.upper:

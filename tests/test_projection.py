@@ -177,5 +177,8 @@ def test_fusion_happens():
         joins = [op for op in ops if isinstance(op, JoinOp)]
         assert [op.out_cols for op in joins] == [[(1, 1), (2, 1)], None]  # (y: A's 2nd value; w: B's 2nd)
         projects = [op for op in ops if isinstance(op, ProjectOp)]
-        # the chain's three and the rename pass on; the select after the shared join gathers
-        assert [op.gather is None for op in projects] == [True, True, True, True, False]
+        # the chain's three pass on; the select after the shared join gathers; the rename of the arranged
+        # input is the same arrangement under new names (no operator at all: its view reads the import)
+        assert [op.gather is None for op in projects] == [True, True, True, False]
+        renamed = next(op for op in ops if getattr(op, "name", None) == "renamed")
+        assert renamed.inputs[0] is a.op

@@ -1,0 +1,145 @@
+"""An input keyed by its leading columns (``eng.input(..., key=...)``) keeps its rows arranged by them, so
+a join or a graph query on those columns reads the input's own arrangement instead of indexing the rows
+again (K-Pg: the input arranged once, shared). Checked against the same programs on an input arranged
+by all its columns: random insert/retract streams, dataflows installed late (the input's history),
+``at=`` reads, W = 1, 2, 3; and that bad keys are refused, leaving the engine as it was."""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import kpgnb as kp
+from kpgnb import graphs
+from kpgnb.engine.errors import SchemaError
+
+
+def _rows(view, at=None) -> list:
+    return sorted(map(tuple, view.to_pandas(at=at).values.tolist()))
+
+
+def _arranges(eng, dataflow: str) -> int:
+    return sum(o["kind"] == "arrange" for o in eng.operator_stats(dataflow))
+
+
+def _programs(df, edges):
+    """Queries on the edges: a join on src (the pairs of edges leaving a node, the right side renamed),
+    a BFS, a count by src, a distinct."""
+    e = df.input(edges)
+    fan = e.join(e.rename(src="from", dst="other"), left_on="src", right_on="from").select("dst", "other")
+    return {"fan": fan.view("fan", history=50), "deg": e.count(by="src").view("deg", history=50),
+            "set": e.distinct().view("set", history=50),
+            "bfs": graphs.bfs(e, df.input("roots")).view("bfs", history=50)}
+
+
+def _reference(edges: dict, roots) -> dict:
+    rows = [k for k, m in edges.items() for _ in range(m)]
+    fan = sorted((b, d) for (a, b) in rows for (c, d) in rows if a == c)
+    deg: dict = {}
+    for a, _ in rows:
+        deg[a] = deg.get(a, 0) + 1
+    g = nx.DiGraph(list(edges))
+    g.add_nodes_from(roots)
+    dist: dict = {}
+    for r in roots:
+        for n, d in nx.single_source_shortest_path_length(g, r).items():
+            dist[n] = min(d, dist.get(n, d))
+    return {"fan": fan, "deg": sorted(deg.items()), "set": sorted(edges), "bfs": sorted(dist.items())}
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_keyed_input_answers_as_the_unkeyed_one(workers):
+    rng = np.random.default_rng(7 + workers)
+    n = 14
+    edges: dict = {}
+    for _ in range(20):
+        k = (int(rng.integers(n)), int(rng.integers(n)))
+        edges[k] = edges.get(k, 0) + 1
+    start = sorted(k for k, m in edges.items() for _ in range(m))
+    with kp.Engine(workers=workers) as eng:
+        keyed = eng.input("ek", ["src", "dst"], rows=start, key="src")
+        plain = eng.input("ep", ["src", "dst"], rows=start)
+        roots = eng.input("roots", ["node"], rows=[(0,), (1,)])
+        with eng.dataflow("k") as df:
+            vk = _programs(df, "ek")
+        with eng.dataflow("p") as df:
+            vp = _programs(df, "ep")
+        # the join on src (both sides) and the BFS read the keyed input's own arrangement, where the
+        # input arranged by all its columns is arranged again by src for each; only the distinct
+        # arranges anew
+        assert _arranges(eng, "k") < _arranges(eng, "p") - 1
+        seen = []
+        late = None
+        for t in range(1, 12):
+            if t > 1:
+                ups, diffs = [], []
+                for _ in range(int(rng.integers(1, 5))):
+                    if edges and rng.random() < 0.4:
+                        k = list(edges)[int(rng.integers(len(edges)))]
+                        edges[k] -= 1
+                        if not edges[k]:
+                            del edges[k]
+                        ups.append(k)
+                        diffs.append(-1)
+                    else:
+                        k = (int(rng.integers(n)), int(rng.integers(n)))
+                        edges[k] = edges.get(k, 0) + 1
+                        ups.append(k)
+                        diffs.append(1)
+                keyed.update(ups, diffs)
+                plain.update(ups, diffs)
+            for i in (keyed, plain, roots):
+                i.advance_to(t)
+            if t == 6:  # installed late: it starts from the keyed input's history
+                with eng.dataflow("late") as df:
+                    late = _programs(df, "ek")
+            want = _reference(edges, [0, 1])
+            for views in (vk, vp) + ((late,) if late else ()):
+                for name, v in views.items():
+                    eng.wait(v, timeout=60)
+                    assert _rows(v) == want[name], (name, t)
+            seen.append((t, want))
+        for t, want in seen:  # every epoch again, through at=
+            for name, v in vk.items():
+                assert _rows(v, at=t - 1) == want[name], (name, t)
+
+
+def test_an_index_over_a_keyed_input_is_the_input_itself():
+    """``arrange_by`` of the key the input keeps, exported and used by another dataflow: no second
+    arrangement, and the catalog's arrangement is the input's trace, keyed as declared."""
+    with kp.Engine(workers=2) as eng:
+        e = eng.input("edges", ["src", "dst"], rows=[(0, 1), (1, 2), (2, 3)], key=["src"])
+        r = eng.input("roots", ["node"], rows=[(0,)])
+        with eng.dataflow("index") as df:
+            df.input("edges").arrange_by("src").export("edges_by_src")
+        with eng.dataflow("q") as df:
+            v = graphs.bfs(df.use("edges_by_src"), df.input("roots")).view("v")
+        for i in (e, r):
+            i.advance_to(1)
+        eng.wait(v)
+        assert _rows(v) == [(0, 0), (1, 1), (2, 2), (3, 3)]
+        assert _arranges(eng, "index") == 0
+        arr = {a["name"]: a for a in eng.arrangements()}
+        assert arr["input:edges"]["key"] == ["src"]
+        assert "edges_by_src" not in arr or arr["edges_by_src"]["key"] == ["src"]
+        e.remove([(1, 2)])
+        for i in (e, r):
+            i.advance_to(2)
+        eng.wait(v)
+        assert _rows(v) == [(0, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("key, why", [
+    (["dst"], "leading columns"), (["src", "src"], "leading columns"), (["x"], "'x' is not a column"),
+    ([], "non-empty"), (5, "column name"), (["src", "dst", "w", "v"], "not a column")])
+def test_bad_keys_are_refused_and_leave_the_name_free(key, why):
+    with kp.Engine(workers=1) as eng:
+        with pytest.raises(SchemaError, match=why):
+            eng.input("e", ["src", "dst", "w"], key=key)
+        e = eng.input("e", ["src", "dst", "w"], rows=[(1, 2, 3)], key=["src", "dst"])
+        e.advance_to(1)
+        with eng.dataflow("q") as df:
+            v = df.input("e").view("v")
+        eng.wait(v)
+        assert _rows(v) == [(1, 2, 3)]
+        assert {a["name"]: a["key"] for a in eng.arrangements()}["input:e"] == ["src", "dst"]
