@@ -10,9 +10,10 @@ The graph: ``--nodes`` nodes, ``--edges`` edges whose src and then dst are drawn
 self-loops are kept. Queries: reach (the nodes reachable from the roots), bfs (fewest hops from any root),
 wcc (each node with an edge labelled by the smallest node id of its weak component).
 
-kpgnb, at each W of ``--workers``: the index (load the edges with ``eng.input(rows=...)``, advance, wait;
-then ``arrange_by("src").export(...)`` and wait: K-Pg's index construction, Tables 7-9), then each query as
-a dataflow on the shared arrangement (``df.use``) until its view is current, then reading the view.
+kpgnb, at each W of ``--workers``: the index (load the edges keyed by src with ``eng.input(rows=...,
+key="src")``, advance, wait; then ``arrange_by("src").export(...)``, which exports the input's own
+arrangement, and wait: K-Pg's index construction, Tables 7-9), then each query as a dataflow on the shared
+arrangement (``df.use``) until its view is current, then reading the view.
 ``total`` = index + query + read. WCC (``kpgnb.graphs.wcc`` symmetrizes the edges itself) reads the edge
 input directly: its total = load + query + read. Kernels are compiled (or loaded from the cache) by
 ``warm_kernels()`` first, timed apart. Then, with the BFS view kept, ``--changes`` single-edge changes
@@ -158,7 +159,7 @@ def kpgnb_side(emit, spec: dict, workers: int, queries, changes_n: int = 0):
     with kp.Engine(workers=workers) as eng:
         c0 = time.process_time()
         t0 = time.perf_counter()
-        e_in = eng.input("edges", ["src", "dst"], rows={"src": src, "dst": dst})
+        e_in = eng.input("edges", ["src", "dst"], rows={"src": src, "dst": dst}, key="src")
         e_in.advance_to(1)
         r_in = eng.input("roots", ["node"], rows={"node": roots})
         r_in.advance_to(1)

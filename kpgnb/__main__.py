@@ -20,7 +20,7 @@ def demo(nodes: int, edges: int, roots: int, updates: int, workers: int | None, 
     t0 = time.perf_counter()
     src = rng.integers(0, nodes, edges)
     dst = rng.integers(0, nodes, edges)
-    e_in = eng.input("edges", ["src", "dst"])
+    e_in = eng.input("edges", ["src", "dst"], key="src")  # kept indexed by src: the arrangement BFS joins on
     r_in = eng.input("roots", ["node"])
     e_in.insert({"src": src, "dst": dst})
     root_ids = rng.choice(nodes, size=roots, replace=False)
@@ -28,7 +28,7 @@ def demo(nodes: int, edges: int, roots: int, updates: int, workers: int | None, 
     e_in.advance_to(1)
     r_in.advance_to(1)
     with eng.dataflow("bfs") as df:
-        g = df.input("edges").arrange_by("src").export("edges_by_src")
+        g = df.input("edges").arrange_by("src").export("edges_by_src")  # (the input's own arrangement)
         dist = bfs(g, df.input("roots")).view("dist")
     eng.wait(dist)
     load_s = time.perf_counter() - t0
