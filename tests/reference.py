@@ -383,3 +383,23 @@ def random_updates(rng, n: int):
     rows = [(int(rng.integers(DOM)), int(rng.integers(DOM))) for _ in range(n)]
     diffs = [int(rng.choice([1, 1, 1, -1, 2])) for _ in range(n)]
     return rows, diffs
+
+
+def random_edge_edits(rng, edges: dict, n: int, count: int, remove: float) -> tuple:
+    """``count`` random edge changes among ``n`` nodes, applied to ``edges`` ((src, dst) -> multiplicity):
+    with probability ``remove`` one present edge is retracted, else a random edge (maybe present) is
+    added. Returns the (rows, diffs) to send."""
+    ups, diffs = [], []
+    for _ in range(count):
+        if edges and rng.random() < remove:
+            k = list(edges)[int(rng.integers(len(edges)))]
+            edges[k] -= 1
+            if not edges[k]:
+                del edges[k]
+            diffs.append(-1)
+        else:
+            k = (int(rng.integers(n)), int(rng.integers(n)))
+            edges[k] = edges.get(k, 0) + 1
+            diffs.append(1)
+        ups.append(k)
+    return ups, diffs

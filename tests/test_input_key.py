@@ -12,6 +12,7 @@ import pytest
 import kpgnb as kp
 from kpgnb import graphs
 from kpgnb.engine.errors import SchemaError
+from reference import random_edge_edits
 
 
 def _rows(view, at=None) -> list:
@@ -72,20 +73,7 @@ def test_keyed_input_answers_as_the_unkeyed_one(workers):
         late = None
         for t in range(1, 12):
             if t > 1:
-                ups, diffs = [], []
-                for _ in range(int(rng.integers(1, 5))):
-                    if edges and rng.random() < 0.4:
-                        k = list(edges)[int(rng.integers(len(edges)))]
-                        edges[k] -= 1
-                        if not edges[k]:
-                            del edges[k]
-                        ups.append(k)
-                        diffs.append(-1)
-                    else:
-                        k = (int(rng.integers(n)), int(rng.integers(n)))
-                        edges[k] = edges.get(k, 0) + 1
-                        ups.append(k)
-                        diffs.append(1)
+                ups, diffs = random_edge_edits(rng, edges, n, int(rng.integers(1, 5)), remove=0.4)
                 keyed.update(ups, diffs)
                 plain.update(ups, diffs)
             for i in (keyed, plain, roots):

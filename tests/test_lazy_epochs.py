@@ -19,6 +19,7 @@ from kpgnb.engine.batcher import Batcher
 from kpgnb.engine.operators.arrange import ArrangeOp
 from kpgnb.engine.operators.join import JoinOp
 from kpgnb.engine.operators.reduce import ReduceOp
+from reference import random_edge_edits
 
 LAZY = (ArrangeOp, JoinOp, ReduceOp)
 
@@ -50,21 +51,7 @@ def _run(monkeypatch, lazy: bool, kind: str, seed: int, workers: int):
         for _ in range(14):
             what = rng.integers(4)
             if what:  # epochs with updates; what == 0: an epoch that brings nothing to the loop
-                ups, diffs = [], []
-                for _ in range(int(rng.integers(1, 5))):
-                    if edges and rng.random() < 0.35:
-                        k = list(edges)[int(rng.integers(len(edges)))]
-                        edges[k] -= 1
-                        if not edges[k]:
-                            del edges[k]
-                        ups.append(k)
-                        diffs.append(-1)
-                    else:
-                        k = (int(rng.integers(n)), int(rng.integers(n)))
-                        edges[k] = edges.get(k, 0) + 1
-                        ups.append(k)
-                        diffs.append(1)
-                ei.update(ups, diffs)
+                ei.update(*random_edge_edits(rng, edges, n, int(rng.integers(1, 5)), remove=0.35))
             if rng.random() < 0.3:
                 pad.update([(t,)], [1])
             t += int(rng.integers(1, 3))  # sometimes two epochs at once
