@@ -588,6 +588,7 @@ class Arranged(Collection):
         self.key_names = list(key_names)
         self.val_names = list(val_names)
         self._flat = None
+        self._renamed_from = None  # the Arranged this one renames: its rows are flattened once, for both
         trace = op.owned_trace()
         if trace is not None and not trace.key_names:  # named for statistics
             trace.key_names = tuple(self.key_names)
@@ -596,6 +597,8 @@ class Arranged(Collection):
         return f"Arranged(by={self.key_names}, values={self.val_names}, depth={self.scope.depth})"
 
     def _stream(self):
+        if self._flat is None and self._renamed_from is not None:
+            self._flat = self._renamed_from._stream()  # (the same columns in the same order: names aside)
         if self._flat is None:
             self._flat = FlattenOp(self.scope, self.op, Site.capture())
             self._flat.schema = self.schema  # (key columns, then value columns, as this collection names them)
@@ -612,8 +615,10 @@ class Arranged(Collection):
         self._live()
         self._check(mapping)
         schema = self.schema.rename([mapping.get(n, n) for n in self.schema.names])
-        return Arranged(self.builder, self.op, schema, self.scope, [mapping.get(n, n) for n in self.key_names],
-                        [mapping.get(n, n) for n in self.val_names])
+        out = Arranged(self.builder, self.op, schema, self.scope, [mapping.get(n, n) for n in self.key_names],
+                       [mapping.get(n, n) for n in self.val_names])
+        out._renamed_from = self
+        return out
 
     def _enter_child(self, scope):
         op = EnterArrangedOp(scope, self.op, Site.capture())

@@ -131,3 +131,24 @@ def test_bad_keys_are_refused_and_leave_the_name_free(key, why):
         eng.wait(v)
         assert _rows(v) == [(1, 2, 3)]
         assert {a["name"]: a["key"] for a in eng.arrangements()}["input:e"] == ["src", "dst"]
+
+
+def test_a_renamed_arrangement_shares_its_rows_flattened_once():
+    """A rename of an arranged collection is the same arrangement under new names: joined on the renamed
+    key it reads that arrangement, and used as plain rows under either name it is flattened once."""
+    from kpgnb.engine.operators.basic import FlattenOp
+    with kp.Engine(workers=2) as eng:
+        e = eng.input("e", ["src", "dst"], rows=[(1, 2), (2, 3)], key="src")
+        e.advance_to(1)
+        with eng.dataflow("q") as df:
+            a = df.input("e")
+            b = a.rename(src="x", dst="y")
+            v1 = a.map(lambda src, dst: {"s": src + dst}).view("v1")
+            v2 = b.filter(lambda x, y: x > 1).view("v2")
+            v3 = a.join(b, left_on="src", right_on="x").view("v3")
+        eng.wait(v1)
+        eng.wait(v2)
+        eng.wait(v3)
+        assert _rows(v1) == [(3,), (5,)] and _rows(v2) == [(2, 3)] and _rows(v3) == [(1, 2, 2), (2, 3, 3)]
+        assert b.op is a.op and sum(isinstance(op, FlattenOp) for op in df.graph.ops) == 1
+        assert _arranges(eng, "q") == 3  # the three views' own; the join reads the input's
