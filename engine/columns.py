@@ -412,7 +412,7 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
         if col.__class__ is np.ndarray and col.dtype == np.int64 and dtype == "int64" and col.shape == (n,):
             data[i] = col  # (the common case, with nothing to check or convert)
             continue
-        arr = np.asarray(col)
+        arr = col if isinstance(col, np.ma.MaskedArray) else np.asarray(col)  # (encode_column refuses nulls)
         if arr.ndim == 0:
             raise SchemaError(f"{who} returned a scalar ({col!r}) for column {name!r}; expected a column array "
                               f"of length {n} (one value per row); for a constant use np.full({n}, value)")

@@ -575,3 +575,90 @@ def churn_step(rng: random.Random, state: Counter, churn: int, fresh) -> tuple:
             ins.append(row)
             state[row] += 1
     return ins, rem
+
+
+# A program over inputs e(x, y), f(x, y), u(x) with recursion, negation, recursive min and a count: what
+# the attack tests run goals against.
+GRAPH_PROGRAM = """
+tc(x, y) :- e(x, y).
+tc(x, y) :- tc(x, z), e(z, y).
+reach(y) :- u(y).
+reach(y) :- reach(x), e(x, y).
+cut(x) :- e(x, _), !reach(x).
+sp(y, min<d>) :- u(y), d = 0.
+sp(y, min<d>) :- sp(x, d1), e(x, y), d = d1 + 1.
+lo(x, min<l>) :- e(x, _), l = x.
+lo(y, min<l>) :- lo(x, l), f(x, y).
+deg(x, count<y>) :- tc(x, y).
+"""
+
+
+def goal_rows(full, args, asked) -> set:
+    """The rows of ``full`` (a relation's rows) a goal with ``args`` ("?", "_" or an int constant, as
+    strings) answers once the bindings ``asked`` (tuples of the "?" positions) were asked. A constant
+    matches numerically, as the engine compares: goal a1(?, 3) matches an avg of 3.0."""
+    qs = [i for i, a in enumerate(args) if a == "?"]
+    return {r for r in full if all(a in ("?", "_") or r[i] == int(a) for i, a in enumerate(args))
+            and tuple(r[i] for i in qs) in asked}
+
+
+# -- driving an engine through an update stream, with goals (the attack tests' harness) ------------------
+
+def start_inputs(eng, init: dict) -> tuple:
+    """The engine inputs of ``INPUTS`` loaded with ``init`` and advanced to 1: (sessions, their contents
+    as Counters)."""
+    ses = {p: eng.input(p, ["a", "b"][:k]) for p, k in INPUTS.items()}
+    state = {p: Counter() for p in ses}
+    for p, rows in init.items():
+        ses[p].insert(rows)
+        state[p].update(rows)
+    for s in ses.values():
+        s.advance_to(1)
+    return ses, state
+
+
+def random_goals(prog, derived: dict, rng, chance: float) -> list:
+    """Goals on some derived predicates (each with probability ``chance``): (goal, pred, args, asked)."""
+    goals = []
+    for pred, arity in sorted(derived.items()):
+        if rng.random() < chance:
+            args = tuple(str(rng.choice(["?", "?", "_", str(int(rng.integers(7)))])) for _ in range(arity))
+            if "?" not in args:
+                args = ("?",) + args[1:]
+            goals.append((prog.goal(f"{pred}({', '.join(args)})"), pred, args, set()))
+    return goals
+
+
+def ask_and_retract(goals, rng):
+    """Each goal, with probability 0.6, asks a random binding or retracts one it asked."""
+    for g, pred, args, asked in goals:
+        if rng.random() < 0.6:
+            b = tuple(int(rng.integers(7)) for a in args if a == "?")
+            if b in asked and rng.random() < 0.5:
+                g.retract(*b)
+                asked.discard(b)
+            elif b not in asked:
+                g.ask(*b)
+                asked.add(b)
+
+
+def apply_step(ses, state, step):
+    """One epoch's insertions and removals (``update_stream``'s step), to the engine and to ``state``."""
+    for p, (ins, rem) in step.items():
+        if ins:
+            ses[p].insert(ins)
+            state[p].update(ins)
+        if rem:
+            ses[p].remove(rem)
+            state[p].subtract(rem)
+
+
+def advance_all(ses, epoch: int) -> int:
+    """Every input advanced to ``epoch``, then all to the latest any reached (a goal's ask lends the inputs
+    it reads an epoch), so that the relations reflect every update written. Returns that epoch."""
+    for s in ses.values():
+        s.advance_to(epoch)
+    epoch = max(s.epoch for s in ses.values())
+    for s in ses.values():
+        s.advance_to(epoch)
+    return epoch

@@ -522,26 +522,6 @@ def test_closing_every_input_leaves_loop_traces_as_eager_steps_would(monkeypatch
 
 # == Datalog: recursion, negation, aggregates, recursive min, goals ======================================
 
-PROGRAM = """
-tc(x, y) :- e(x, y).
-tc(x, y) :- tc(x, z), e(z, y).
-reach(y) :- u(y).
-reach(y) :- reach(x), e(x, y).
-cut(x) :- e(x, _), !reach(x).
-sp(y, min<d>) :- u(y), d = 0.
-sp(y, min<d>) :- sp(x, d1), e(x, y), d = d1 + 1.
-lo(x, min<l>) :- e(x, _), l = x.
-lo(y, min<l>) :- lo(x, l), f(x, y).
-deg(x, count<y>) :- tc(x, y).
-"""
-
-
-def _goal_rows(full, args, asked):
-    qs = [i for i, a in enumerate(args) if a == "?"]
-    return {r for r in full if all(a in ("?", "_") or str(r[i]) == a for i, a in enumerate(args))
-            and tuple(r[i] for i in qs) in asked}
-
-
 def _datalog_run(monkeypatch, lazy, text, seed, workers, epochs=10):
     _set_lazy(monkeypatch, lazy)
     from kpgnb.datalog.parser import parse
@@ -552,48 +532,15 @@ def _datalog_run(monkeypatch, lazy, text, seed, workers, epochs=10):
     init, steps = DR.update_stream(seed, epochs)
     out = []
     with kp.Engine(workers=workers) as eng:
-        ses = {p: eng.input(p, ["a", "b"][:k]) for p, k in DR.INPUTS.items()}
-        state = {p: Counter() for p in ses}
-        for p, rows in init.items():
-            ses[p].insert(rows)
-            state[p].update(rows)
-        for s in ses.values():
-            s.advance_to(1)
+        ses, state = DR.start_inputs(eng, init)
         prog = eng.datalog(text, name="dl")
-        goals = []
-        for pred, arity in sorted(derived.items()):
-            if rng.random() < 0.6:
-                args = tuple(str(rng.choice(["?", "?", "_", str(int(rng.integers(7)))])) for _ in range(arity))
-                if "?" not in args:
-                    args = ("?",) + args[1:]
-                goals.append((prog.goal(f"{pred}({', '.join(args)})"), pred, args, set()))
+        goals = DR.random_goals(prog, derived, rng, 0.6)
         epoch = 1
         for k, step in enumerate(steps):
-            for g, pred, args, asked in goals:  # asks and retracts, also in epochs that bring no data
-                if rng.random() < 0.6:
-                    b = tuple(int(rng.integers(7)) for a in args if a == "?")
-                    if b in asked and rng.random() < 0.5:
-                        g.retract(*b)
-                        asked.discard(b)
-                    elif b not in asked:
-                        g.ask(*b)
-                        asked.add(b)
+            DR.ask_and_retract(goals, rng)  # (also in epochs that bring no data)
             if rng.random() < 0.6:  # else an epoch without data
-                for p, (ins, rem) in step.items():
-                    if ins:
-                        ses[p].insert(ins)
-                        state[p].update(ins)
-                    if rem:
-                        ses[p].remove(rem)
-                        state[p].subtract(rem)
-            epoch += int(rng.choice([1, 1, 2, 4]))
-            for s in ses.values():
-                s.advance_to(epoch)
-            # a goal's ask moves the inputs it reads on (lends an epoch): bring all to the same epoch so
-            # that the relations reflect every update written
-            epoch = max(s.epoch for s in ses.values())
-            for s in ses.values():
-                s.advance_to(epoch)
+                DR.apply_step(ses, state, step)
+            epoch = DR.advance_all(ses, epoch + int(rng.choice([1, 1, 2, 4])))
             if rng.random() < 0.6:
                 want = DR.evaluate(text, state)
                 rec = {}
@@ -605,7 +552,7 @@ def _datalog_run(monkeypatch, lazy, text, seed, workers, epochs=10):
                 for g, pred, args, asked in goals:
                     eng.wait(g.view, timeout=T)
                     got = DR.rows_of(g.view)
-                    w = _goal_rows(want[pred], args, asked)
+                    w = DR.goal_rows(want[pred], args, asked)
                     assert DR.same_rows(got, w), (seed, "goal", pred, args, epoch, DR.diff_rows(got, w))
                     rec[(pred, args)] = sorted(map(repr, got))
                 live = sorted((a["name"], str(a["dataflow"]), a["live"]) for a in eng.arrangements(live=True)
@@ -620,7 +567,7 @@ def test_datalog_with_goals_over_epochs_without_data(monkeypatch, workers):
     label over a second relation, a count over a recursive relation) and random stratified programs of
     tests/datalog_reference.py, with goals on their relations asked and retracted, also in epochs that
     bring no data, several epochs sealed at once."""
-    texts = [(PROGRAM, 4000 + workers)] + [(DR.random_program(s)[0], s) for s in (5 * workers, 5 * workers + 1, 5 * workers + 2, 5 * workers + 3)]
+    texts = [(DR.GRAPH_PROGRAM, 4000 + workers)] + [(DR.random_program(s)[0], s) for s in (5 * workers, 5 * workers + 1, 5 * workers + 2, 5 * workers + 3)]
     for text, seed in texts:
         lazy = _datalog_run(monkeypatch, True, text, seed, workers)
         eager = _datalog_run(monkeypatch, False, text, seed, workers)
