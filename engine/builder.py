@@ -88,8 +88,8 @@ class DataflowBuilder:
     def input(self, name: str) -> "Arranged":
         """An engine input (eng.input(name, ...)) as a collection: its current contents, then its changes.
         It arrives arranged as the input keeps its rows (the input's own trace: by all its columns, or by
-        its ``key``), so a join or reduction on those columns reuses that index instead of building
-        another."""
+        its ``key``), so a join on the key (or, keyed by every column, a distinct) reuses that index
+        instead of building another."""
         self.check_building()
         if name not in self._inputs:
             inputs = self.engine.inputs()

@@ -56,8 +56,8 @@ class Engine:
         """Create an input collection with named columns (dtypes default to int64; str is interned).
         ``rows`` are inserted at epoch 0; if they cannot be (a bad value, an interrupt) no input is
         created, so the name stays free for a corrected retry. The input keeps its rows arranged by
-        ``key``, its leading columns (default: all of them): a dataflow that joins or reduces on those
-        columns reads that arrangement itself, instead of indexing the rows a second time."""
+        ``key``, its leading columns (default: all of them): a dataflow that joins on those columns reads
+        that arrangement itself, instead of indexing the rows a second time."""
         self._live()
         if not isinstance(name, str) or not name:
             raise UsageError(f"an input's name must be a non-empty str, got {name!r}")

@@ -34,6 +34,7 @@ from .trace import Trace
 
 _MAX_EPOCH = 2 ** 63 - 1  # times are int64
 
+
 def input_key(schema: Schema, key) -> int:
     """How many leading columns an input's rows are arranged by: ``key`` None (all of them), a column
     name, or a list of names that must be the first columns in order (the arrangement's columns are
