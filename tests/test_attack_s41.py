@@ -334,6 +334,24 @@ def _bfs_ref(edges, roots):
     return sorted(out.items())
 
 
+def _churn(rng, ei, edges: set, nodes, k) -> set:
+    """1..k random edge changes among ``nodes`` sent to the input ``ei`` (each a removal of a present edge
+    with probability 0.45, else an insertion): the edges after them."""
+    ins, rem = set(), set()
+    for _ in range(int(rng.integers(1, k + 1))):
+        if edges and rng.random() < 0.45:
+            rem.add(sorted(edges)[int(rng.integers(len(edges)))])
+        else:
+            ins.add((nodes[int(rng.integers(len(nodes)))], nodes[int(rng.integers(len(nodes)))]))
+    ins -= edges
+    rem -= ins
+    if ins:
+        ei.insert(sorted(ins))
+    if rem:
+        ei.remove(sorted(rem))
+    return (edges | ins) - rem
+
+
 def _rows(view, at=None):
     return sorted(map(tuple, view.to_pandas(at=at).values.tolist()))
 
@@ -349,7 +367,6 @@ def test_engine_merges_meet_their_preconditions_with_colliding_node_ids(monkeypa
     for top in (0x0123456789, 0x8888888888, 0xFFFFFFFFF0):
         ids += colliding((), top, [1, 2, 3, 4, 5, 6])
     ids = sorted(ids)
-    n = len(ids)
     edges, roots, hist = set(), {ids[0], ids[7]}, {}
     with kp.Engine(workers=workers) as eng:
         ei = eng.input("e", ["src", "dst"])
@@ -365,19 +382,7 @@ def test_engine_merges_meet_their_preconditions_with_colliding_node_ids(monkeypa
             k = int(rng.integers(20, 45)) if burst else 1
             with held_scheduler() if burst else _null():
                 for _ in range(k):
-                    ins, rem = set(), set()
-                    for _ in range(int(rng.integers(1, 5))):
-                        if edges and rng.random() < 0.45:
-                            rem.add(sorted(edges)[int(rng.integers(len(edges)))])
-                        else:
-                            ins.add((ids[int(rng.integers(n))], ids[int(rng.integers(n))]))
-                    ins -= edges
-                    rem -= ins
-                    if ins:
-                        ei.insert(sorted(ins))
-                    if rem:
-                        ei.remove(sorted(rem))
-                    edges = (edges | ins) - rem
+                    edges = _churn(rng, ei, edges, ids, 4)
                     jump = int(rng.choice([1, 1, 2, 3]))
                     for e in range(t, t + jump):
                         hist[e] = set(edges)
@@ -430,18 +435,6 @@ def _scc_ref(edges):
     return sorted((s, d) for s, d in edges if comp[s] == comp[d])
 
 
-def _edge_churn(rng, edges, nodes, k):
-    ins, rem = set(), set()
-    for _ in range(int(rng.integers(1, k + 1))):
-        if edges and rng.random() < 0.45:
-            rem.add(sorted(edges)[int(rng.integers(len(edges)))])
-        else:
-            ins.add((nodes[int(rng.integers(len(nodes)))], nodes[int(rng.integers(len(nodes)))]))
-    ins -= edges
-    rem -= ins
-    return ins, rem
-
-
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_scc_merges_meet_their_preconditions_and_answers_match(monkeypatch, workers):
     """SCC (min-label loops nested in a loop: times of depth 3, lubs of incomparable times as pending work)
@@ -462,12 +455,7 @@ def test_scc_merges_meet_their_preconditions_and_answers_match(monkeypatch, work
             burst = rnd % 2 == 1
             with held_scheduler() if burst else _null():
                 for _ in range(int(rng.integers(10, 30)) if burst else 1):
-                    ins, rem = _edge_churn(rng, edges, nodes, 4)
-                    if ins:
-                        ei.insert(sorted(ins))
-                    if rem:
-                        ei.remove(sorted(rem))
-                    edges = (edges | ins) - rem
+                    edges = _churn(rng, ei, edges, nodes, 4)
                     jump = int(rng.choice([1, 1, 2, 3]))
                     for e in range(t, t + jump):
                         hist[e] = set(edges)
@@ -498,12 +486,7 @@ def test_a_burst_sends_keys_with_many_pending_times_to_the_sort(monkeypatch):
         for _ in range(3):
             with held_scheduler():
                 for _ in range(40):
-                    ins, rem = _edge_churn(rng, edges, nodes, 3)
-                    if ins:
-                        ei.insert(sorted(ins))
-                    if rem:
-                        ei.remove(sorted(rem))
-                    edges = (edges | ins) - rem
+                    edges = _churn(rng, ei, edges, nodes, 3)
                     hist[t] = set(edges)
                     t += 1
                     ei.advance_to(t)
@@ -601,12 +584,7 @@ def _graph_run(kind, seed, workers, close_roots_at=None):
             burst = step % 4 == 3
             with held_scheduler() if burst else _null():
                 for _ in range(int(rng.integers(3, 8)) if burst else 1):
-                    ins, rem = _edge_churn(rng, edges, list(range(n)), 4)
-                    if ins:
-                        ei.insert(sorted(ins))
-                    if rem:
-                        ei.remove(sorted(rem))
-                    edges = (edges | ins) - rem
+                    edges = _churn(rng, ei, edges, list(range(n)), 4)
                     if r_open and rng.random() < 0.3:
                         x = int(rng.integers(n))
                         if x in roots and len(roots) > 1:
@@ -768,12 +746,7 @@ def _shared_run(monkeypatch, seed, workers, eager_seal):
             burst = step == 5
             with held_scheduler() if burst else _null():
                 for _ in range(6 if burst else 1):
-                    ins, rem = _edge_churn(rng, edges, list(range(n)), 3)
-                    if ins:
-                        ei.insert(sorted(ins))
-                    if rem:
-                        ei.remove(sorted(rem))
-                    edges = (edges | ins) - rem
+                    edges = _churn(rng, ei, edges, list(range(n)), 3)
                     if rng.random() < 0.2:
                         x = int(rng.integers(n))
                         if x in roots and len(roots) > 1:
