@@ -629,17 +629,21 @@ def random_goals(prog, derived: dict, rng, chance: float) -> list:
     return goals
 
 
+def toggle_binding(g, b: tuple, asked: set, rng):
+    """Binding ``b`` of goal ``g``: retracted (half the time) if it was asked, else asked."""
+    if b in asked and rng.random() < 0.5:
+        g.retract(*b)
+        asked.discard(b)
+    elif b not in asked:
+        g.ask(*b)
+        asked.add(b)
+
+
 def ask_and_retract(goals, rng):
     """Each goal, with probability 0.6, asks a random binding or retracts one it asked."""
     for g, pred, args, asked in goals:
         if rng.random() < 0.6:
-            b = tuple(int(rng.integers(7)) for a in args if a == "?")
-            if b in asked and rng.random() < 0.5:
-                g.retract(*b)
-                asked.discard(b)
-            elif b not in asked:
-                g.ask(*b)
-                asked.add(b)
+            toggle_binding(g, tuple(int(rng.integers(7)) for a in args if a == "?"), asked, rng)
 
 
 def apply_step(ses, state, step):

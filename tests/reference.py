@@ -403,3 +403,15 @@ def random_edge_edits(rng, edges: dict, n: int, count: int, remove: float) -> tu
             diffs.append(1)
         ups.append(k)
     return ups, diffs
+
+
+def toggle_root(rng, ri, roots: set, n: int):
+    """A random node of ``n`` becomes a root through the input ``ri``, or stops being one if it is (one
+    root always stays)."""
+    x = int(rng.integers(n))
+    if x in roots and len(roots) > 1:
+        ri.remove([(x,)])
+        roots.discard(x)
+    elif x not in roots:
+        ri.insert([(x,)])
+        roots.add(x)

@@ -50,7 +50,7 @@ from kpgnb.engine.operators.join import JoinOp
 from kpgnb.engine.operators.reduce import ReduceOp
 
 import datalog_reference as DR
-from reference import COLS, build, evaluate, random_program, random_updates
+from reference import COLS, build, evaluate, random_program, random_updates, toggle_root
 from test_many_times import held_scheduler
 
 LAZY = (ArrangeOp, JoinOp, ReduceOp)
@@ -316,13 +316,7 @@ def _run_graph(monkeypatch, lazy, kind, seed, workers, reader):
                             ei.remove(sorted(rem))
                         edges = (edges | ins) - rem
                     elif what < 0.65:
-                        x = int(rng.integers(n))
-                        if x in roots and len(roots) > 1:
-                            ri.remove([(x,)])
-                            roots.discard(x)
-                        elif x not in roots:
-                            ri.insert([(x,)])
-                            roots.add(x)
+                        toggle_root(rng, ri, roots, n)
                     jump = int(rng.choice([1, 1, 2, 3, 6]))  # epochs that bring nothing
                     for e in range(t, t + jump):
                         hist[e] = (set(edges), set(roots))

@@ -62,7 +62,7 @@ from kpgnb.engine.operators.arrange import ArrangeOp
 from kpgnb.engine.operators.reduce import ReduceOp
 
 import datalog_reference as DR
-from reference import COLS, build, evaluate, random_program, random_updates
+from reference import COLS, build, evaluate, random_program, random_updates, toggle_root
 from test_many_times import held_scheduler
 
 T = 60  # seconds: every wait's timeout
@@ -586,13 +586,7 @@ def _graph_run(kind, seed, workers, close_roots_at=None):
                 for _ in range(int(rng.integers(3, 8)) if burst else 1):
                     edges = _churn(rng, ei, edges, list(range(n)), 4)
                     if r_open and rng.random() < 0.3:
-                        x = int(rng.integers(n))
-                        if x in roots and len(roots) > 1:
-                            ri.remove([(x,)])
-                            roots.discard(x)
-                        elif x not in roots:
-                            ri.insert([(x,)])
-                            roots.add(x)
+                        toggle_root(rng, ri, roots, n)
                     jump = int(rng.choice([1, 1, 2, 4]))
                     for e in range(t, t + jump):
                         hist[e] = (set(edges), set(roots))
@@ -748,13 +742,7 @@ def _shared_run(monkeypatch, seed, workers, eager_seal):
                 for _ in range(6 if burst else 1):
                     edges = _churn(rng, ei, edges, list(range(n)), 3)
                     if rng.random() < 0.2:
-                        x = int(rng.integers(n))
-                        if x in roots and len(roots) > 1:
-                            ri.remove([(x,)])
-                            roots.discard(x)
-                        elif x not in roots:
-                            ri.insert([(x,)])
-                            roots.add(x)
+                        toggle_root(rng, ri, roots, n)
                     jump = int(rng.choice([1, 2, 3]))
                     for k in range(t, t + jump):
                         hist[k] = (set(edges), set(roots))

@@ -20,7 +20,7 @@ import pytest
 import kpgnb as kp
 
 from datalog_reference import (INPUTS, diff_rows, evaluate, random_program, rows_of, same_rows,
-                               update_stream)
+                               toggle_binding, update_stream)
 
 WORKERS = (1, 2, 3)
 WAIT_S = 30  # a view that is not current by then is stuck (every test here is small)
@@ -576,12 +576,7 @@ def test_goals_on_random_programs(engine_factory, seed):
                     b = tuple(full[rng.randrange(len(full))][i] for i in qs)
                 else:
                     b = tuple(rng.randrange(7) for _ in qs)
-                if b in asked and rng.random() < 0.5:
-                    g.retract(*b)
-                    asked.discard(b)
-                elif b not in asked:
-                    g.ask(*b)
-                    asked.add(b)
+                toggle_binding(g, b, asked, rng)
         for g, pred, args, asked in goals:
             check_goal(eng, prog, g, pred, args, asked, f"seed {seed} step {step}\n{text}\n")
         for p, (ins, rem) in changes.items():
