@@ -102,6 +102,8 @@ sssp(y, min<d>) :- sssp(x, d1), wedge(x, y, w), d = d1 + w.
 PROGRAM_INPUTS = {"tc": ("edge",), "sg": ("edge",), "reach": ("edge", "root"), "cc": ("edge", "node"),
                   "sssp": ("wedge", "root")}
 INPUT_COLUMNS = {"edge": ["src", "dst"], "root": ["node"], "node": ["node"], "wedge": ["src", "dst", "w"]}
+# every program joins its edges on the source: keyed by it, the input's own arrangement is that index
+INPUT_KEYS = {"edge": ("src",), "wedge": ("src",)}
 PAIR_PROGRAMS = ("tc", "sg")          # on tree, grid, gnp
 RMAT_PROGRAMS = ("reach", "cc", "sssp")
 ALL_PROGRAMS = PAIR_PROGRAMS + RMAT_PROGRAMS
@@ -578,7 +580,7 @@ def _load(eng, g: dict, program: str) -> dict:
     """One engine input per base relation of ``program``, loaded from the arrays and advanced to 1."""
     sessions = {}
     for rel, cols in base_relations(g, program).items():
-        s = eng.input(rel, INPUT_COLUMNS[rel], rows=cols)
+        s = eng.input(rel, INPUT_COLUMNS[rel], key=INPUT_KEYS.get(rel), rows=cols)
         s.advance_to(1)
         sessions[rel] = s
     return sessions

@@ -396,9 +396,19 @@ class Collection:
         output as it is."""
         return self._reduce(by, [], ReduceSpec(rk.COUNT, 1), ["count"], ["int64"], "count")
 
-    def distinct(self) -> "Arranged":
-        """Each row once: the rows whose multiplicity is positive (zero or negative ones are absent)."""
-        return self._reduce(list(self.schema.names), [], ReduceSpec(rk.DISTINCT, 0), [], [], "distinct")
+    def distinct(self, key=None) -> "Arranged":
+        """Each row once: the rows whose multiplicity is positive (zero or negative ones are absent).
+        The result is arranged by ``key`` (default: every column), the key columns first, the rest as
+        values. An arrangement by that key is read as it is: the distinct of an input keyed by ``src``
+        with ``key="src"`` needs no second index of the rows, and a join on ``src`` reads its result."""
+        if key is None:
+            return self._reduce(list(self.schema.names), [], ReduceSpec(rk.DISTINCT, 0), [], [], "distinct")
+        self._live()
+        key = _names(key, "key")
+        self._check(key)
+        vals = [n for n in self.schema.names if n not in key]
+        return self._reduce(key, vals, ReduceSpec(rk.DISTINCT, len(vals)), vals,
+                            [self.schema.dtype(n) for n in vals], "distinct")
 
     def threshold(self, by=None, fn=None) -> "Arranged":
         """Rows of the ``by`` columns (default: all) with multiplicity fn(count); fn is vectorized over an

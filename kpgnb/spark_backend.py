@@ -579,7 +579,7 @@ class _ScopeRun:
             c = g(df).agg(F.sum(D).alias("n")).filter(F.col("n") != 0)
             return c.select(*keys, F.col("n").alias(_c(kk)), one)
         if spec.op == rk.DISTINCT:
-            return _consolidate(df, n_in).filter(F.col(D) > 0).select(*keys, one)
+            return _consolidate(df, n_in).filter(F.col(D) > 0).select(*_cols(n_in), one)
         if spec.op == rk.THRESHOLD:
             c = _consolidate(df, n_in)
             return c.mapInArrow(Threshold(op.spec.fn, _label(op)), _struct(in_dt)).filter(F.col(D) != 0)

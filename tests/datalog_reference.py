@@ -310,6 +310,12 @@ def diff_rows(got, want) -> str:
 
 DOM = 7
 INPUTS = {"e": 2, "f": 2, "u": 1}
+KEYS = {"e": ("a",)}  # e is keyed by its first column: its set and the rules joining on a read that index
+
+
+def make_input(eng, pred: str):
+    """The engine input of the random programs' input ``pred``: columns a(, b), keyed as in KEYS."""
+    return eng.input(pred, ["a", "b"][:INPUTS[pred]], key=KEYS.get(pred))
 
 
 class ProgramGenerator:
@@ -607,7 +613,7 @@ def goal_rows(full, args, asked) -> set:
 def start_inputs(eng, init: dict) -> tuple:
     """The engine inputs of ``INPUTS`` loaded with ``init`` and advanced to 1: (sessions, their contents
     as Counters)."""
-    ses = {p: eng.input(p, ["a", "b"][:k]) for p, k in INPUTS.items()}
+    ses = {p: make_input(eng, p) for p in INPUTS}
     state = {p: Counter() for p in ses}
     for p, rows in init.items():
         ses[p].insert(rows)

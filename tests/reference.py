@@ -158,7 +158,7 @@ def evaluate(expr, inputs: dict, env: list | None = None) -> Counter:
             if total:
                 out[(a, total % DOM)] += 1
         return out
-    if op == "distinct":
+    if op in ("distinct", "distinct_a"):
         return Counter({r: 1 for r, m in ev(expr[1]).items() if m > 0})
     if op == "threshold":
         out = Counter()
@@ -268,6 +268,8 @@ def build(expr, df, env: list | None = None):
         return bd(expr[1]).count(by="a").map(f_mod)
     if op == "distinct":
         return bd(expr[1]).distinct()
+    if op == "distinct_a":  # the same set, arranged by a (its values b listed per key)
+        return bd(expr[1]).distinct(key="a")
     if op == "threshold":
         return bd(expr[1]).threshold(f_thresh)
     if op == "sum":
@@ -305,8 +307,8 @@ def build(expr, df, env: list | None = None):
 
 # -- random programs ---------------------------------------------------------------------------
 
-UNARY = ["swap", "mix", "filter", "flat", "negate", "consolidate", "count", "distinct", "threshold", "sum",
-         "min", "max", "argmin", "argmax", "topk", "reduce"]
+UNARY = ["swap", "mix", "filter", "flat", "negate", "consolidate", "count", "distinct", "distinct_a", "threshold",
+         "sum", "min", "max", "argmin", "argmax", "topk", "reduce"]
 BINARY = ["concat", "join", "semijoin", "antijoin"]
 
 
@@ -342,7 +344,8 @@ def random_program(rng, depth: int = 3, loops: int = 0, inputs=("A", "B"), top: 
     return ("mutual", sub(depth - 2), sub(depth - 2), body_x, body_y, int(rng.integers(1, 5)))
 
 
-MONOTONE = {"input", "var", "delay", "swap", "mix", "filter", "flat", "concat", "join", "semijoin", "distinct", "consolidate"}
+MONOTONE = {"input", "var", "delay", "swap", "mix", "filter", "flat", "concat", "join", "semijoin", "distinct", "distinct_a",
+            "consolidate"}
 
 
 def _undelay(expr):

@@ -19,7 +19,7 @@ import pytest
 
 import kpgnb as kp
 
-from datalog_reference import (INPUTS, diff_rows, evaluate, random_program, rows_of, same_rows,
+from datalog_reference import (INPUTS, make_input, diff_rows, evaluate, random_program, rows_of, same_rows,
                                toggle_binding, update_stream)
 
 WORKERS = (1, 2, 3)
@@ -93,7 +93,7 @@ def load_inputs(eng, init):
     """The random programs' input sessions, loaded with ``init`` and sealed at epoch 1, and their
     contents as Counters (what the reference evaluator reads)."""
     state = {p: Counter() for p in INPUTS}
-    sessions = {p: eng.input(p, ["a", "b"][:k]) for p, k in INPUTS.items()}
+    sessions = {p: make_input(eng, p) for p in INPUTS}
     for p, rows in init.items():
         sessions[p].insert(rows)
         state[p].update(rows)
@@ -555,7 +555,7 @@ def test_goals_on_random_programs(engine_factory, seed):
     rng = random.Random(seed)
     eng = engine_factory(WORKERS[seed % 3])
     init, steps = update_stream(seed, 3)
-    sessions = {p: eng.input(p, ["a", "b"][:k]) for p, k in INPUTS.items()}
+    sessions = {p: make_input(eng, p) for p in INPUTS}
     for p, rows in init.items():
         sessions[p].insert(rows)
     for s in sessions.values():

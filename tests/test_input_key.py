@@ -152,3 +152,78 @@ def test_a_renamed_arrangement_shares_its_rows_flattened_once():
         assert _rows(v1) == [(3,), (5,)] and _rows(v2) == [(2, 3)] and _rows(v3) == [(1, 2, 2), (2, 3, 3)]
         assert b.op is a.op and sum(isinstance(op, FlattenOp) for op in df.graph.ops) == 1
         assert _arranges(eng, "q") == 3  # the three views' own; the join reads the input's
+
+
+def test_distinct_by_key_reads_a_keyed_input_and_keeps_its_index():
+    """``distinct(key=)`` is the set of rows arranged by that key: over an input keyed so, it reads the
+    input's own arrangement, and a join on the key reads the distinct's. Rows of multiplicity 2 come once,
+    rows removed more often than added (multiplicity -1) not at all, and its columns are the key first."""
+    with kp.Engine(workers=2) as eng:
+        e = eng.input("e", ["src", "dst", "w"], key="src",
+                      rows=[(1, 2, 5), (1, 2, 5), (1, 3, 5), (2, 3, 7)])
+        e.remove([(4, 4, 4)])
+        e.advance_to(1)
+        with eng.dataflow("q") as df:
+            s = df.input("e").distinct(key="src")
+            pairs = s.join(s.rename(src="x", dst="y", w="v"), left_on="dst", right_on="x")
+            v = s.view("set")
+            vj = pairs.view("pairs")
+            vd = df.input("e").distinct(key=["dst", "w"]).view("by_dst")
+        assert s.key_names == ["src"] and s.val_names == ["dst", "w"]
+        for x in (v, vj, vd):
+            eng.wait(x)
+        assert _rows(v) == [(1, 2, 5), (1, 3, 5), (2, 3, 7)]
+        assert list(vd.to_pandas().columns) == ["dst", "w", "src"]
+        assert _rows(vd) == [(2, 5, 1), (3, 5, 1), (3, 7, 2)]
+        assert _rows(vj) == [(2, 1, 5, 3, 7)]
+        # the join arranges its left side by dst, the other distinct its input by (dst, w), the join's
+        # view its output; the distinct by src reads the input's arrangement, the join's right side the
+        # distinct's, and the views of the two distincts read theirs
+        assert _arranges(eng, "q") == 3
+        e.update([(1, 2, 5), (1, 2, 5), (4, 4, 4), (4, 4, 4)], [-1, -1, 1, 1])
+        e.advance_to(2)
+        eng.wait(v)
+        assert _rows(v) == [(1, 3, 5), (2, 3, 7), (4, 4, 4)]
+        with pytest.raises(SchemaError, match="'x'"):
+            with eng.dataflow("bad") as df:
+                df.input("e").distinct(key="x")
+        with pytest.raises(SchemaError, match="column names"):
+            with eng.dataflow("bad") as df:
+                df.input("e").distinct(key=[3])
+        assert "bad" not in eng.snapshot().dataflows
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_datalog_over_a_keyed_input_reads_its_index(workers):
+    """A Datalog program whose rules join the edges on src, over edges keyed by src, answers as over
+    edges arranged by all their columns and arranges the edges once fewer (its set of the edges is
+    the index the rules join on); goals too."""
+    text = "reach(y) :- root(y).\nreach(y) :- reach(x), edge(x, y).\n" \
+           "sp(y, min<d>) :- root(y), d = 0.\nsp(y, min<d>) :- sp(x, d1), edge(x, y), d = d1 + 1.\n"
+    rng = np.random.default_rng(workers)
+    n = 16
+    edges: dict = {}
+    random_edge_edits(rng, edges, n, 24, remove=0.0)
+    start = sorted(k for k, m in edges.items() for _ in range(m))
+    with kp.Engine(workers=workers) as eng:
+        ins = [eng.input("ek", ["src", "dst"], rows=start, key="src"), eng.input("ep", ["src", "dst"], rows=start),
+               eng.input("root", ["node"], rows=[(0,)])]
+        progs = [eng.datalog(text, inputs={"edge": name}, name=f"p_{name}") for name in ("ek", "ep")]
+        goals = [p.goal("reach(?)") for p in progs]
+        arranges = [_arranges(eng, p.name) for p in progs]
+        assert arranges[0] < arranges[1], arranges
+        for t in range(1, 8):
+            if t > 1:
+                ups, diffs = random_edge_edits(rng, edges, n, 3, remove=0.4)
+                ins[0].update(ups, diffs)
+                ins[1].update(ups, diffs)
+            for i in ins:
+                i.advance_to(t)
+            for g in goals:
+                g.ask(t % n)
+            want = _reference(edges, [0])["bfs"]
+            for p, g in zip(progs, goals):
+                assert _rows(eng.wait(p["sp"], timeout=60)) == want, (p.name, t)
+                assert _rows(eng.wait(p["reach"], timeout=60)) == [(x,) for x, _ in want], (p.name, t)
+                got = _rows(eng.wait(g.view, timeout=60))
+                assert got == sorted((x,) for x, _ in want if 1 <= x <= t), (p.name, t)

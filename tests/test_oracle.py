@@ -1,6 +1,7 @@
 """Randomized differential testing: random dataflows built from every operator, random insertions and
 removals over many epochs, loops and nested loops; the engine's accumulated output must equal the
-reference evaluator's at every epoch, for 1, 2 and 3 workers."""
+reference evaluator's at every epoch, for 1, 2 and 3 workers. Input A is arranged by all its columns,
+input B keyed by its first (``eng.input(..., key=)``)."""
 from collections import Counter
 
 import numpy as np
@@ -22,7 +23,8 @@ def run_program(prog, seed: int, workers: int, epochs: int = 6, batched: bool = 
     rng = np.random.default_rng(seed)
     state = {"A": Counter(), "B": Counter()}
     with kp.Engine(workers=workers) as eng:
-        sessions = {n: eng.input(n, COLS) for n in state}
+        # B is keyed by a: joins on a, and a distinct keyed by a, read the input's own arrangement
+        sessions = {n: eng.input(n, COLS, key="a" if n == "B" else None) for n in state}
 
         def change():
             for name, s in sessions.items():

@@ -288,16 +288,23 @@ class ReduceOp(Operator):
         m = len(pkh)
         times = _first_times(dh)
         self.work[s][0] += len(hin) + m  # (what phase 1 would visit: each row, and each key's seed)
-        if self._listing == rk.LIST_TOTAL and spec.op == rk.DISTINCT:  # one row per key: kept if positive
+        if spec.op == rk.DISTINCT:  # a key's rows are distinct values at one time: each positive one, once
             keep = hin.diffs > 0
             n = int(np.count_nonzero(keep))
             self.work[s][1] += n
             if not n:
                 return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
-            if n < m:
-                pkh, pkeys, times = pkh[keep], np.ascontiguousarray(pkeys[:, keep]), times[keep]
-            return Batch(pkh, pkeys, np.arange(n + 1, dtype=np.int64), np.zeros((spec.out_kv, n), np.int64),
-                         np.ascontiguousarray(times), np.ones(n, np.int64), lower, upper)
+            if n == len(hin):
+                return Batch(pkh, pkeys, hin.off, hin.vals, np.ascontiguousarray(hin.times),
+                             np.ones(n, np.int64), lower, upper)
+            kept = np.zeros(len(hin) + 1, np.int64)
+            np.cumsum(keep, out=kept[1:])
+            per = kept[hin.off[1:]] - kept[hin.off[:-1]]
+            has = per > 0
+            koff = np.zeros(int(np.count_nonzero(has)) + 1, np.int64)
+            np.cumsum(per[has], out=koff[1:])
+            return Batch(pkh[has], np.ascontiguousarray(pkeys[:, has]), koff, np.ascontiguousarray(hin.vals[:, keep]),
+                         np.ascontiguousarray(hin.times[keep]), np.ones(n, np.int64), lower, upper)
         rows = np.arange(len(hin), dtype=np.int64)
         okeys = self._order_keys(hin.vals)
         if okeys is not hin.vals:  # phase 2 reads a group's rows in value order: by their order keys

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..engine.collection import Arranged
 from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate
@@ -79,6 +80,15 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
     return prog
 
 
+def as_set(c):
+    """The rows of ``c`` whose multiplicity is positive, each once. An input keyed by its leading
+    columns (``eng.input(..., key=)``) stays arranged by them: rules joining on that key read this
+    set's own index, which the keyed input's arrangement formed once."""
+    if isinstance(c, Arranged) and c.val_names and c.key_names + c.val_names == list(c.schema.names):
+        return c.distinct(key=c.key_names)
+    return c.distinct()
+
+
 @dataclass(frozen=True)
 class Source:
     """Where an input predicate's rows come from: an engine input or an exported arrangement."""
@@ -141,7 +151,7 @@ class Program:
                     if export:
                         # relations are sets: an input row is there while its multiplicity is positive
                         # (removing a row that is not there must not cancel another); goals read this
-                        rel.top[pred] = rel.top[pred].distinct()
+                        rel.top[pred] = as_set(rel.top[pred])
                         rel.top[pred].export(f"{self.name}.{pred}")
                 if not self.materialized:
                     for pred in a.inputs:
