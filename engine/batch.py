@@ -25,7 +25,7 @@ from .kernels import multiplicity_overflow
 from .kernels import sort as sortk
 from .kernels.form import TINY_ROWS, form_buckets, form_tiny, trim
 from .kernels.merge import merge_step, merge_whole
-from .kernels.times import count_positive, fill_times
+from .kernels.times import count_positive, fill_times, time_bounds
 from .kernels.exchange import bucket_counts, exchange_rows
 from .lattice import Antichain, rep
 
@@ -248,8 +248,7 @@ class Batch:
     def time_range(self) -> tuple:
         """(the least, the greatest) stored time, coordinate by coordinate."""
         if self._range is None:
-            lo = self.times.min(axis=0) if len(self) else np.zeros(self.depth, np.int64)
-            hi = self.times.max(axis=0) if len(self) else lo
+            lo, hi = time_bounds(self.times) if len(self) else (np.zeros(self.depth, np.int64),) * 2
             self._range = (tuple(lo.tolist()), tuple(hi.tolist()))
         return self._range
 

@@ -77,6 +77,7 @@ def kernel_signatures(family: str) -> list:
                 (form.form_tiny, (I1, I2, I2, I2, I1, I1)),
                 (times.minimal_times, (I2,)),
                 (times.one_time, (I2,)),
+                (times.time_bounds, (I2,)),
                 (times.fill_times, (I2, I1)),
                 (times.in_advance_rows, (I2, I2)),
                 (rows.is_identity, (I1,)),

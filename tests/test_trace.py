@@ -831,3 +831,18 @@ def test_listeners_are_held_weakly_and_hear_every_append():
     t.listen(c)
     append(3)
     assert c.heard == [(2, ((3,),), ((4,),))]
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_a_batch_time_range_is_its_times_bounds(d):
+    """``Batch.time_range`` (one kernel pass, ``kernels.times.time_bounds``) is the coordinate-wise least
+    and greatest stored time, for one row, for negative and equal coordinates, and for no rows."""
+    from kpgnb.engine.lattice import Antichain
+    rng = np.random.default_rng(d)
+    lo, hi = Antichain([(-9,) * d]), Antichain()
+    for n in (1, 2, 7, 5000):
+        times = rng.integers(-3, 9, (n, d)).astype(np.int64)
+        keys = rng.integers(0, 50, (1, n)).astype(np.int64)
+        b = Batch.form(keys, np.zeros((0, n), np.int64), times, np.ones(n, np.int64), lo, hi)
+        assert b.time_range == (tuple(b.times.min(axis=0).tolist()), tuple(b.times.max(axis=0).tolist()))
+    assert Batch.empty(1, 0, d, lo, hi).time_range == ((0,) * d, (0,) * d)

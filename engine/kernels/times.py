@@ -35,6 +35,23 @@ def minimal_times(times):
 
 
 @kernel
+def time_bounds(times):
+    """(least, greatest) of a non-empty time matrix, coordinate by coordinate, in one pass (NumPy's
+    ``min(axis=0)`` and ``max(axis=0)`` over an n x 2 matrix are two strided passes, each dearer)."""
+    n, d = times.shape
+    lo = times[0].copy()
+    hi = times[0].copy()
+    for i in range(1, n):
+        for c in range(d):
+            t = times[i, c]
+            if t < lo[c]:
+                lo[c] = t
+            elif t > hi[c]:
+                hi[c] = t
+    return lo, hi
+
+
+@kernel
 def one_time(times):
     """Whether every row of a non-empty time matrix equals its first (a round's join output, a load):
     formation then leaves the times out of its exchange and comparisons. Reads the rows as one flat run
