@@ -300,10 +300,25 @@ def merge_arrays(a, b, frontier: np.ndarray | None = None):
     return tuple(arrays), int(positive)
 
 
+def advancing(since: Antichain, older: Batch, newer: Batch) -> np.ndarray | None:
+    """The matrix of ``since`` for a merge of the two batches to advance their times to, or None where it
+    moves none of them. Advancing is coordinate-wise (t_c -> the least over f of max(t_c, f_c)), so a
+    time moves only where one of its coordinates lies below that coordinate of every element: inside a
+    loop the readers' frontier {(e, i), (e + 1, 0)} moves no time of epoch e, and the merge then skips
+    advancing every row."""
+    if not since.elements:
+        return None
+    least = [min(f[c] for f in since.elements) for c in range(older.depth)]
+    for b in (older, newer):
+        if len(b) and any(lo < m for lo, m in zip(b.time_range[0], least)):
+            return since.matrix(older.depth)
+    return None
+
+
 def merged(older: Batch, newer: Batch, since: Antichain) -> Batch:
     """Two adjacent batches merged completely, their times advanced to ``since``: a small merge, never one
     in progress."""
-    arrays, positive = merge_arrays(older.arrays, newer.arrays, since.matrix(older.depth) if since.elements else None)
+    arrays, positive = merge_arrays(older.arrays, newer.arrays, advancing(since, older, newer))
     out = Batch(*arrays, older.lower, newer.upper, since)
     out._balance = 2 * positive - out.n
     return out

@@ -34,7 +34,7 @@ look at a spine: they read the trace's published snapshot.
 from __future__ import annotations
 
 from . import faults
-from .batch import Batch, Merger, merged
+from .batch import Batch, Merger, advancing, merged
 from .lattice import Antichain
 
 EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
@@ -56,8 +56,7 @@ class _Merging:
         self.newer = newer
         self.since = since
         self.tidy = tidy  # a tidying merge (module docstring), not one of similar sizes
-        f = since.matrix(older.depth) if since.elements else None
-        self.merger = Merger(older.arrays, newer.arrays, f)
+        self.merger = Merger(older.arrays, newer.arrays, advancing(since, older, newer))
 
     def __len__(self):
         return len(self.older) + len(self.newer)

@@ -67,6 +67,26 @@ def test_a_merge_under_a_loop_frontier_keeps_every_round_apart():
     assert diffs.sum() == 2 * n
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_a_spine_merge_advances_exactly_where_the_frontier_moves_a_time(seed):
+    """``batch.advancing`` hands a merge no frontier where it moves no time of either batch: the merged
+    batch still equals both batches' rows advanced to ``since`` and formed, whether the frontier moves
+    times of both batches, of one, or of none, and it is handed on exactly where some time moves."""
+    from kpgnb.engine.lattice import Antichain
+    rng = np.random.default_rng(1000 + seed)
+    kk, kv, d = int(rng.integers(1, 3)), int(rng.integers(0, 2)), int(rng.integers(1, 4))
+    pool = np.arange(int(rng.integers(2, 30)), dtype=np.int64)
+    arrays = [_formed(rng, int(rng.integers(0, 200)), kk, kv, d, pool) for _ in range(2)]
+    older, newer = (B.Batch(*a, Antichain([(0,) * d]), Antichain()) for a in arrays)
+    since = Antichain([tuple(int(x) for x in rng.integers(0, 4, d)) for _ in range(int(rng.integers(1, 4)))])
+    f = since.matrix(d)
+    got = B.merged(older, newer, since)
+    want = _expected(arrays[0], arrays[1], f)
+    for x, y in zip(got.arrays, want):
+        assert np.array_equal(x, y)
+    moves = any(len(b) and (b.times < f.min(axis=0)).any() for b in (older, newer))
+    assert (B.advancing(since, older, newer) is not None) == moves
+
 
 def _runs(eng, graphs: dict, inputs, rows):
     """How many times each of ``graphs`` (graph -> name) ran with work while ``rows`` went into the first
