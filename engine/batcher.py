@@ -146,6 +146,8 @@ class Batcher:
             one = now[0].lo.elements[0] if all(p.single and p.lo == now[0].lo for p in now) else None
             batches = [Batch(*arrays, lower, upper) for arrays in form_parts([p.arrays for p in now],
                                                                              self.workers, run, time=one)]
+            if one is not None:
+                batches = [b.note_time_range(one, one) for b in batches]
         else:
             batches = [Batch.empty(self.kk, self.kv, self.depth, lower, upper) for _ in range(self.workers)]
         held = Antichain()

@@ -34,7 +34,7 @@ look at a spine: they read the trace's published snapshot.
 from __future__ import annotations
 
 from . import faults
-from .batch import Batch, Merger, advancing, merged
+from .batch import Batch, Merger, advancing, merged, merged_range
 from .lattice import Antichain
 
 EFFORT = {"eager": None, "default": 2.0, "lazy": 1.0}
@@ -49,20 +49,23 @@ SHRINK = 0.9     # a tidying merge whose output keeps more than this share of it
 class _Merging:
     """Two adjacent batches being merged; readers keep seeing both until the merge completes."""
 
-    __slots__ = ("older", "newer", "merger", "since", "tidy")
+    __slots__ = ("older", "newer", "merger", "since", "tidy", "advanced")
 
     def __init__(self, older: Batch, newer: Batch, since: Antichain, tidy: bool = False):
         self.older = older
         self.newer = newer
         self.since = since
         self.tidy = tidy  # a tidying merge (module docstring), not one of similar sizes
-        self.merger = Merger(older.arrays, newer.arrays, advancing(since, older, newer))
+        f = advancing(since, older, newer)
+        self.advanced = f is not None
+        self.merger = Merger(older.arrays, newer.arrays, f)
 
     def __len__(self):
         return len(self.older) + len(self.newer)
 
     def result(self) -> Batch:
-        return Batch(*self.merger.result, self.older.lower, self.newer.upper, self.since)
+        out = Batch(*self.merger.result, self.older.lower, self.newer.upper, self.since)
+        return merged_range(out, self.older, self.newer, self.advanced)
 
 
 class Spine:

@@ -315,6 +315,7 @@ def test_batcher_holds_later_updates_by_time(workers, span):
         got = {}
         for bat in b.seal(lower, upper):
             got.update(batch_rows(bat.arrays))
+            check_range(bat)
         due = [r for r in rows if not upper.dominates(r[2]) and r not in done] if upper.elements else \
             [r for r in rows if r not in done]
         assert got == consolidated(due), step
@@ -420,6 +421,12 @@ def check_batch_description(b):
             f"time {t} of {b} is not rep_since of any time in [lower, upper)"
 
 
+def check_range(b):
+    """A batch's time range, where its maker noted it (a merge, a seal of one time), is its times' bounds."""
+    if len(b):
+        assert b.time_range == (tuple(b.times.min(axis=0).tolist()), tuple(b.times.max(axis=0).tolist()))
+
+
 def check_spine(trace):
     """Each shard's batches tile [spine lower, spine upper) and each meets its description."""
     for spine in trace.spines:
@@ -430,6 +437,7 @@ def check_spine(trace):
             prev = b.upper
             check_invariants(b.arrays)
             check_batch_description(b)
+            check_range(b)
         assert prev.less_equal(upper), (prev, upper)
 
 
