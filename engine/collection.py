@@ -19,7 +19,7 @@ from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
 from .kernels import reduce as rk
 from .operators.arrange import ArrangeOp, ExportOp, ViewOp
-from .operators.basic import (ConcatOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp, FilterOp, FlatMapOp, FlattenOp,
+from .operators.basic import (ConcatOp, DelayOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp, FilterOp, FlatMapOp, FlattenOp,
                               InspectOp, LeaveOp, MapOp, NegateOp, ProjectOp, VariableOp)
 from .operators.join import JoinOp
 from .operators.reduce import USER, ReduceOp, ReduceSpec
@@ -111,6 +111,18 @@ class Collection:
         op = EnterAtOp(scope, self._stream(), fn, self._params(fn, "enter_at"), self.schema,
                        self.builder.engine.symbols, site)
         return Collection(self.builder, op, self.schema, scope)
+
+    def delay(self, fn) -> "Collection":
+        """This loop collection with each row held back to the round ``fn(**columns)`` gives it (an int
+        array) where that is later than its own: (t, r) becomes (t, max(r, fn(row))). In a loop whose
+        fixed point does not depend on the order rows arrive in (a monotone min, say) the answer is the
+        same; the order can save most of the work (small distances first)."""
+        self._live()
+        if self.scope.parent is None:
+            raise SchemaError("delay() holds rows back to later rounds of a loop; this collection is at the top level")
+        op = DelayOp(self.scope, self._stream(), fn, self._params(fn, "delay"), self.schema,
+                     self.builder.engine.symbols, Site.capture())
+        return Collection(self.builder, op, self.schema, self.scope)
 
     def _enter_child(self, scope):
         return Collection(self.builder, EnterOp(scope, [self._stream()], Site.capture()), self.schema, scope)

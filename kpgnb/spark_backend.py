@@ -43,7 +43,7 @@ from .engine.errors import DataflowError, SchemaError
 from .engine.inputs import DIFF_LIMIT, arrow_dtype
 from .engine.kernels import reduce as rk
 from .engine.operators.arrange import ArrangeOp, ImportOp, SinkOp
-from .engine.operators.basic import (ConcatOp, EmptyOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp,
+from .engine.operators.basic import (ConcatOp, DelayOp, EmptyOp, EnterArrangedOp, EnterAtOp, EnterOp, FeedbackOp,
                                      FilterOp, FlatMapOp, FlattenOp, LeaveOp, MapOp, NegateOp, ProjectOp,
                                      VariableOp)
 from .engine.operators.join import JoinOp
@@ -111,7 +111,7 @@ def record(build, schemas: dict, name: str = "spark") -> Plan:
 
 _TRANSLATED = (ImportOp, ArrangeOp, FlattenOp, MapOp, FilterOp, FlatMapOp, ProjectOp, ConcatOp, NegateOp,
                JoinOp, ReduceOp, EnterOp, EnterArrangedOp, EnterAtOp, LeaveOp, VariableOp, FeedbackOp,
-               EmptyOp, SinkOp)
+               EmptyOp, SinkOp, DelayOp)
 
 
 def _label(op) -> str:
@@ -307,6 +307,8 @@ class _ScopeRun:
         self.pieces: dict = {}        # id(op) -> [Delta]: its value before this round is their sum
         self.fed: dict = {}           # id(FeedbackOp) -> Delta | None: what it feeds into the next round
         self.tagged: dict = {}        # id(EnterAtOp) -> (DataFrame with its rows' rounds, last round)
+        self.held: dict = {}          # id(DelayOp) -> [(rows held for later rounds, with their rounds, last
+                                      # round, whether every diff is positive)]
         self.children: dict = {}      # child scope -> its _ScopeRun for this round
         self.round = 0
 
@@ -337,7 +339,7 @@ class _ScopeRun:
                         d = self.r.materialize(d.df, len(_dtypes(op)), op)
                     self.fed[id(op)] = d
             pending = any(d is not None for d in self.fed.values()) or \
-                any(last >= nxt for _, last in self.tagged.values())
+                any(last >= nxt for _, last in self.tagged.values()) or self.held_for(nxt)
             if not pending:
                 return
             self.round = nxt
@@ -382,6 +384,8 @@ class _ScopeRun:
             return self.outer.get(id(op.inputs[0])) if self.round == 0 else None
         if isinstance(op, EnterAtOp):
             return self.enter_at(op)
+        if isinstance(op, DelayOp):
+            return self.delay(op)
         if isinstance(op, EmptyOp) or isinstance(op, SinkOp):
             return None
         if isinstance(op, VariableOp):
@@ -443,6 +447,29 @@ class _ScopeRun:
             return None
         src = self.outer.get(id(op.inputs[0]))
         return Delta(tagged.filter(F.col(RND) == self.round).drop(RND), src.positive)
+
+    def delay(self, op) -> Delta | None:
+        """This round's rows whose round (the op's function) has come, and the rows held for this round."""
+        from pyspark.sql import functions as F
+        held = self.held.setdefault(id(op), [])
+        out = [Delta(t.filter(F.col(RND) == self.round).drop(RND), pos) for t, last, pos in held
+               if last >= self.round]
+        self.held[id(op)] = [h for h in held if h[1] > self.round]
+        d = self.delta.get(id(op.inputs[0]))
+        if d is not None:
+            with _named(op):
+                tagged = d.df.mapInArrow(UserBatches(op, _label(op)), _struct(_dtypes(op), (D, RND))) \
+                    .localCheckpoint(eager=False)
+                later = tagged.filter(F.col(RND) > self.round)
+                last = later.agg(F.max(RND)).first()[0]
+            out.append(Delta(tagged.filter(F.col(RND) <= self.round).drop(RND), d.positive))
+            if last is not None:
+                self.held[id(op)].append((later, int(last), d.positive))
+        return _union(out)
+
+    def held_for(self, rnd: int) -> bool:
+        """Whether a delay holds rows for round ``rnd`` or later (the loop goes on for them)."""
+        return any(last >= rnd for held in self.held.values() for _, last, _ in held)
 
     def leave(self, op) -> Delta | None:
         child_scope = op.inputs[0].scope

@@ -54,7 +54,8 @@ def _encode(result, schema: Schema, n: int, who: str, inferred: bool) -> list:
 
 
 class UserBatches:
-    """The ``mapInArrow`` function of a map, filter, flat_map or enter_at operator."""
+    """The ``mapInArrow`` function of a map, filter, flat_map, enter_at or delay operator (the last two
+    append each row's round)."""
 
     def __init__(self, op, label: str):
         self.kind = op.kind
@@ -85,12 +86,12 @@ class UserBatches:
                         raise SchemaError(f"the filter function must return a boolean array of length {n}, "
                                           f"got dtype {keep.dtype} and shape {keep.shape}")
                     yield rb.filter(pa.array(keep))
-                elif self.kind == "enter_at":
+                elif self.kind in ("enter_at", "delay"):
                     rounds = np.asarray(res)
                     if rounds.shape != (n,) or rounds.dtype.kind not in "iub":
-                        raise SchemaError(f"the enter_at function must return an integer array of length {n} "
+                        raise SchemaError(f"the {self.kind} function must return an integer array of length {n} "
                                           f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
-                    if n and rounds.min() < 0:
+                    if self.kind == "enter_at" and n and rounds.min() < 0:
                         raise SchemaError(f"the enter_at function returned a negative round "
                                           f"({int(rounds.min())}); rounds start at 0")
                     yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds.astype(np.int64))],

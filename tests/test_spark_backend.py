@@ -109,6 +109,8 @@ reach(y) :- reach(x), edge(x, y).
 unreached(x) :- node(x), !reach(x).
 sp(y, min<d>) :- root(y), d = 0.
 sp(y, min<d>) :- sp(x, d1), edge(x, y), d = d1 + 1.
+wsp(y, min<d>) :- root(y), d = 0.
+wsp(y, min<d>) :- wsp(x, d1), edge(x, y), d = d1 + x % 5 + 1.   // delayed by distance (DelayOp)
 cc(x, min<l>) :- node(x), l = x.
 cc(y, min<l>) :- cc(x, l), edge(x, y).
 size(l, count<x>) :- cc(x, l).

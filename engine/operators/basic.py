@@ -284,6 +284,27 @@ class EnterAtOp(UserFunctionOp):
             self.send(Updates(_per_shard(rt, one, msg.shards), enter(msg.lower)))
 
 
+class DelayOp(UserFunctionOp):
+    """Hold each row of a loop's collection back to the round a user function gives it: (t, r) becomes
+    (t, max(r, fn(row))). Times only move later, and a row and its retraction move alike, so this is a
+    collection again (differential dataflow's ``delay``, by row); the rows wait in the next arrangement's
+    batcher until the loop reaches their round."""
+
+    kind = "delay"
+
+    def step(self, rt):
+        def one(b):
+            rounds = np.asarray(self.call(b))
+            if rounds.shape != (len(b),) or rounds.dtype.kind not in "iub":
+                raise SchemaError(f"the delay function must return an integer array of length {len(b)} "
+                                  f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+            times = np.array(b.times, order="C")
+            np.maximum(times[:, -1], rounds.astype(np.int64, copy=False), out=times[:, -1])
+            return UpdateBatch(b.data, times, b.diffs)
+        for msg in self.take():
+            self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))
+
+
 class LeaveOp(Operator):
     """Return a collection to the enclosing scope: (t, round) becomes t, so the outer collection
     accumulates every round's changes, i.e. the fixed point."""
