@@ -33,6 +33,8 @@ def _names(cols, what="columns") -> list:
         return []
     if isinstance(cols, str):
         return [cols]
+    if isinstance(cols, (dict, bytes)) or not hasattr(cols, "__iter__"):
+        raise SchemaError(f"{what} must be a column name (str) or a list of them, got {cols!r}")
     out = list(cols)
     for c in out:
         if not isinstance(c, str):
