@@ -295,7 +295,7 @@ class ReduceOp(Operator):
             if not n:
                 return Batch.empty(pkeys.shape[0], spec.out_kv, d, lower, upper)
             if n == len(hin):
-                return Batch(pkh, pkeys, hin.off, hin.vals, np.ascontiguousarray(hin.times),
+                return Batch(pkh, pkeys, hin.off, np.ascontiguousarray(hin.vals), np.ascontiguousarray(hin.times),
                              np.ones(n, np.int64), lower, upper)
             kept = np.zeros(len(hin) + 1, np.int64)
             np.cumsum(keep, out=kept[1:])
