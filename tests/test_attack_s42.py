@@ -1095,43 +1095,8 @@ def test_random_programs_with_keyed_distincts(seed):
         prog = _keyed_distincts(R.random_program(rng, depth=4 if seed % 2 else 3))
         if "distinct_a" in repr(prog) and ("iterate" in repr(prog) or "mutual" in repr(prog) or seed % 4 == 0):
             break
-    workers = 1 + seed % 3
-    state = {"A": Counter(), "B": Counter()}
-    epochs = 5
-    with kp.Engine(workers=workers) as eng:
-        ses = {"A": eng.input("A", R.COLS), "B": eng.input("B", R.COLS, key="a")}
-
-        def change():
-            for name, s in ses.items():
-                rows, diffs = R.random_updates(rng, int(rng.integers(0, 10)))
-                if rows:
-                    s.update(rows, diffs)
-                for r, d in zip(rows, diffs):
-                    state[name][r] += d
-
-        change()
-        for s in ses.values():
-            s.advance_to(1)
-        with eng.dataflow("p") as df:
-            view = R.build(prog, df).view("out", history=epochs + 2)
-
-        def counter(at=None):
-            cols = view.columns(at=at, diffs=True)
-            return Counter({(int(a), int(b)): int(d) for a, b, d in zip(cols["a"], cols["b"], cols["diff"]) if d})
-
-        expected = {}
-        for e in range(1, epochs + 1):
-            expected[e - 1] = R.evaluate(prog, state)
-            if e % 2:
-                eng.wait(view, timeout=WAIT)
-                assert counter() == expected[e - 1], (prog, e - 1)
-            change()
-            for s in ses.values():
-                s.advance_to(e + 1)
-        eng.wait(view, timeout=WAIT)
-        expected[epochs] = R.evaluate(prog, state)
-        for e, want in expected.items():
-            assert counter(at=e) == want, (prog, "at", e)
+    from test_oracle import run_program
+    run_program(prog, SEED + 420_000 + seed, 1 + seed % 3, epochs=5, batched=seed % 2 == 1, per_epoch=10)
 
 
 # -- 9. Spark: DISTINCT keeps every column ---------------------------------------------------------------
