@@ -132,6 +132,12 @@ def test_bad_delay_functions_are_refused_and_leave_the_engine_intact():
                               .min(by="node", col="dist")).view("v")
         with pytest.raises(kp.KpgnbError, match="integer array"):
             eng.wait(v, timeout=60)
+        with eng.dataflow("bad3") as df:  # a round the loop could not count past without wrapping
+            start = df.input("r").map(lambda node: {"node": node, "dist": np.zeros(len(node), np.int64)})
+            v = start.iterate(lambda d: d.delay(lambda dist: np.full(len(dist), 2 ** 63 - 1)).concat(start)
+                              .min(by="node", col="dist")).view("v")
+        with pytest.raises(kp.KpgnbError, match="below 2\\*\\*62"):
+            eng.wait(v, timeout=60)
         assert "bad" not in eng.snapshot().dataflows
         e.insert([(1, 2, 3)])
         e.advance_to(2)

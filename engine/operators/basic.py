@@ -260,6 +260,21 @@ class EnterOp(Operator):
                                for b in msg.shards], enter(msg.lower)))
 
 
+MAX_ROUND = 1 << 62  # rounds count up from here without wrapping (a loop's next round is r + 1)
+
+
+def _rounds(op: UserFunctionOp, b: UpdateBatch) -> np.ndarray:
+    """The rounds ``enter_at``'s or ``delay``'s function gives a batch's rows, as int64, checked."""
+    rounds = np.asarray(op.call(b))
+    if rounds.shape != (len(b),) or rounds.dtype.kind not in "iub":
+        raise SchemaError(f"the {op.kind} function must return an integer array of length {len(b)} "
+                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+    if len(b) and rounds.max() >= MAX_ROUND:
+        raise SchemaError(f"the {op.kind} function returned the round {int(rounds.max())}; rounds must be below "
+                          f"2**62")
+    return rounds.astype(np.int64, copy=False)
+
+
 class EnterAtOp(UserFunctionOp):
     """Bring a collection into a nested scope at the rounds a user function gives its rows: t becomes
     (t, fn(row)). Rows are held back from the loop until that round (differential dataflow's enter_at),
@@ -272,10 +287,7 @@ class EnterAtOp(UserFunctionOp):
 
     def step(self, rt):
         def one(b):
-            rounds = np.asarray(self.call(b))
-            if rounds.shape != (len(b),) or rounds.dtype.kind not in "iub":
-                raise SchemaError(f"the enter_at function must return an integer array of length {len(b)} "
-                                  f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+            rounds = _rounds(self, b)
             if len(b) and rounds.min() < 0:
                 raise SchemaError(f"the enter_at function returned a negative round ({int(rounds.min())}); "
                                   f"rounds start at 0")
@@ -294,12 +306,8 @@ class DelayOp(UserFunctionOp):
 
     def step(self, rt):
         def one(b):
-            rounds = np.asarray(self.call(b))
-            if rounds.shape != (len(b),) or rounds.dtype.kind not in "iub":
-                raise SchemaError(f"the delay function must return an integer array of length {len(b)} "
-                                  f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
             times = np.array(b.times, order="C")
-            np.maximum(times[:, -1], rounds.astype(np.int64, copy=False), out=times[:, -1])
+            np.maximum(times[:, -1], _rounds(self, b), out=times[:, -1])
             return UpdateBatch(b.data, times, b.diffs)
         for msg in self.take():
             self.send(Updates(_per_shard(rt, one, msg.shards), msg.lower))

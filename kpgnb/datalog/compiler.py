@@ -8,6 +8,7 @@ prefix no relation column starts with, so join outputs never clash."""
 from __future__ import annotations
 
 import inspect
+import keyword
 
 import numpy as np
 
@@ -425,11 +426,13 @@ def _computes_min(rule, pos) -> bool:
 
 
 def _size_rounds(col):
-    """``enter_at``'s function: the bit lengths of column ``col``. Its signature names that column only,
-    so entering rows decodes no other (strings, say)."""
+    """``enter_at``'s or ``delay``'s function: the bit lengths of column ``col``. Its signature names that
+    column only, so entering rows decodes no other (strings, say), unless the name cannot be a parameter
+    (``in``, ``class``): then it reads every column."""
     def rounds(**c):
         return bit_length_rounds(c[col])
-    rounds.__signature__ = inspect.Signature([inspect.Parameter(col, inspect.Parameter.KEYWORD_ONLY)])
+    if col.isidentifier() and not keyword.iskeyword(col):
+        rounds.__signature__ = inspect.Signature([inspect.Parameter(col, inspect.Parameter.KEYWORD_ONLY)])
     return rounds
 
 
