@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import networkx as nx
 import numpy as np
 from numba import njit
 
@@ -379,6 +380,21 @@ def _leaves(expr):
         if isinstance(x, tuple):
             out += _leaves(x)
     return out
+
+
+def shortest_distances(edges, roots, weights: bool = False) -> list:
+    """Sorted (node, distance) of the nodes reachable from ``roots`` (each root at 0) along ``edges``:
+    (src, dst) pairs (hops), or with ``weights`` a dict (src, dst) -> weight (networkx's Dijkstra)."""
+    g = nx.DiGraph()
+    g.add_nodes_from(roots)
+    if weights:
+        g.add_weighted_edges_from((u, v, w) for (u, v), w in edges.items())
+    else:
+        g.add_edges_from(edges)
+    if not len(roots):
+        return []
+    hop = "weight" if weights else (lambda u, v, d: 1)
+    return sorted(nx.multi_source_dijkstra_path_length(g, set(roots), weight=hop).items())
 
 
 def random_updates(rng, n: int):

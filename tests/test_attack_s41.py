@@ -62,7 +62,7 @@ from kpgnb.engine.operators.arrange import ArrangeOp
 from kpgnb.engine.operators.reduce import ReduceOp
 
 import datalog_reference as DR
-from reference import COLS, build, evaluate, random_program, random_updates, toggle_root
+from reference import COLS, build, evaluate, random_program, random_updates, shortest_distances, toggle_root
 from test_many_times import held_scheduler
 
 T = 60  # seconds: every wait's timeout
@@ -323,17 +323,6 @@ class _MergeSpy:
         return out
 
 
-def _bfs_ref(edges, roots):
-    g = nx.DiGraph()
-    g.add_edges_from(edges)
-    g.add_nodes_from(roots)
-    out = {}
-    for r in roots:
-        for n, dd in nx.single_source_shortest_path_length(g, r).items():
-            out[n] = min(out.get(n, dd), dd)
-    return sorted(out.items())
-
-
 def _churn(rng, ei, edges: set, nodes, k) -> set:
     """1..k random edge changes among ``nodes`` sent to the input ``ei`` (each a removal of a present edge
     with probability 0.45, else an insertion): the edges after them."""
@@ -391,16 +380,16 @@ def test_engine_merges_meet_their_preconditions_with_colliding_node_ids(monkeypa
                     ri.advance_to(t)
             eng.wait(v, timeout=T)
             eng.wait(lab, timeout=T)
-            assert _rows(v) == _bfs_ref(edges, roots), (workers, t)
+            assert _rows(v) == shortest_distances(edges, roots), (workers, t)
             assert _rows(lab) == _label_ref(edges), (workers, t)
         for e in range(0, t, 3):
-            assert _rows(v, at=e) == _bfs_ref(hist[e], roots), (workers, "at", e)
+            assert _rows(v, at=e) == shortest_distances(hist[e], roots), (workers, "at", e)
             assert _rows(lab, at=e) == _label_ref(hist[e]), (workers, "at", e)
         ei.close()
         ri.close()
         eng.wait(v, timeout=T)
         eng.wait(lab, timeout=T)
-        assert _rows(v) == _bfs_ref(edges, roots)
+        assert _rows(v) == shortest_distances(edges, roots)
         assert _rows(lab) == _label_ref(edges)
     assert spy.merged > 0, (spy.merged, spy.declined)
 
@@ -551,9 +540,9 @@ def _graph_program(kind, df):
 
 def _graph_ref(kind, edges, roots):
     if kind == "bfs":
-        return _bfs_ref(edges, roots)
+        return shortest_distances(edges, roots)
     if kind == "reach":
-        return sorted((n,) for n, _ in _bfs_ref(edges, roots))
+        return sorted((n,) for n, _ in shortest_distances(edges, roots))
     if kind == "scc":
         return _scc_ref(edges)
     g = nx.DiGraph()
@@ -750,19 +739,19 @@ def _shared_run(monkeypatch, seed, workers, eager_seal):
                     ei.advance_to(t)
                     ri.advance_to(t)
             eng.wait(v, timeout=T)
-            assert _rows(v) == _bfs_ref(edges, roots), (seed, workers, t)
+            assert _rows(v) == shortest_distances(edges, roots), (seed, workers, t)
             eng.wait(timeout=T)
             gc.collect()
             stats = [a for a in eng.arrangements(live=True) if a["dataflow"] == "p"]
             assert all(0 <= a["live"] <= a["records"] for a in stats), stats
             out.append((t, _rows(v), sorted((a["name"], a["live"]) for a in stats)))
         for k in range(t):
-            assert _rows(v, at=k) == _bfs_ref(*hist[k]), (seed, workers, "at", k)
+            assert _rows(v, at=k) == shortest_distances(*hist[k]), (seed, workers, "at", k)
         ei.close()
         ri.close()
         eng.wait(v, timeout=T)
         eng.wait(timeout=T)
-        assert _rows(v) == _bfs_ref(edges, roots)
+        assert _rows(v) == shortest_distances(edges, roots)
     return out
 
 

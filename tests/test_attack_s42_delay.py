@@ -16,6 +16,7 @@ import kpgnb as kp
 from kpgnb.engine.collection import Collection
 from kpgnb.engine.errors import SchemaError
 from kpgnb.graphs import bit_length_rounds
+from reference import shortest_distances
 
 WORKERS = [1, 2, 3]
 WSSSP = """
@@ -29,27 +30,6 @@ sp(y, min<d>) :- sp(x, d1), wedge(x, y, w), d = d1 + w.
 
 def _rows(view, at=None) -> list:
     return sorted(map(tuple, view.to_pandas(at=at).values.tolist()))
-
-
-def _dijkstra(edges: dict, roots) -> list:
-    g = nx.DiGraph()
-    g.add_nodes_from(roots)
-    for (u, v), w in edges.items():
-        g.add_edge(u, v, weight=w)
-    if not roots:
-        return []
-    return sorted((int(k), v) for k, v in nx.multi_source_dijkstra_path_length(g, set(roots)).items())
-
-
-def _bfs(edges, roots) -> list:
-    g = nx.DiGraph()
-    g.add_nodes_from(roots)
-    g.add_edges_from(edges)
-    best = {}
-    for r in roots:
-        for k, d in nx.single_source_shortest_path_length(g, r).items():
-            best[k] = min(best.get(k, d), d)
-    return sorted(best.items())
 
 
 def _zero_dist(roots):
@@ -187,7 +167,7 @@ def test_many_delay_functions_through_a_long_stream_vs_dijkstra(workers):
                     e.update(ups, diffs)
             e.advance_to(t)
             r.advance_to(t)
-            want = _dijkstra(edges, roots)
+            want = shortest_distances(edges, roots, weights=True)
             for name, v in views.items():
                 eng.wait(v, timeout=60)
                 assert _rows(v) == want, (name, t)
@@ -224,7 +204,7 @@ def test_delay_by_a_huge_round_on_every_candidate(workers):
                 e.update(ups, diffs)
             e.advance_to(t)
             r.advance_to(t)
-            want = _dijkstra(chain, [0])
+            want = shortest_distances(chain, [0], weights=True)
             for v in (a, b, c):
                 eng.wait(v, timeout=60)
                 assert _rows(v) == want, (v.name, t)
@@ -254,7 +234,7 @@ def test_delay_inside_a_nested_loop(workers):
             if nxt == X:
                 break
             X = nxt
-        return sorted((x,) for x in X), _dijkstra(edges, sorted(X))
+        return sorted((x,) for x in X), shortest_distances(edges, sorted(X), weights=True)
 
     with kp.Engine(workers=workers) as eng:
         e = eng.input("e", ["src", "dst", "w"], rows=[(u, v, w) for (u, v), w in edges.items()])
@@ -379,7 +359,7 @@ def test_a_dataflow_with_delay_installed_late(workers):
                     late = _sssp(df.input("e"), df.input("r"),
                                  lambda dist: np.where(dist > 6, 60, bit_length_rounds(dist))).view(
                         "late", history=10)
-            want = _dijkstra(edges, [3])
+            want = shortest_distances(edges, [3], weights=True)
             for v in (early, late):
                 if v is not None:
                     eng.wait(v, timeout=60)
@@ -498,10 +478,10 @@ def test_datalog_sssp_bfs_maxplus_and_labels_through_a_stream(workers, monkeypat
             ro.advance_to(t)
             for pred in ("sp", "hops", "far", "lbl"):
                 eng.wait(prog[pred], timeout=60)
-            assert _rows(prog["sp"]) == _dijkstra(edges, sorted(roots)), t
+            assert _rows(prog["sp"]) == shortest_distances(edges, sorted(roots), weights=True), t
             eng.wait(prog["first"], timeout=60)
-            assert _rows(prog["first"]) == sorted((d, y) for y, d in _dijkstra(edges, sorted(roots))), t
-            assert _rows(prog["hops"]) == _bfs(list(edges), sorted(roots)), t
+            assert _rows(prog["first"]) == sorted((d, y) for y, d in shortest_distances(edges, sorted(roots), weights=True)), t
+            assert _rows(prog["hops"]) == shortest_distances(list(edges), sorted(roots)), t
             assert _rows(prog["far"]) == _longest_dag(edges, sorted(roots)), t
             assert _rows(prog["lbl"]) == _labels(list(edges)), t
 
@@ -535,7 +515,7 @@ def test_datalog_sssp_goal_matches_the_full_relation(workers):
                 asked.discard(x)
             eng.wait(g.view, timeout=60)
             eng.wait(prog["sp"], timeout=60)
-            full = _dijkstra(edges, [0])
+            full = shortest_distances(edges, [0], weights=True)
             want = [row for row in full if row[0] in asked]
             assert _rows(g.view) == want, t
             assert [row for row in _rows(prog["sp"]) if row[0] in asked] == want, t
@@ -566,7 +546,7 @@ sp(y, min<d>) :- sp(x, d1), wedge(x, y, w), d = d1 + w.
                 we.update([(u, v, w), (u, v, nw)], [-1, 1])
             we.advance_to(t)
             eng.wait(prog["sp"], timeout=60)
-            assert _rows(prog["sp"]) == [(a, float(b)) for a, b in _dijkstra(edges, [0])], t
+            assert _rows(prog["sp"]) == [(a, float(b)) for a, b in shortest_distances(edges, [0], weights=True)], t
 
 
 @pytest.mark.parametrize("workers", [1, 3])
@@ -611,13 +591,13 @@ sp(y, min<d>) :- sp(x, d1), wedge(x, y, w), d = d1 + w.
         prog = eng.datalog(text, inputs={"wedge": "we"}, name="sp_str")
         for t in range(2, 5):
             eng.wait(prog["sp"], timeout=60)
-            assert _rows(prog["sp"]) == sorted(("n%d" % k, d) for k, d in _dijkstra(edges, [0])), t
+            assert _rows(prog["sp"]) == sorted(("n%d" % k, d) for k, d in shortest_distances(edges, [0], weights=True)), t
             ups, diffs = _churn(rng, edges, 12, t)
             if ups:
                 we.update([("n%d" % u, "n%d" % v, w) for u, v, w in ups], diffs)
             we.advance_to(t)
         eng.wait(prog["sp"], timeout=60)
-        assert _rows(prog["sp"]) == sorted(("n%d" % k, d) for k, d in _dijkstra(edges, [0]))
+        assert _rows(prog["sp"]) == sorted(("n%d" % k, d) for k, d in shortest_distances(edges, [0], weights=True))
 
 
 def test_datalog_min_column_named_like_a_python_keyword():
@@ -655,7 +635,7 @@ def test_spark_datalog_weighted_sssp_equals_engine_and_dijkstra(spark):
     frame = pd.DataFrame([(u, v, w) for (u, v), w in edges.items()], columns=["src", "dst", "w"])
     out = kp.spark.datalog(SPARK_SSSP, {"wedge": spark.createDataFrame(frame)})
     got_sp = sorted(map(tuple, out["sp"].toPandas().values.tolist()))
-    assert got_sp == _dijkstra(edges, [0, 9])
+    assert got_sp == shortest_distances(edges, [0, 9], weights=True)
     with kp.Engine(workers=2) as eng:
         prog = eng.datalog(SPARK_SSSP, inputs={"wedge": frame})
         eng.wait(prog["sp"], timeout=60)
@@ -677,7 +657,7 @@ def test_spark_run_delay_in_iterate_equals_engine_and_dijkstra(spark):
     roots = pd.DataFrame({"node": [0, 4]})
     out = kp.spark.run(_spark_build, {"edges": spark.createDataFrame(frame),
                                        "roots": spark.createDataFrame(roots)}, spark=spark)
-    want = _dijkstra(edges, [0, 4])
+    want = shortest_distances(edges, [0, 4], weights=True)
     with kp.Engine(workers=2) as eng:
         eng.input("edges", ["src", "dst", "w"], rows=[(u, v, w) for (u, v), w in edges.items()]).advance_to(1)
         eng.input("roots", ["node"], rows=[(0,), (4,)]).advance_to(1)

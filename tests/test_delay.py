@@ -5,13 +5,13 @@ Dijkstra at W = 1, 2, 3 and through ``at=`` reads, with the same loop without th
 rows are held back to their round; and that bad functions and a delay outside a loop are refused."""
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
 
 import kpgnb as kp
 from kpgnb.engine.errors import SchemaError
 from kpgnb.graphs import bit_length_rounds
+from reference import shortest_distances
 
 
 def _sssp(edges, roots, delay: bool):
@@ -25,14 +25,6 @@ def _sssp(edges, roots, delay: bool):
             cand = cand.delay(lambda dist: bit_length_rounds(dist))
         return cand.concat(start).min(by="node", col="dist")
     return start.iterate(step)
-
-
-def _want(edges: dict, roots) -> list:
-    g = nx.DiGraph()
-    g.add_nodes_from(roots)
-    for (u, v), w in edges.items():
-        g.add_edge(u, v, weight=w)
-    return sorted(nx.multi_source_dijkstra_path_length(g, set(roots)).items())
 
 
 def _rows(view, at=None) -> list:
@@ -77,7 +69,7 @@ def test_a_delayed_min_loop_equals_dijkstra_through_changes(workers):
                 e.update(ups, diffs)
             e.advance_to(t)
             r.advance_to(t)
-            want = _want(edges, [0])
+            want = shortest_distances(edges, [0], weights=True)
             for v in (fast, slow):
                 eng.wait(v, timeout=60)
                 assert _rows(v) == want, (v.name, t)
