@@ -327,8 +327,8 @@ def merged_range(out: Batch, older: Batch, newer: Batch, advanced: bool) -> Batc
     row and moved no time: then it is the union of theirs (known: ``advancing`` read them)."""
     if not advanced and len(out) == len(older) + len(newer) and len(out):
         ranges = [b.time_range for b in (older, newer) if len(b)]
-        out.note_time_range(tuple(map(min, *(r[0] for r in ranges))) if len(ranges) > 1 else ranges[0][0],
-                            tuple(map(max, *(r[1] for r in ranges))) if len(ranges) > 1 else ranges[0][1])
+        out.note_time_range(tuple(map(min, zip(*(r[0] for r in ranges)))),
+                            tuple(map(max, zip(*(r[1] for r in ranges)))))
     return out
 
 
