@@ -84,6 +84,7 @@ def kernel_signatures(family: str) -> list:
                 (times.time_groups, (I2, i8)),
                 (times.group_rows, (I2, I2, I2, I1, I1, i8)),
                 (times.count_positive, (I1,)),
+                (times.bit_lengths, (I1,)),
                 (seek.unique_sorted_keys, (I1, I2)),
                 (seek.distinct_keys, (I2, i8)),
                 (seek.seek_keys, (I1, I2, I1, I2)),

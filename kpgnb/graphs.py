@@ -9,6 +9,7 @@ import numpy as np
 from .engine.collection import Variable
 from .engine.columns import is_int
 from .engine.errors import SchemaError
+from .engine.kernels.times import bit_lengths
 
 
 def bfs(edges, roots, memory: str = "full", drop=None):
@@ -67,14 +68,7 @@ def bit_length_rounds(label):
     label = np.asarray(label)
     if label.dtype.kind not in "iu":
         return np.zeros(len(label), np.int64)
-    y = np.maximum(label.astype(np.int64), 0)
-    out = np.zeros(len(y), np.int64)
-    for shift in (32, 16, 8, 4, 2, 1):  # binary search on the highest set bit, exact for every int64
-        high = y >= (np.int64(1) << shift)
-        out[high] += shift
-        y = np.where(high, y >> shift, y)
-    out += y > 0
-    return out
+    return bit_lengths(np.ascontiguousarray(label, np.int64))
 
 
 def wcc(edges, memory: str = "full", drop=None):

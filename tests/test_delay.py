@@ -136,3 +136,19 @@ def test_bad_delay_functions_are_refused_and_leave_the_engine_intact():
         r.advance_to(2)
         eng.wait(good, timeout=60)
         assert _rows(good) == [(0, 0), (1, 1), (2, 4)]
+
+
+def test_bit_length_rounds_is_each_values_bit_length():
+    """The one-pass kernel (engine/kernels/times.py bit_lengths) against Python's int.bit_length, 0 for
+    values <= 0, over int64 extremes, every power of two and its neighbours, random values, and the other
+    integer dtypes; non-integer columns enter at round 0."""
+    rng = np.random.default_rng(43)
+    powers = np.array([1 << k for k in range(63)], np.int64)
+    x = np.concatenate([powers, powers - 1, -powers, rng.integers(-(1 << 63), (1 << 63) - 1, 5000, dtype=np.int64),
+                        np.array([0, -1, (1 << 63) - 1, -(1 << 63)], np.int64)])
+    assert bit_length_rounds(x).tolist() == [max(int(v), 0).bit_length() for v in x]
+    for dt in (np.int8, np.int16, np.int32, np.uint8, np.uint32):
+        y = rng.integers(np.iinfo(dt).min, np.iinfo(dt).max, 300, dtype=dt, endpoint=True)[::2]
+        assert bit_length_rounds(y).tolist() == [max(int(v), 0).bit_length() for v in y]
+    assert bit_length_rounds(np.array([1.5, 9.0])).tolist() == [0, 0]
+    assert bit_length_rounds(np.zeros(0, np.int64)).dtype == np.int64

@@ -167,3 +167,19 @@ def time_groups(times, cap):
                 g += 1
         group[i] = last
     return group, seen, g
+
+
+@kernel
+def bit_lengths(x):
+    """Each value's bit length (0 for values <= 0): the round at which ``enter_at`` or ``delay`` lets a
+    label or distance in, so that values of each power of two settle before longer ones spread. One pass:
+    the NumPy binary search it replaces took about 20 array passes (10 ms of a 140 ms sssp)."""
+    out = np.empty(x.shape[0], np.int64)
+    for i in range(x.shape[0]):
+        v = x[i]
+        b = 0
+        while v > 0:
+            v >>= 1
+            b += 1
+        out[i] = b
+    return out
