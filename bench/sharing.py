@@ -14,9 +14,11 @@ argument row, is answered when its view is final for that epoch, and is retired 
   (x, y, d): walks of up to two steps forward from x and up to two steps backward from y (with their
   lengths), joined on the middle node, the least total length per (x, y).
 
-Shared: one dataflow arranges the edges by src and by dst and exports both; the four query dataflows
-``df.use()`` them. Unshared: each query dataflow arranges its own copies from the input (lookup 1, hop1 2,
-hop2 1, path 2: six arrangements of the edges instead of two; the input's own arrangement exists in both).
+The input is keyed by src (``eng.input(..., key="src")``), so its own arrangement is the edges by src.
+Shared: the query dataflows read that arrangement (``df.input``) and the edges by dst, which one dataflow
+arranges and exports (``df.use()``). Unshared: each query dataflow arranges its own copies from the
+input's rows (lookup 1, hop1 2, hop2 1, path 2: six arrangements of the edges against one; the input's own
+arrangement exists in both).
 
 Workload, open loop as in the paper: events are scheduled at ``--rate`` per second whatever the answers
 do, ``--graph-share`` (half) of them single-edge changes (an insert of a new edge or a removal of an
@@ -386,16 +388,17 @@ def build_queries(eng, shared: bool, history: int = 8) -> dict:
     the four views."""
     if shared:
         with eng.dataflow("graph") as df:
-            e = df.input("edges")
-            e.arrange_by("src").export("edges_by_src")
-            e.arrange_by("dst").export("edges_by_dst")
+            df.input("edges").arrange_by("dst").export("edges_by_dst")
 
     def arrangements(df):
         cache = {}
 
         def get(key):
             if key not in cache:
-                cache[key] = df.use(f"edges_by_{key}") if shared else df.input("edges").arrange_by(key)
+                if not shared:  # its own index, from the input's rows
+                    cache[key] = df.input("edges").as_collection().arrange_by(key)
+                else:  # the input's own arrangement (keyed by src), or the one exported by dst
+                    cache[key] = df.input("edges") if key == "src" else df.use("edges_by_dst")
             return cache[key]
         return get
 
@@ -453,7 +456,7 @@ def run_engine(cfg: dict, mode: str, src=None, dst=None, stream=None) -> dict:
     res = {"mode": mode, "generate_s": gen_s, "rss_baseline": rss_base, "rss_generated": rss_bytes()}
     try:
         t0 = time.perf_counter()
-        edges = eng.input("edges", ["src", "dst"])
+        edges = eng.input("edges", ["src", "dst"], key="src")
         edges.insert({"src": src, "dst": dst})
         qin = {c: eng.input(name, cols) for c, (name, cols) in INPUTS.items()}
         sessions = [edges] + list(qin.values())

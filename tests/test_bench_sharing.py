@@ -86,9 +86,14 @@ def test_engine_answers(data, mode):
         assert len(res["closed_ms"][cls]) == CFG["closed_queries"]
         assert not S.check_engine(CFG, _wrong(res, cls, CFG["nodes"]), src, dst, stream)["ok"], cls
     assert res["trace_bytes_end"] > 0 and res["peak_rss"] >= res["rss_baseline"]
-    # the shared mode arranges the edges twice in all, the unshared six times (plus the input's own)
+    # the input's own arrangement is the edges by src in both modes; besides it the shared mode arranges the
+    # edges once (by dst), the unshared six times (each query its own)
     edge_arrs = [a for a in res["arrangements"] if a["key"] in (["src"], ["dst"])]
-    assert len(edge_arrs) == (2 if mode == "shared" else 6)
+    assert [a["key"] for a in edge_arrs if a["kind"] == "input"] == [["src"]]
+    own = [a for a in edge_arrs if a["kind"] != "input"]
+    assert len(own) == (1 if mode == "shared" else 6), own
+    if mode == "shared":
+        assert own[0]["key"] == ["dst"]
 
 
 def test_kuzu_answers(data):
