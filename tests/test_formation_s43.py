@@ -1,6 +1,7 @@
-"""Session 43: a long run of equal hash (one key's many rows) is ordered column by column, by radix passes
-where the column's values span few bits for the run's length, else by a merge sort
-(engine/kernels/form.py _sort_long_run). Checked against the NumPy model of test_formation_s34 on runs
+"""Session 43: a run of equal hash (one key's many rows) up to RANK_RUN rows is ranked by counting on a
+local copy of its column (vectorized), with ties ordered by insertion up to SHORT_RUN rows and column by
+column above; a longer run is ordered column by column, by radix passes where the column's values span
+few bits for the run's length, else by a merge sort (engine/kernels/form.py _sort_long_run). Checked against the NumPy model of test_formation_s34 on runs
 whose columns span exactly 2**k - 1 and 2**k around the radix's limits (one 11-bit digit, several
 passes, RADIX_BITS, spans that wrap int64), offset to negative values, with several columns differing
 at once and ties to consolidate, through every output mode."""
@@ -29,10 +30,11 @@ def column(rng, span, n):
 @pytest.mark.parametrize("mode", ["separate", "in_place", "koff_hashes"])
 def test_long_runs_sorted_by_radix_or_merge_match_the_model(mode):
     rng = np.random.default_rng({"separate": 431, "in_place": 432, "koff_hashes": 433}[mode])
-    for trial in range(300):
+    for trial in range(400):
         kk, kv, d = int(rng.integers(1, 3)), int(rng.integers(0, 3)), int(rng.integers(1, 3))
         w = kk + kv + d
-        L = int(rng.choice([formk.SHORT_RUN + 1, 100, 700, 3000]))
+        L = int(rng.choice([formk.SHORT_RUN, formk.SHORT_RUN + 1, 40, formk.RANK_RUN, formk.RANK_RUN + 1, 100,
+                            700, 3000]))
         M = np.empty((w, L), np.int64)
         M[:kk] = int(rng.integers(-5, 5))  # one key: one run
         for c in range(kk, w):
