@@ -200,14 +200,14 @@ class Compiler:
                         any(isinstance(x, Var) and x.name in bound for x in st.node.args)), atoms[0])
             atoms.remove(nxt)
             b = self._join_atom(b, bound, nxt.node)
-            b = self._apply_ready(b, bound, rest, columns)
+            b = self._apply_ready(b, bound, rest, columns, None if bindings else (head, atoms))
             if atoms and not bindings:
                 b = self._live(b, head, atoms + rest)
         if b is None:
             if self.unit is None:
                 raise self.err(plan.rule, "a rule without a positive atom needs the program's unit input")
             b = self.unit
-            b = self._apply_ready(b, bound, rest, columns)
+            b = self._apply_ready(b, bound, rest, columns, None if bindings else (head, atoms))
         assert not rest, rest
         if bindings:
             named = [c for c in b.schema.names if c != self.unit_col and not hidden(c[len(self.pre):])]
@@ -219,13 +219,18 @@ class Compiler:
         next join arranges and copies fewer columns (sg's ``a`` once ``sg(a, b)`` is joined). Set
         semantics make the projection's extra multiplicity harmless: the head's ``distinct`` (or min/max)
         removes it; a count or sum over bindings keeps them all (the caller does not call this)."""
-        need = {v.name for v in variables(head)}
-        for st in steps:
-            need.update(v.name for v in (variables(st.expr) + [st.var] if st.kind == "assign" else variables(st.node)))
-        keep = [c for c in b.schema.names if c == self.unit_col or c[len(self.pre):] in need]
+        keep = self._kept(b, _needed(head, steps))
         return b.select(keep) if keep and len(keep) < len(b.schema.names) else b
 
-    def _apply_ready(self, b, bound, rest, columns):
+    def _kept(self, b, need) -> list:
+        return [c for c in b.schema.names if c == self.unit_col or c[len(self.pre):] in need]
+
+    def _apply_ready(self, b, bound, rest, columns, later=None):
+        """The steps whose variables are bound, in turn. ``later`` (the head and the atoms still to
+        join; None where a count or sum over bindings must keep them all): an assignment's map then
+        carries on only the columns still read, rather than copying every column of the bindings."""
+        def need(st):
+            return None if later is None else _needed(later[0], [*later[1], *(x for x in rest if x is not st)])
         progress = True
         while progress:
             progress = False
@@ -234,12 +239,12 @@ class Compiler:
                 if target is not None:
                     # an atom's expression argument (``e(y + 1, z)``), computed before the atom is joined,
                     # so that the join is on it instead of a product filtered afterwards
-                    b = self._assign(b, target, st.node.right)
+                    b = self._assign(b, target, st.node.right, need(st))
                     bound.add(target.name)
                 elif st.kind == "filter" and all(v.name in bound for v in variables(st.node)):
                     b = self._filter(b, st.node)
                 elif st.kind == "assign" and all(v.name in bound for v in variables(st.expr)):
-                    b = self._assign(b, st.var, st.expr)
+                    b = self._assign(b, st.var, st.expr, need(st))
                     bound.add(st.var.name)
                 elif st.kind == "anti" and all(v.name in bound for v in variables(st.node) if not v.anonymous):
                     b = self._antijoin(b, st.node)
@@ -348,12 +353,16 @@ class Compiler:
         pre, n0 = self.pre, b.schema.names[0]
         return b.filter(lambda **c: np.broadcast_to(_compare(cmp, c, pre), (len(c[n0]),)))
 
-    def _assign(self, b, var: Var, expr):
+    def _assign(self, b, var: Var, expr, need=None):
+        """``b`` with the variable ``var`` computed from ``expr``; with ``need``, only the columns of
+        those variables besides it."""
         b = self._defined(b, expr)
         pre, names = self.pre, list(b.schema.names)
+        keep = names if need is None else self._kept(b, need - {var.name})
         dtype = expr_dtype(expr, lambda v: b.schema.dtype(pre + v))
-        return b.map(lambda **c: {**c, pre + var.name: _column(evaluate(expr, c, pre), len(c[names[0]]), dtype)},
-                     out={**{n: b.schema.dtype(n) for n in names}, pre + var.name: dtype})
+        return b.map(lambda **c: {**{n: c[n] for n in keep},
+                                  pre + var.name: _column(evaluate(expr, c, pre), len(c[names[0]]), dtype)},
+                     out={**{n: b.schema.dtype(n) for n in keep}, pre + var.name: dtype})
 
     def _head(self, b, head: Atom):
         cols, dtypes, pre = self.rel.cols(head.pred), list(self.a.dtypes[head.pred]), self.pre
@@ -370,6 +379,14 @@ class Compiler:
         return b.map(lambda **c: {col: _column(evaluate(a, c, pre), len(c[n0]), t)
                                   for a, col, t in zip(args, cols, dtypes)},
                      out=dict(zip(cols, dtypes)))
+
+
+def _needed(head, steps) -> set:
+    """The variables the head and ``steps`` (rule steps still to come) read or bind."""
+    need = {v.name for v in variables(head)}
+    for st in steps:
+        need.update(v.name for v in (variables(st.expr) + [st.var] if st.kind == "assign" else variables(st.node)))
+    return need
 
 
 def _monotone_min(pred, rules, aggs) -> bool:
