@@ -68,7 +68,7 @@ def bit_length_rounds(label):
     label = np.asarray(label)
     if label.dtype.kind not in "iu":
         return np.zeros(len(label), np.int64)
-    return bit_lengths(np.ascontiguousarray(label, np.int64))
+    return bit_lengths(np.require(label, np.int64, ["C", "W"]))  # (the one compiled signature: see kernels)
 
 
 def wcc(edges, memory: str = "full", drop=None):

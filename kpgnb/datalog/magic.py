@@ -134,7 +134,7 @@ def rewrite(a: Analysis, pattern: Pattern, whole_aggregates: bool = False) -> tu
                 else:
                     body.append(lit)
                 if isinstance(lit, Atom) and not lit.negated:
-                    bound |= {v.name for v in variables(lit)}
+                    bound |= _binds(lit)
                 elif isinstance(lit, Comparison) and lit.op == "=":
                     for t, e in ((lit.left, lit.right), (lit.right, lit.left)):
                         if isinstance(t, Var) and all(v.name in bound for v in variables(e)):
@@ -198,14 +198,30 @@ def _is_bound(x, bound) -> bool:
     return False
 
 
+def _binds(atom) -> set:
+    """The variables a positive atom binds: its plain variable arguments. An expression argument
+    (``e(x * z, b)``) binds none of its variables; it is a condition on them once bound."""
+    return {x.name for x in atom.args if isinstance(x, Var) and not x.anonymous}
+
+
 def _safe_prefix(body, upto) -> list:
-    """The body so far, without the comparisons and negations whose variables it does not bind (dropping
-    a filter from a magic rule only enlarges the magic set: still exact, a little more work)."""
-    bound, kept = set(), []
+    """The body so far, without the comparisons and negations whose variables it does not bind, and
+    with ``_`` for an atom's expression argument that reads a variable it does not bind (dropping a
+    condition from a magic rule only enlarges the magic set: still exact, a little more work)."""
+    bound = set()
     for lit in body:
         if isinstance(lit, Atom) and not lit.negated:
-            kept.append(lit)
-            bound |= {v.name for v in variables(lit)}
+            bound |= _binds(lit)
+    kept, k = [], 0
+    for lit in body:
+        if isinstance(lit, Atom) and not lit.negated:
+            args = []
+            for x in lit.args:
+                if isinstance(x, BinOp) and not {v.name for v in variables(x)} <= bound:
+                    k += 1
+                    x = Var(f"_#p{k}")
+                args.append(x)
+            kept.append(Atom(lit.pred, tuple(args), False, lit.span) if tuple(args) != lit.args else lit)
     changed = True
     rest = [lit for lit in body if not (isinstance(lit, Atom) and not lit.negated)]
     while changed:
