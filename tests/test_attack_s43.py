@@ -40,7 +40,7 @@ import pytest
 
 import kpgnb as kp
 from collisions import colliding_last_columns
-from datalog_reference import diff_rows, evaluate, goal_rows, rows_of, same_rows
+from datalog_reference import apply_step, diff_rows, evaluate, goal_rows, rows_of, same_rows
 from kpgnb import graphs
 from kpgnb.datalog.parser import parse
 from kpgnb.engine import warmup
@@ -648,13 +648,7 @@ def _run_datalog(text, seed, workers, epochs=4, dom=6, goals=False):
                 gs.append((prog.goal(f"{pred}({', '.join(args)})"), pred, args, set()))
         for ep in range(epochs + 1):
             if ep:
-                for p, (ins, rem) in steps[ep - 1].items():
-                    if ins:
-                        ses[p].insert(ins)
-                    if rem:
-                        ses[p].remove(rem)
-                    state[p].update(ins)
-                    state[p].subtract(rem)
+                apply_step(ses, state, steps[ep - 1])
                 top = max(s.epoch for s in ses.values()) + 1  # (an ask advances the inputs it reads)
                 for s in ses.values():
                     s.advance_to(top)

@@ -19,7 +19,7 @@ import pytest
 
 import kpgnb as kp
 
-from datalog_reference import (INPUTS, make_input, diff_rows, evaluate, random_program, rows_of, same_rows,
+from datalog_reference import (INPUTS, apply_step, make_input, diff_rows, evaluate, random_program, rows_of, same_rows,
                                toggle_binding, update_stream)
 
 WORKERS = (1, 2, 3)
@@ -108,13 +108,7 @@ def run_random_program(eng, seed, epochs=4):
     prog = eng.datalog(text, name="rnd")
     check_program(eng, prog, text, state, f"seed {seed} epoch 0")
     for epoch, step in enumerate(steps, start=1):
-        for p, (ins, rem) in step.items():
-            if ins:
-                sessions[p].insert(ins)
-            if rem:
-                sessions[p].remove(rem)
-            state[p].update(ins)
-            state[p].subtract(rem)
+        apply_step(sessions, state, step)
         advance_all(sessions, epoch + 1)
         check_program(eng, prog, text, state, f"seed {seed} epoch {epoch}")
 

@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 
 import kpgnb as kp
-from datalog_reference import INPUTS, diff_rows, evaluate, make_input, rows_of, same_rows, update_stream
+from datalog_reference import (INPUTS, apply_step, diff_rows, evaluate, make_input, rows_of, same_rows,
+                               update_stream)
 
 PROGRAM = """
 p1(x, d) :- e(x, y), d = y + 1, f(d, z), z != x.
@@ -39,13 +40,7 @@ def test_assignments_keep_only_the_columns_still_read(workers, seed):
         prog = eng.datalog(PROGRAM, name="s43")
         for epoch in range(len(steps) + 1):
             if epoch:
-                for p, (ins, rem) in steps[epoch - 1].items():
-                    if ins:
-                        sessions[p].insert(ins)
-                    if rem:
-                        sessions[p].remove(rem)
-                    state[p].update(ins)
-                    state[p].subtract(rem)
+                apply_step(sessions, state, steps[epoch - 1])
                 for s in sessions.values():
                     s.advance_to(epoch + 1)
             want = evaluate(PROGRAM, state)
