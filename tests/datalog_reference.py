@@ -652,6 +652,18 @@ def ask_and_retract(goals, rng):
             toggle_binding(g, tuple(int(rng.integers(7)) for a in args if a == "?"), asked, rng)
 
 
+def check_program(eng, prog, text, state, where="", timeout: float = 30):
+    """Every derived relation of the installed program ``prog`` equals the reference on the current
+    input counters ``state``; returns the reference's relations."""
+    want = evaluate(text, state)
+    for pred, rows in want.items():
+        view = prog[pred]
+        eng.wait(view, timeout=timeout)
+        got = rows_of(view, prog.columns(pred))
+        assert same_rows(got, rows), f"{where} relation {pred}: {diff_rows(got, rows)}\n{text}"
+    return want
+
+
 def apply_step(ses, state, step):
     """One epoch's insertions and removals (``update_stream``'s step), to the engine and to ``state``."""
     for p, (ins, rem) in step.items():

@@ -19,7 +19,7 @@ import pytest
 
 import kpgnb as kp
 
-from datalog_reference import (INPUTS, apply_step, make_input, diff_rows, evaluate, random_program, rows_of, same_rows,
+from datalog_reference import (INPUTS, apply_step, check_program, make_input, diff_rows, evaluate, random_program, rows_of, same_rows,
                                toggle_binding, update_stream)
 
 WORKERS = (1, 2, 3)
@@ -37,17 +37,6 @@ def engine_factory():
     yield make
     for eng in made:
         eng.close()
-
-
-def check_program(eng, prog, text, state, where=""):
-    """Every derived relation of ``prog`` equals the reference on the current input counters."""
-    want = evaluate(text, state)
-    for pred, rows in want.items():
-        view = prog[pred]
-        eng.wait(view, timeout=WAIT_S)
-        got = rows_of(view, prog.columns(pred))
-        assert same_rows(got, rows), f"{where} relation {pred}: {diff_rows(got, rows)}\n{text}"
-    return want
 
 
 def advance_all(sessions, epoch):

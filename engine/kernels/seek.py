@@ -10,6 +10,10 @@ from .rows import cmp_cols
 from .sort import key_hash_at
 
 
+INTERPOLATE_GAP = 256  # interpolate where the batch has more than this many keys per probe (below it, a gallop
+# from the last probe reads about as many cache lines)
+
+
 @kernel
 def seek_keys(bkh, bkeys, pkh, pkeys):
     """int64[len(probes)]: the batch key index of each probe, or -1 where the batch lacks it.
@@ -72,10 +76,6 @@ def seek_keys(bkh, bkeys, pkh, pkeys):
                 break
             j += 1
     return out
-
-
-INTERPOLATE_GAP = 256  # interpolate where the batch has more than this many keys per probe (below it, a gallop
-# from the last probe reads about as many cache lines)
 
 
 @kernel
