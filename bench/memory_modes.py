@@ -13,8 +13,9 @@ Queries (``kpgnb.graphs``): SPSP (``sssp`` from ``--sources`` sources given as a
 (``khop``, K = ``--k``, the same sources), WCC (``wcc``) and PageRank (``pagerank``, ``--iterations``
 rounds). Modes: ``full`` (differential dataflow: join, concat and reduce inside ``iterate``), ``jod`` (no
 join-output differences), ``drop-degree-exact`` (DET-DROP, Degree policy), ``drop-degree-bloom``
-(PROB-DROP, Degree policy, a ``--bloom-bits`` Bloom filter) and ``drop-random-exact`` (DET-DROP, Random
-policy), the drop modes with p = ``--drop-p`` (Degree: tau_min 2, tau_max the 80th percentile).
+(PROB-DROP, Degree policy, a Bloom filter of ``--bloom-bits``, by default of the size the engine picks) and
+``drop-random-exact`` (DET-DROP, Random policy), the drop modes with p = ``--drop-p`` (Degree: tau_min 2,
+tau_max the 80th percentile).
 
 Each mode runs in a subprocess of its own (every query of the mode in turn, each on a fresh engine; before
 each, the heap is trimmed and the process's peak RSS reset through /proc/self/clear_refs, so peak RSS is
@@ -368,8 +369,8 @@ def make_drop(cfg: dict, label: str, p: float | None = None, bloom_bits: int | N
     memory, kw = MODES[label]
     if kw is None:
         return memory, None
-    return memory, kp.Drop(p=cfg["drop_p"] if p is None else p, bloom_bits=int(bloom_bits or cfg["bloom_bits"]),
-                           seed=int(cfg["seed"]), **kw)
+    bits = int(bloom_bits or cfg["bloom_bits"]) or None  # 0: sized by the engine at the first drop
+    return memory, kp.Drop(p=cfg["drop_p"] if p is None else p, bloom_bits=bits, seed=int(cfg["seed"]), **kw)
 
 
 def build(df, query: str, memory: str, drop, k: int, iterations: int):
@@ -715,7 +716,9 @@ def main(argv=None):
     p.add_argument("--queries", default=",".join(QUERIES))
     p.add_argument("--modes", default=",".join(MODES))
     p.add_argument("--drop-p", type=float, default=0.5, help="drop probability p of the drop modes")
-    p.add_argument("--bloom-bits", type=int, default=1 << 24, help="Bloom filter bits of drop-degree-bloom")
+    p.add_argument("--bloom-bits", type=int, default=0,
+                   help="Bloom filter bits of drop-degree-bloom (0: the engine's default, sized at the first "
+                        "epoch that drops entries); the budget runs take 1/32 of the budget")
     p.add_argument("--budget-mb", type=float, default=256.0, help="trace memory budget for the SPSP queries")
     p.add_argument("--budget-modes", default="full,jod,drop-degree-exact,drop-degree-bloom")
     p.add_argument("--budget-max", type=int, default=1280, help="most SPSP sources tried in the budget search")
