@@ -737,6 +737,7 @@ def main(argv=None):
                         "--budget-seconds)")
     p.add_argument("--mem-limit-gb", type=float, default=4.0,
                    help="RSS at which a run is killed and reported as out of memory")
+    p.add_argument("--tag", default="", help="write bench/results/memory_modes-TAG.json instead (another size)")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: jobs, in a subprocess
     if argv is None and "--child" in sys.argv:
         return _child(sys.argv[sys.argv.index("--child") + 1])
@@ -800,7 +801,7 @@ def main(argv=None):
     payload["summary"] = summarize(payload)
     payload["total_s"] = time.perf_counter() - t_start
     report(payload)
-    print("wrote", write_result("memory_modes", payload, a.quick))
+    print("wrote", write_result(f"memory_modes-{a.tag}" if a.tag else "memory_modes", payload, a.quick))
     return payload
 
 

@@ -578,7 +578,10 @@ class Collection:
         state differences as ``drop=kp.Drop(...)`` says); every mode gives the same collection.
         ``symmetric=True`` promises that every edge u -> v comes with v -> u and the same payload (as
         ``kpgnb.graphs.wcc`` builds them): "jod" and "drop" then find in-neighbours in the one arrangement
-        by source instead of keeping a second one by destination. See engine/ife.py."""
+        by source instead of keeping a second one by destination. ``start_rounds`` (memory="full") maps the
+        start states' columns to the round at which each enters the loop (``kpgnb.graphs.bit_length_rounds``:
+        small labels first): the same fixed point with fewer candidates, but not the same D_r on the way, so
+        with ``rounds`` bounded a start state given a round above 0 fails the dataflow. See engine/ife.py."""
         self._live()
         from .ife import ife
         return ife(self, edges, key=key, node=node, value=value, src=src, dst=dst, message=message, agg=agg,

@@ -11,6 +11,7 @@ All three give the same collection at every epoch. ``message`` names its argumen
 state's value column, any edge payload column, and ``degree`` (the sender's out-degree)."""
 from __future__ import annotations
 
+import functools
 import inspect
 import weakref
 
@@ -128,6 +129,8 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     name = _unique_name(start.builder, name)
     state = start.select(*key, value) if list(start.schema.names) != key + [value] else start
     edges_ = edges.select(*(src + dst + payload)) if list(edges.schema.names) != src + dst + payload else edges
+    if start_rounds is not None and rounds:
+        start_rounds = _undelayed(start_rounds, who, rounds)
     if memory == "full":
         return _full(state, edges_, groups, node, value, src, dst, payload, call, degree, agg, rounds,
                      start_rounds, name)
@@ -150,6 +153,20 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     op = IfeOp(start.scope, st.op, by_src.op, by_dst.op, spec, eng.workers, Site.capture(), name)
     start.builder.reports.append(op)
     return Collection(start.builder, op, state.schema, start.scope)
+
+
+def _undelayed(start_rounds, who: str, rounds: int):
+    """``start_rounds`` checked to delay no start state: a delayed entry keeps the fixed point only, so with
+    ``rounds`` bounded the result would not be D_rounds. Round 0 for every state is plain entry."""
+    @functools.wraps(start_rounds)  # (its signature names the columns it reads)
+    def check(**columns):
+        r = np.asarray(start_rounds(**columns))
+        if (r != 0).any():
+            raise SchemaError(f"{who}: start_rounds= delays start states (round {int(r.max())}), which keeps "
+                              f"only the fixed point: with rounds={rounds} the result would not be D_{rounds}; "
+                              f"pass rounds=None or leave start_rounds out")
+        return r
+    return check
 
 
 def _unique_name(builder, name: str) -> str:

@@ -143,3 +143,21 @@ def test_main_end_to_end(monkeypatch, tmp_path):
     assert {x["query"] for x in g["jod"]["per_query"]} == {"spsp", "khop"}
     assert g["budget"]["full_fits"] is not None
     assert {x["p"] for x in P["summary"]["sweep_points"]} == {0.5, 0.9}
+
+
+def test_main_tag_and_the_engines_bloom_size(monkeypatch, tmp_path):
+    """``--tag`` names the results file; ``--bloom-bits`` 0 (the default) leaves the filter's size to the
+    engine, which reports the bits and hashes it chose."""
+    written = {}
+
+    def fake_write(name, payload, quick=False):
+        written[name] = payload
+        return str(tmp_path / f"{name}.json")
+    monkeypatch.setattr(M, "write_result", fake_write)
+    P = M.main(["--nodes", "64", "--edges", "300", "--batches", "3", "--sources", "3", "--queries", "spsp",
+                "--modes", "drop-degree-bloom", "--budget-modes", "", "--sweep-p", "", "--isolate", "none",
+                "--tag", "big"])
+    assert list(written) == ["memory_modes-big"] and written["memory_modes-big"] is P
+    (run,) = P["runs"]
+    assert "failure" not in run and run["mode"] == "drop-degree-bloom"
+    assert run["ife"]["bloom"]["bits"] >= 1 << 16 and 1 <= run["ife"]["bloom"]["hashes"] <= 8

@@ -12,7 +12,8 @@ def datalog_error(text: str, line: int, column: int, message: str, span=None) ->
     width = 1
     if span is not None and span.end_line == span.line:
         width = max(1, span.end_column - span.column)
-    caret = " " * (column - 1) + "^" * min(width, max(1, len(src) - column + 1))
+    pad = "".join(c if c == "\t" else " " for c in src[:column - 1])  # tabs kept: the caret lines up as shown
+    caret = pad.ljust(column - 1) + "^" * min(width, max(1, len(src) - column + 1))
     gutter = f"{line:>4} | "
     err = DatalogError(f"line {line}, column {column}: {message}\n{gutter}{src}\n{' ' * len(gutter)}{caret}")
     err.line, err.column, err.reason = line, column, message

@@ -41,6 +41,7 @@ class Pattern:
     args: tuple
     text: str = field(default="", compare=False)
     spans: tuple = field(default=(), compare=False)
+    span: object = field(default=None, compare=False)  # the whole goal's
 
     @property
     def asked(self) -> list:
@@ -247,7 +248,7 @@ def parse_pattern(text: str, columns, dtypes) -> Pattern:
     """The goal in ``text``, parsed as programs are (constants, escapes, errors located in the goal), its
     constants checked against the relation's column types (``columns``/``dtypes``: pred -> lists; a
     relation that is not there is the caller's error)."""
-    pred, raw, _ = parse_goal(text)
+    pred, raw, span_all = parse_goal(text)
     args, spans = [], []
     for i, x in enumerate(raw):
         span = getattr(x, "span", None)
@@ -261,7 +262,7 @@ def parse_pattern(text: str, columns, dtypes) -> Pattern:
             raise datalog_error(text, span.line, span.column, "a goal argument is ? (asked), _ (any) or a "
                                 "constant", span)
         spans.append(span)
-    pattern = Pattern(pred, tuple(args), text, tuple(spans))
+    pattern = Pattern(pred, tuple(args), text, tuple(spans), span_all)
     if pred in dtypes and len(args) == len(dtypes[pred]):
         pattern = _typed(pattern, columns[pred], dtypes[pred])
     return pattern
@@ -282,4 +283,4 @@ def _typed(p: Pattern, columns, dtypes) -> Pattern:
         want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}.get(dt, dt)
         raise datalog_error(p.text, span.line, span.column, f"argument {i + 1} of the goal is {x!r}, but column "
                             f"{col!r} of {p.pred!r} is {dt}: the constant must be {want}", span)
-    return Pattern(p.pred, tuple(args), p.text, p.spans)
+    return Pattern(p.pred, tuple(args), p.text, p.spans, p.span)

@@ -245,10 +245,10 @@ class Program:
         pat = parse_pattern(pattern, a.columns, a.dtypes)
         known = {**a.inputs, **a.derived}
         if pat.pred not in known:
-            raise DatalogError(f"goal {pattern!r}: no relation {pat.pred!r}; relations are {sorted(a.derived)}, "
-                               f"inputs {sorted(a.inputs)}")
+            raise at(pattern, pat, f"goal {pattern!r}: no relation {pat.pred!r}; relations are "
+                                   f"{sorted(a.derived)}, inputs {sorted(a.inputs)}")
         if len(pat.args) != known[pat.pred]:
-            raise DatalogError(f"goal {pattern!r}: {pat.pred!r} takes {known[pat.pred]} arguments")
+            raise at(pattern, pat, f"goal {pattern!r}: {pat.pred!r} takes {known[pat.pred]} arguments")
         with self._lock:  # (prog.drop() takes it: a goal is made before the drop, and dropped by it, or refused)
             self._check_installed(f"goal {pattern!r}")
             g = Goal(self, pat)
