@@ -105,16 +105,18 @@ class ExactTracker:
         self.upper = 0
         self.markers = 0
 
-    def _masks(self, keys):
-        """(history, inverse) of these keys' (block, mask) rows."""
-        pkh, pkeys, inv = key_index(keys)
+    def _masks(self, keys, index=None):
+        """(history, inverse) of these keys' (block, mask) rows; ``index``: ``key_index(keys)`` if known."""
+        pkh, pkeys, inv = index if index is not None else key_index(keys)
         return Cursor(self.trace.snapshot.all_batches(), 2, 1).seek(pkh, pkeys), inv
 
-    def latest(self, keys, kh, lo, hi) -> np.ndarray:
+    def latest(self, keys, kh, lo, hi, index=None) -> np.ndarray:
+        """For each key, the latest round in (lo, hi] whose entry was dropped, or -1. ``index``:
+        ``key_index(keys)``, where the caller has it."""
         n = keys.shape[1]
         out = np.full(n, -1, np.int64)
         if n:
-            h, inv = self._masks(keys)
+            h, inv = self._masks(keys, index)
             ik.mask_latest(h.off, np.ascontiguousarray(h.vals[0]), np.ascontiguousarray(h.vals[1]), h.diffs, inv,
                            np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64), out)
         return out
@@ -199,7 +201,7 @@ class BloomTracker:
         self.hashes = None if hashes is None else int(hashes)
         self.markers = 0
 
-    def latest(self, keys, kh, lo, hi) -> np.ndarray:
+    def latest(self, keys, kh, lo, hi, index=None) -> np.ndarray:
         out = np.full(len(kh), -1, np.int64)
         if self.bits is not None and self.hashes is not None:
             ik.bloom_latest(self.bits, self.hashes, np.ascontiguousarray(kh), np.ascontiguousarray(lo),

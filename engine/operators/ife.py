@@ -257,15 +257,16 @@ class IfeOp(Operator):
         rows = np.arange(len(q)) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(poff[:-1][inv], lens)
         return _Rows(q, vals[:, rows], diffs[rows])
 
-    def _stored(self, keys, q):
-        """(round, value) of each key's latest stored timeline entry at a round <= q (round -1: none)."""
+    def _stored(self, keys, q, index=None):
+        """(round, value) of each key's latest stored timeline entry at a round <= q (round -1: none).
+        ``index``: ``key_index(keys)``, where the caller has it."""
         n = keys.shape[1]
         r, v = np.empty(n, np.int64), np.empty(n, np.int64)
         batches = [b for b in self.timeline.snapshot.all_batches() if len(b)]
         if not n or not batches:
             r[:] = -1
             return r, v
-        pkh, pkeys, inv = key_index(keys)
+        pkh, pkeys, inv = index if index is not None else key_index(keys)
         h = Cursor(batches, 2, 1).seek(pkh, pkeys)
         ik.timeline_at(h.off, np.ascontiguousarray(h.vals[0]), np.ascontiguousarray(h.vals[1]), h.diffs, inv,
                        np.ascontiguousarray(q, dtype=np.int64), r, v)
@@ -288,12 +289,14 @@ class IfeOp(Operator):
     def _old_stored(self, keys, q):
         """The states the stored entries give, the queries whose latest entry may be a dropped one, and
         (for every query) the round of that dropped entry."""
-        g, v = self._stored(keys, q)
+        tracked = self.tracker is not None and self.tracker.markers and keys.shape[1]
+        index = key_index(keys) if tracked else None  # (one index for the timeline and the tracker)
+        g, v = self._stored(keys, q, index)
         v = np.where(g >= 0, v, ABSENT)
         none = np.zeros(0, np.int64)
-        if self.tracker is None or not self.tracker.markers or not len(g):
+        if not tracked:
             return v, none, none
-        d = self.tracker.latest(keys, hash_keys(np.ascontiguousarray(keys)), g, np.asarray(q, np.int64))
+        d = self.tracker.latest(keys, hash_keys(np.ascontiguousarray(keys)), g, np.asarray(q, np.int64), index)
         return v, np.flatnonzero(d > g), d
 
     def _memo_get(self, keys, rounds):
@@ -662,7 +665,8 @@ class IfeOp(Operator):
         if found:  # retract the stored entry at r
             tl[0].append(keys[:, at_r]), tl[1].append(np.stack([g[at_r], v[at_r]])), tl[2].append(np.full(found, -1))
         if self.tracker is not None and self.tracker.kind == "exact":
-            d = self.tracker.latest(keys, pkh, np.full(n, r - 1, np.int64), np.full(n, r, np.int64))
+            d = self.tracker.latest(keys, pkh, np.full(n, r - 1, np.int64), np.full(n, r, np.int64),
+                                    (pkh, keys, np.arange(n)))  # (keys distinct, in arrangement order)
             gone = d == r
             if gone.any():
                 k = int(gone.sum())
