@@ -8,8 +8,9 @@ import numpy as np
 from .batch import form_arrays, may_meet
 from .kernels import multiplicity_overflow
 from .kernels.merge import normalize_groups
-from .kernels.seek import distinct_keys, gather_rows, merge_key_lists, seek_rows, unique_sorted_keys
-from .kernels.sort import arrangement_order
+from .kernels import sort as sortk
+from .kernels.seek import distinct_keys, gather_rows, index_packed, merge_key_lists, seek_rows, unique_sorted_keys
+from .kernels.sort import MAX_PACKED, arrangement_order
 from .scope import IDENTITY, TimeLens
 
 
@@ -67,6 +68,10 @@ def key_index(keys: np.ndarray):
             rank = np.empty(d, np.int64)
             rank[perm] = np.arange(d)
             return skh, np.ascontiguousarray(sub[:, perm]), rank[inv]
+    if n < MAX_PACKED:
+        packed = sortk.packed_hashes(keys)  # (looked up here: tests substitute colliding hashes)
+        packed.sort()  # (NumPy's SIMD sort, as arrangement_order)
+        return index_packed(packed, keys)
     perm, skh = arrangement_order(keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
     k = np.ascontiguousarray(keys[:, perm])
     keep = unique_sorted_keys(skh, k)

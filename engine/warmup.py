@@ -86,6 +86,7 @@ def kernel_signatures(family: str) -> list:
                 (times.count_positive, (I1,)),
                 (times.bit_lengths, (I1,)),
                 (seek.unique_sorted_keys, (I1, I2)),
+                (seek.index_packed, (U1, I2)),
                 (seek.distinct_keys, (I2, i8)),
                 (seek.seek_keys, (I1, I2, I1, I2)),
                 (seek.seek_rows, (I1, I2, I1, I1, I2, I1, I1)),

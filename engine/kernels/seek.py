@@ -7,7 +7,7 @@ import numpy as np
 
 from . import helper, kernel
 from .rows import cmp_cols
-from .sort import key_hash_at
+from .sort import POS_BITS, POS_MASK, fix_hash_runs, key_hash_at
 
 
 INTERPOLATE_GAP = 256  # interpolate where the batch has more than this many keys per probe (below it, a gallop
@@ -123,6 +123,35 @@ def unique_sorted_keys(kh, keys):
         if kh[i] == kh[i - 1] and cmp_cols(keys, i, keys, i - 1) == 0:
             keep[i] = False
     return keep
+
+
+@kernel
+def index_packed(packed, keys):
+    """``key_index`` in one call once NumPy has sorted the packed (hash << 24 | position) words of the key
+    columns: (the distinct keys' hashes and columns in arrangement order, each column's number among
+    them). A probe set of a few hundred keys cost about ten NumPy and kernel calls around the sort."""
+    n = packed.shape[0]
+    kk = keys.shape[0]
+    perm = np.empty(n, np.int64)
+    skh = np.empty(n, np.int64)
+    for i in range(n):
+        perm[i] = np.int64(packed[i] & np.uint64(POS_MASK))
+        skh[i] = np.int64(packed[i] >> np.uint64(POS_BITS))
+    fix_hash_runs(perm, skh, keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
+    inv = np.empty(n, np.int64)
+    firsts = np.empty(n, np.int64)
+    d = 0
+    for i in range(n):
+        if i == 0 or skh[i] != skh[i - 1] or cmp_cols(keys, perm[i], keys, perm[i - 1]) != 0:
+            firsts[d] = perm[i]
+            skh[d] = skh[i]  # (d <= i: the hashes not yet read are never overwritten)
+            d += 1
+        inv[perm[i]] = d - 1
+    okeys = np.empty((kk, d), np.int64)
+    for c in range(kk):
+        for t in range(d):
+            okeys[c, t] = keys[c, firsts[t]]
+    return skh[:d].copy(), okeys, inv
 
 
 @helper
