@@ -565,6 +565,11 @@ class Scheduler:
                 if ended is not None and ended.error is not None:
                     raise DataflowError(f"dataflow {name!r} reads {uname!r} from dataflow {producer!r}, which "
                                         f"{ended.ended}: {ended.error}") from ended.error
+                if entry is not None:  # the name is exported again, by a replacement of its dataflow
+                    raise UsageError(f"dataflow {name!r} reads {uname!r} as dataflow {producer!r} exported it "
+                                     f"when {name!r} was built; {uname!r} has been replaced since (by "
+                                     f"dataflow {entry.producer.name!r}): build {name!r} again to read the "
+                                     f"new one")
                 raise UsageError(f"no arrangement named {uname!r} is exported any more (it was dropped)")
         gone = sorted(src.name for src in b.sources if src.dropped)
         if gone:

@@ -126,6 +126,11 @@ class ImportOp(Operator):
         trace = self._strong
         upper = trace.upper
         frontier = last_complete(upper, trace.logical)
+        # never behind what the batches are compacted to: a closed input's logical frontier is empty (no
+        # later epoch will come), not its last epoch, while its batches hold every time at that epoch
+        done = epoch_of(trace.snapshot.since)
+        if done is not None and done > epoch_of(frontier):
+            frontier = at_epoch(done)
         if trace.start > epoch_of(frontier):
             frontier = at_epoch(trace.start)
         self.handle = trace.handle(logical=frontier, physical=upper, owner=self.label())
