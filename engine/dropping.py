@@ -9,8 +9,8 @@ vertex's timeline to drop, and how to remember that one was dropped.
   default sized at the first epoch that drops entries, at BITS_PER_PAIR bits per pair it drops, with
   ``bloom_hashes`` (by default) chosen for twice that many pairs. A query asks about a range of rounds,
   so a filter's false-positive rate is paid once per round of the range: a filter of fixed size filled
-  with many more pairs than it was sized for recomputes states on most reads (SPSP on 1M edges with a
-  2 MiB filter: 33x the recomputations of the exact tracker, 14x its time per update).
+  with many more pairs than it was sized for names undropped rounds on many reads and recomputes there
+  (SPSP on 1M edges with a 2 MiB filter: 33x the recomputations of the exact tracker, 14x its time).
 - A tracker answers, for a vertex and a range of rounds (lo, hi], the latest round whose entry may have
   been dropped. The exact one answers precisely; the Bloom filter never misses a dropped entry (no false
   negatives) and may name one that was kept or rewritten since: the caller then recomputes a value it
