@@ -8,9 +8,7 @@ that shows once in a hundred runs is a bug."""
 from __future__ import annotations
 
 import ctypes
-import faulthandler
 import gc
-import sys
 import threading
 import time
 import weakref
@@ -21,24 +19,11 @@ import pytest
 
 import kpgnb as kp
 from kpgnb.engine import faults
-
-T = 30  # bound on every wait expected to succeed
-
-
-@pytest.fixture(autouse=True)
-def _watchdog():
-    faults.disarm()
-    faulthandler.dump_traceback_later(240, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    faults.disarm()
+from threads import T, join_all, watchdog
 
 
-def _join(threads, timeout=T):
-    for t in threads:
-        t.join(timeout)
-    alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"threads still running (hung?): {alive}"
+
+_watchdog = watchdog(240)
 
 
 def _async_raise(thread: threading.Thread, exc_type) -> None:
@@ -132,7 +117,7 @@ def test_constant_count_and_two_views_of_one_dataflow_agree(workers):
         while not all(counts[i] > 0 for i in range(3)) and time.monotonic() < deadline:
             time.sleep(0.01)
         stop.set()
-        _join(threads)
+        join_all(threads)
         assert not problems, problems[:5]
         assert all(counts[i] > 0 for i in range(3)), counts
         final = Counter()
@@ -191,7 +176,7 @@ def test_join_with_both_sides_changing_in_one_epoch(workers):
             B.advance_to(e + 1)
         eng.wait(j, timeout=T)
         stop.set()
-        _join(threads)
+        join_all(threads)
         assert not problems, problems[:3]
         assert reads
     finally:
@@ -245,7 +230,7 @@ def test_followers_arriving_and_dataflow_dropped_while_following(workers):
                     threads.append(t)
             eng.wait(v, timeout=T)
             eng.drop("d")
-            _join(threads)
+            join_all(threads)
             assert not problems, problems[:3]
             assert len(results) == len(threads)
         finally:
@@ -283,7 +268,7 @@ def test_two_writers_on_the_same_input_lose_nothing(workers):
             ts = [threading.Thread(target=writer, args=(w,), name=f"w{w}") for w in (1, 2)]
             for t in ts:
                 t.start()
-            _join(ts)
+            join_all(ts)
             x.close()
             eng.wait(v, timeout=T)
             assert not errors, errors
@@ -317,7 +302,7 @@ def test_two_writers_on_two_inputs_joined(workers):
               threading.Thread(target=writer, args=(B, rowsB, 0.0013))]
         for t in ts:
             t.start()
-        _join(ts)
+        join_all(ts)
         eng.wait(v, timeout=T)
         for e in range(E):
             ca = Counter(k for r in rowsA[:e + 1] for k, _ in r)
@@ -396,7 +381,7 @@ def test_install_drop_churn_on_a_shared_export_releases_it(workers):
                     eng.drop("prod")  # now kept only for its readers
         finally:
             stop.set()
-            _join(ts)
+            join_all(ts)
         assert not problems, problems[:5]
         with exp_lock:
             epoch = x.epoch
@@ -458,7 +443,7 @@ def test_user_function_raising_mid_stream_surfaces_and_reinstall_works(workers):
         for e in range(1, 30):
             x.insert([(e,)])
             x.advance_to(e)
-        _join([t])
+        join_all([t])
         assert seen_errors and isinstance(seen_errors[0], kp.DataflowError), seen_errors
         assert "thirteen" in str(seen_errors[0]) or isinstance(seen_errors[0].__cause__, ZeroDivisionError)
         with pytest.raises(kp.DataflowError):
@@ -546,7 +531,7 @@ def test_read_racing_a_failure_reports_the_failure_not_a_drop_natural(workers):
             for e in range(1, 30):
                 x.insert([(e,)])
                 x.advance_to(e)
-            _join([t])
+            join_all([t])
             if not isinstance(seen[0], kp.DataflowError):
                 wrong.append(repr(seen[0]))
         finally:
@@ -628,7 +613,7 @@ def test_interrupt_injected_into_waiting_threads_does_not_wedge(workers):
             ready.wait(5)
             time.sleep(0.01 + 0.002 * (i % 5))
             _async_raise(t, KeyboardInterrupt)
-            _join([t], 10)
+            join_all([t], 10)
             x.insert([(i,)])
             x.advance_to(i + 2)
         assert outcomes["interrupted"] == 40, outcomes
@@ -824,7 +809,7 @@ def test_insert_racing_close_is_not_silently_lost():
             t.start()
             time.sleep(0.02)
             x.close()
-            _join([t])
+            join_all([t])
             eng.wait(v, timeout=T)
             got = v.to_pandas()["count"].tolist()
             if out == ["ok"] and got != [len(rows)]:
@@ -872,7 +857,7 @@ def test_advance_racing_close_does_not_fail_the_engine_deterministic():
         del x._check
         x.close()
         closed.set()
-        _join([t])
+        join_all([t])
         eng.wait(w, timeout=T)  # an unrelated dataflow
         eng.wait(v, timeout=T)
         assert v.to_pandas()["count"].tolist() == [1]
@@ -908,7 +893,7 @@ def test_advance_racing_close_does_not_fail_the_engine_natural():
             started.wait(5)
             time.sleep(0.001 * (it % 5))
             x.close()
-            _join([t])
+            join_all([t])
             try:
                 eng.wait(v, timeout=T)
             except kp.EngineError as ex:

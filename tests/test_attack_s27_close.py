@@ -8,7 +8,6 @@ not with sleeps."""
 from __future__ import annotations
 
 import ctypes
-import faulthandler
 import threading
 import time
 
@@ -17,18 +16,12 @@ import pytest
 import kpgnb as kp
 from kpgnb.engine import faults
 from kpgnb.engine.commands import Cancel
+from threads import T, watchdog
 
-T = 30  # bound on every wait expected to succeed
 PROMPT = 3.0  # an answer that is available now must come within this (the engine waits 10 s before guessing)
 
 
-@pytest.fixture(autouse=True)
-def _watchdog():
-    faults.disarm()
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    faults.disarm()
+_watchdog = watchdog(120)
 
 
 def _async_raise(thread: threading.Thread, exc_type) -> None:

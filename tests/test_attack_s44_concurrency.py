@@ -8,36 +8,20 @@ read claims to be complete), every wait is bounded and a watchdog dumps the stac
 if a test hangs. Racy scenarios loop a few times with fixed seeds."""
 from __future__ import annotations
 
-import faulthandler
 import random
 import threading
 import time
 import traceback
 from collections import Counter
 
-import numpy as np
 import pytest
 
 import kpgnb as kp
-from kpgnb.engine import faults
-
-T = 30  # bound on every wait expected to succeed
+from threads import T, join_all, watchdog
 
 
-@pytest.fixture(autouse=True)
-def _watchdog():
-    faults.disarm()
-    faulthandler.dump_traceback_later(240, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-    faults.disarm()
 
-
-def _join(threads, timeout=T):
-    for t in threads:
-        t.join(timeout)
-    alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"threads still running (hung?): {alive}"
+_watchdog = watchdog(240)
 
 
 def _triples(d, a, b, c):
@@ -199,9 +183,9 @@ def _late_join_run(seed, workers, close_inputs, n=40):
         installers = [threading.Thread(target=installer, args=(i,), name=f"inst{i}") for i in range(2)]
         for t in writers + installers:
             t.start()
-        _join(writers, 60)
+        join_all(writers, 60)
         stop.set()
-        _join(installers, 60)
+        join_all(installers, 60)
     finally:
         eng.close()
     return problems
@@ -379,7 +363,7 @@ def test_failing_dataflow_leaves_readers_of_the_others_exact(workers):
                 eng.wait(jn, timeout=T)
             finally:
                 stop.set()
-                _join(ts)
+                join_all(ts)
             assert not problems, problems[:3]
             d = cnt.to_pandas()
             assert set(zip(d.k.tolist(), d["count"].tolist())) == _ref_count(sts[-1])
@@ -460,7 +444,7 @@ def test_goals_asked_and_retracted_from_several_threads_while_edges_change(worke
             ts = [threading.Thread(target=asker, args=(i,)) for i in range(3)] + [threading.Thread(target=writer)]
             for t in ts:
                 t.start()
-            _join(ts, 60)
+            join_all(ts, 60)
             assert not errs, errs
             tc = _closure(live)
             for gi, g in enumerate(goals):
@@ -683,7 +667,7 @@ def test_replace_churn_while_threads_read_old_views_and_import_the_export(worker
                 time.sleep(0.005)
             ts[0].join(T)
             stop.set()
-            _join(ts)
+            join_all(ts)
             v = holder["v"]
             eng.wait(v, timeout=T)
             if v.to_pandas()["count"].tolist() != [60]:

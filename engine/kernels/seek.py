@@ -7,7 +7,7 @@ import numpy as np
 
 from . import helper, kernel
 from .rows import cmp_cols
-from .sort import POS_BITS, POS_MASK, fix_hash_runs, key_hash_at
+from .sort import fix_hash_runs, key_hash_at, unpack_positions
 
 
 INTERPOLATE_GAP = 256  # interpolate where the batch has more than this many keys per probe (below it, a gallop
@@ -132,11 +132,7 @@ def index_packed(packed, keys):
     them). A probe set of a few hundred keys cost about ten NumPy and kernel calls around the sort."""
     n = packed.shape[0]
     kk = keys.shape[0]
-    perm = np.empty(n, np.int64)
-    skh = np.empty(n, np.int64)
-    for i in range(n):
-        perm[i] = np.int64(packed[i] & np.uint64(POS_MASK))
-        skh[i] = np.int64(packed[i] >> np.uint64(POS_BITS))
+    perm, skh = unpack_positions(packed)
     fix_hash_runs(perm, skh, keys, np.zeros((0, n), np.int64), np.zeros((n, 0), np.int64))
     inv = np.empty(n, np.int64)
     firsts = np.empty(n, np.int64)
