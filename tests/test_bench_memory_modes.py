@@ -126,13 +126,19 @@ def test_scratch(d):
         assert s["batches"] == 3 and len(s["algo_ms"]) == 3 and s["graph_bytes"] > 0
 
 
-def test_main_end_to_end(monkeypatch, tmp_path):
-    written = {}
+@pytest.fixture
+def written(monkeypatch, tmp_path):
+    """The payloads main() writes, by result name (nothing reaches bench/results)."""
+    out = {}
 
     def fake_write(name, payload, quick=False):
-        written[name] = payload
+        out[name] = payload
         return str(tmp_path / f"{name}.json")
     monkeypatch.setattr(M, "write_result", fake_write)
+    return out
+
+
+def test_main_end_to_end(written):
     P = M.main(["--nodes", "64", "--edges", "300", "--batches", "3", "--sources", "3", "--queries", "spsp,khop",
                 "--modes", "full,jod,drop-degree-exact,drop-random-exact", "--budget-modes", "full,jod",
                 "--budget-mb", "0.4", "--budget-max", "12", "--budget-batches", "1", "--sweep-p", "0.9",
@@ -145,15 +151,9 @@ def test_main_end_to_end(monkeypatch, tmp_path):
     assert {x["p"] for x in P["summary"]["sweep_points"]} == {0.5, 0.9}
 
 
-def test_main_tag_and_the_engines_bloom_size(monkeypatch, tmp_path):
+def test_main_tag_and_the_engines_bloom_size(written):
     """``--tag`` names the results file; ``--bloom-bits`` 0 (the default) leaves the filter's size to the
     engine, which reports the bits and hashes it chose."""
-    written = {}
-
-    def fake_write(name, payload, quick=False):
-        written[name] = payload
-        return str(tmp_path / f"{name}.json")
-    monkeypatch.setattr(M, "write_result", fake_write)
     P = M.main(["--nodes", "64", "--edges", "300", "--batches", "3", "--sources", "3", "--queries", "spsp",
                 "--modes", "drop-degree-bloom", "--budget-modes", "", "--sweep-p", "", "--isolate", "none",
                 "--tag", "big"])
