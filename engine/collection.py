@@ -508,9 +508,10 @@ class Collection:
         rows first (value order and tie-break as in ``argmin``)."""
         if order_by is None:
             raise SchemaError("top_k needs order_by=")
-        if not isinstance(k, (int, np.integer)) or k < 1:
+        if not is_int(k) or k < 1:
             raise SchemaError(f"top_k needs k >= 1, got {k!r}")
-        return self._rows(rk.TOPK, by, order_by, "top_k", k=int(k), desc=bool(descending))
+        k = min(int(k), np.iinfo(np.int64).max)  # (no group holds more rows: larger k keep them all too)
+        return self._rows(rk.TOPK, by, order_by, "top_k", k=k, desc=bool(descending))
 
     def reduce(self, by, fn, columns, out: dict | None = None) -> "Arranged":
         """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),
@@ -597,6 +598,11 @@ class Collection:
             raise SchemaError("views must be defined at the top level of a dataflow (leave() the loop first)")
         if name in self.builder.views:
             raise UsageError(f"this dataflow has a view named {name!r} already")
+        if not is_int(history):
+            raise ArgumentTypeError(f"view {name!r}: history= takes a number of epochs (an int >= 1), got "
+                                    f"{history!r}")
+        if history < 1:
+            raise UsageError(f"view {name!r}: history={history}; at least 1 (the latest epoch)")
         arr = self if isinstance(self, Arranged) else self.arrange_by(*self.schema.names)
         op = ViewOp(arr.scope, arr.op, history, Site.capture())
         op.name = name

@@ -154,6 +154,9 @@ class SymbolTable:
         get = self._ids.get
         with self._lock:
             ids = [get(s, -1) for s in values]
+            for k, i in enumerate(ids):  # (new strings checked before any is interned)
+                if i < 0 and not _utf8(values[k]):
+                    raise SchemaError(f"expected text, found {text_problem(values[k])}")
             for k, i in enumerate(ids):
                 if i < 0:
                     s = values[k]
@@ -203,6 +206,27 @@ _INT64_MAX = 2 ** 63 - 1
 _RANGE = "outside int64's range [-2**63, 2**63 - 1]"
 
 
+def _utf8(s: str) -> bool:
+    """Whether UTF-8 can hold ``s`` (Arrow, Spark and files need it): not where it has a lone surrogate."""
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def text_problem(v) -> str | None:
+    """What keeps ``v`` out of a str column (a value of another type, or text with a lone surrogate), or
+    None."""
+    if not isinstance(v, str):
+        return f"{v!r} ({type(v).__name__}){_NULL if _is_null(v) else ''}"
+    if not _utf8(v):
+        return f"{v!r}, text with a lone surrogate, which UTF-8 (and so Arrow, Spark and files) cannot hold"
+    return None
+
+
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
     """Turn user values into the engine's int64 representation, with errors that name the column."""
     if isinstance(values, np.ma.MaskedArray) and np.ma.is_masked(values):  # NumPy would drop the mask
@@ -213,9 +237,8 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
         try:
             return symbols.intern_array(arr)
         except SchemaError:
-            i, v = next((i, v) for i, v in enumerate(arr.tolist()) if not isinstance(v, str))
-            raise SchemaError(f"column {name!r} is str but row {i} holds {v!r} ({type(v).__name__})"
-                              f"{_NULL if _is_null(v) else ''}") from None
+            i, why = next((i, w) for i, w in enumerate(map(text_problem, arr.tolist())) if w is not None)
+            raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
     arr = np.asarray(values)
     if arr.dtype.kind in "MmSV":  # times, durations, bytes, raw records: not numbers, whatever NumPy casts
         what = {"M": "date/time", "m": "duration", "S": "bytes", "V": "raw"}[arr.dtype.kind]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import Schema, SchemaError, SymbolTable, encode_column, whole
+from .columns import Schema, SchemaError, SymbolTable, encode_column, text_problem, whole
 from .kernels import MAX_MULT
 
 
@@ -114,13 +114,23 @@ def check_arrow(table, schema: Schema, what: str = "the Arrow table"):
         base = fam.removeprefix("dict-")
         if base not in _ARROW_ACCEPTS[dtype]:
             raise SchemaError(f"column {name!r} is {dtype} but {what} has it as Arrow type {col.type}")
-        if col.null_count:
-            nulls = col.is_null()
-            nulls = nulls.to_numpy(zero_copy_only=False) if hasattr(nulls, "to_numpy") else np.asarray(nulls)
-            i = int(np.flatnonzero(nulls)[0])
-            raise SchemaError(f"column {name!r} has {col.null_count} null value(s), the first at row {i}; kpgnb "
-                              f"columns cannot hold nulls: drop or fill them first (e.g. df.na.drop() or "
-                              f"df.na.fill(...) in Spark)")
+        if col.null_count or fam.startswith("dict-"):
+            nulls = _null_rows(col)
+            if len(nulls):
+                raise SchemaError(f"column {name!r} has {len(nulls)} null value(s), the first at row {nulls[0]}; "
+                                  f"kpgnb columns cannot hold nulls: drop or fill them first (e.g. df.na.drop() "
+                                  f"or df.na.fill(...) in Spark)")
+
+
+def _null_rows(col) -> np.ndarray:
+    """The rows of an Arrow column that read as null: its own nulls and, in a dictionary-encoded chunk,
+    indices to a null dictionary entry (which Arrow's null_count leaves out)."""
+    parts = []
+    for c in _chunks(col):
+        if getattr(c, "dictionary", None) is not None and c.dictionary.null_count:
+            c = c.dictionary_decode()
+        parts.append(c.is_null().to_numpy(zero_copy_only=False) if c.null_count else np.zeros(len(c), bool))
+    return np.flatnonzero(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
 def arrow_columns(table, schema: Schema, what: str = "the Arrow table") -> dict:
@@ -221,11 +231,16 @@ class Coded:
             return encode_column(self.uniques[self.codes], dtype, symbols, name)
         try:
             ids = symbols.intern_distinct(self.uniques)
-        except SchemaError:
-            k = next(k for k, v in enumerate(self.uniques.tolist()) if not isinstance(v, str))
-            i = int(np.flatnonzero(self.codes == k)[0])
-            v = self.uniques[k]
-            raise SchemaError(f"column {name!r} is str but row {i} holds {v!r} ({type(v).__name__})") from None
+        except SchemaError:  # a value no row reads (an Arrow dictionary's spare entry) does not count
+            used = np.zeros(len(self.uniques), bool)
+            used[self.codes] = True
+            bad = [(int(np.flatnonzero(self.codes == k)[0]), w)
+                   for k, w in enumerate(map(text_problem, self.uniques.tolist())) if w is not None and used[k]]
+            if bad:
+                i, why = min(bad)
+                raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
+            ids = np.full(len(self.uniques), -1, np.int64)
+            ids[used] = symbols.intern_distinct(self.uniques[used])
         return ids[self.codes]
 
 

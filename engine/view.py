@@ -117,6 +117,8 @@ class View:
             if not is_int(at):
                 raise UsageError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
             at = int(at)
+            if at < 0:
+                raise UsageError(f"view {self.name!r}: at={at}; epochs are numbered from 0")
             up = snap.upper
             if up.elements and at >= epoch_of(up):
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
