@@ -39,6 +39,7 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
         return _from_mapping({str(c): _pandas_column(rows[c], dtypes.get(str(c))) for c in rows.columns},
                              schema, symbols, "the DataFrame", len(rows))
     if isinstance(rows, dict):
+        _check_series_aligned(rows)
         return _from_mapping(rows, schema, symbols, "the dict")
     if isinstance(rows, list) and rows and all(isinstance(r, dict) for r in rows):
         keys = [k for k in rows[0]]
@@ -274,6 +275,17 @@ def _mapping_column(c, name: str, dtype: str):
         if isinstance(c, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray)):
             return _pandas_column(pd.Series(c, name=name, copy=False), dtype)
     return np.asanyarray(c)
+
+
+def _check_series_aligned(mapping: dict):
+    """Columns are read by position; pandas Series given with different indexes would pair rows that
+    pandas (``pd.DataFrame(mapping)``) aligns by label, so they are refused rather than silently paired."""
+    series = [(str(k), v.index) for k, v in mapping.items() if hasattr(v, "index") and hasattr(v, "iloc")]
+    for name, index in series[1:]:
+        if not index.equals(series[0][1]):
+            raise SchemaError(f"columns {series[0][0]!r} and {name!r} of the dict are pandas Series with different "
+                              f"indexes; kpgnb reads columns by position: pass pd.DataFrame(...) of them to align "
+                              f"them by index, or reset their indexes")
 
 
 def _from_mapping(mapping, schema: Schema, symbols, what: str, n: int | None = None) -> np.ndarray:

@@ -705,3 +705,19 @@ def test_a_negative_at_is_refused_as_such():
         eng.wait(v)
         with pytest.raises(kp.UsageError, match="at=-1; epochs are numbered from 0"):
             v.to_pandas(at=-1)
+
+
+def test_a_dict_of_series_with_different_indexes_is_refused():
+    """Columns are read by position: Series whose indexes differ were paired by position where pandas
+    aligns them by label (a silent mismatch); the same index, or Series with lists, still load."""
+    with kp.Engine(workers=1) as eng:
+        x = eng.input("x", ["a", "b"])
+        with pytest.raises(kp.SchemaError, match="'a' and 'b' of the dict are pandas Series with different indexes"):
+            x.insert({"a": pd.Series([1, 2], index=[5, 6]), "b": pd.Series([3, 4], index=[6, 5])})
+        x.insert({"a": pd.Series([1, 2], index=[5, 6]), "b": pd.Series([3, 4], index=[5, 6])})
+        x.insert({"a": pd.Series([7], index=[9]), "b": [8]})
+        x.advance_to(1)
+        with eng.dataflow("d") as df:
+            v = df.input("x").view("v")
+        eng.wait(v)
+        assert got(v) == Counter({(1, 3): 1, (2, 4): 1, (7, 8): 1})
