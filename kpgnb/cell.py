@@ -330,15 +330,19 @@ def notebook_name(name: str) -> bool:
 
 def bind_views(ns: dict, views: dict):
     """Views into the notebook by name (also the ``%%datalog`` cell's relations)."""
+    import builtins
     import types
     for vname, view in views.items():
         held = ns.get(vname)
         if not notebook_name(vname):
             print(f"view {vname!r} has no notebook name (not an identifier, or a Python keyword): run the cell "
                   f"with -o VAR and read it as VAR[{vname!r}]")
-        elif isinstance(held, (types.ModuleType, types.FunctionType, type)):
+        elif isinstance(held, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)):
             print(f"view {vname!r} is not bound: the notebook's {vname!r} is a {type(held).__name__}; run "
                   f"the cell with -o VAR and read it as VAR[{vname!r}]")
+        elif vname not in ns and hasattr(builtins, vname):  # (len, print, sum, input...: not in user_ns)
+            print(f"view {vname!r} is not bound: it would hide Python's builtin {vname!r}; run the cell with "
+                  f"-o VAR and read it as VAR[{vname!r}]")
         else:
             ns[vname] = view
 

@@ -26,7 +26,7 @@ class DataflowMagics(Magics):
         super().__init__(shell)
         self.warmer = warmer
 
-    @magic_arguments()
+    @magic_arguments("%dataflow")  # (the usage line puts one "%" before it: a cell magic's "%%")
     @argument("name", help="the dataflow's name (views and exports are named inside the cell)")
     @argument("--inputs", "-i", default=None, metavar="a=x,b=y",
               help="bind collections in the cell: a is the engine input for x, a pandas or Spark DataFrame, "
@@ -67,7 +67,7 @@ class DataflowMagics(Magics):
         handle = cell.run(self.shell, kernel.engine(), spec, line, body, self.warmer)
         print(_summary(handle))
 
-    @magic_arguments()
+    @magic_arguments("%datalog")
     @argument("name", help="the program's name: its dataflow, and the prefix of its exports (NAME.pred)")
     @argument("--inputs", "-i", default=None, metavar="edge=x,...",
               help="bind input predicates: edge is read from x, a pandas or Spark DataFrame, Arrow table, "

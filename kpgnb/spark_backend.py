@@ -680,7 +680,7 @@ def _arrow_array(v: np.ndarray):
         return pa.array(v, from_pandas=True)  # a pd.NA, NaT or a str column's NaN: a null, refused as such
 
 
-def _arrow_of(name: str, frame):
+def arrow_input(name: str, frame):
     """A pandas frame (an Arrow table is taken as it is) as an Arrow table of what the engine would take
     from it: NaN stays a float value (Spark's own conversion of pandas makes it null); None, and NA in a
     nullable (extension) column such as Int64, is a null (refused later, as the engine refuses it); an
@@ -697,7 +697,7 @@ def _arrow_of(name: str, frame):
         for c, field in zip(names, frame.schema):
             if str(field.type) != "null":
                 arrow_dtype(f"{name}.{c}", field.type)
-        return frame
+        return pa.table({c: _signed(name, c, frame.column(i)) for i, c in enumerate(names)})
     cols = {}
     for i, c in enumerate(frame.columns):
         series = frame.iloc[:, i]
@@ -714,8 +714,21 @@ def _arrow_of(name: str, frame):
                               f"{err}") from None
         if str(col.type) != "null":  # (all None: a null, refused as such later)
             arrow_dtype(f"{name}.{c}", col.type)
-        cols[str(c)] = col
+        cols[str(c)] = _signed(name, c, col)
     return pa.table(cols)
+
+
+def _signed(name: str, c, col):
+    """An unsigned Arrow column as int64, which Spark takes and the engine stores (Spark has no unsigned
+    type): a value past int64's range is refused as the engine refuses it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not pa.types.is_unsigned_integer(col.type):
+        return col
+    top = pc.max(col).as_py() if len(col) else None
+    if top is not None and top > np.iinfo(np.int64).max:
+        raise SchemaError(f"input {name!r}: column {c!r} holds {top}, outside int64's range [-2**63, 2**63 - 1]")
+    return col.cast(pa.int64())
 
 
 def _input_column(name: str, col: str, dtype: str, nullable: bool, at: str):
@@ -757,7 +770,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
             if spark is None:
                 raise SchemaError(f"input {n!r} is a {type(df).__name__}, not a Spark DataFrame; pass spark= "
                                   f"to convert it")
-            df = spark.createDataFrame(_arrow_of(n, df))
+            df = spark.createDataFrame(arrow_input(n, df))
         spark = spark or df.sparkSession
         dt = bridge.dtypes_of(df)
         nullable = {f.name: f.nullable for f in df.schema.fields}

@@ -464,6 +464,7 @@ def run_on_spark(text: str, inputs: dict, spark=None, diffs: bool = False) -> di
     import pandas as pd
     from .. import spark as bridge
     from ..engine.columns import Schema
+    from ..spark_backend import arrow_input
     program = parse(text)
     frames = dict(inputs or {})
     if spark is None:
@@ -473,7 +474,7 @@ def run_on_spark(text: str, inputs: dict, spark=None, diffs: bool = False) -> di
         if not hasattr(f, "sparkSession"):
             if spark is None:
                 raise UsageError(f"input {pred!r} is a {type(f).__name__}, not a Spark DataFrame; pass spark=")
-            frames[pred] = f = spark.createDataFrame(f)
+            frames[pred] = f = spark.createDataFrame(arrow_input(pred, f))  # (as kp.spark.run reads pandas)
         dt = bridge.dtypes_of(f)
         schemas[pred] = (list(dt), list(dt.values()))
     a = analyze(program, schemas.get, set(frames))
