@@ -173,10 +173,11 @@ class Engine:
         """The state the scheduler published last (immutable)."""
         return self._scheduler.snapshot
 
-    def catalog(self) -> dict:
-        """Named arrangements: name -> {dataflow, key, values, records, readers, upper}."""
+    def catalog(self, snapshot: EngineSnapshot | None = None) -> dict:
+        """Named arrangements: name -> {dataflow, key, values, records, readers, upper}; from ``snapshot``
+        where the caller reads several tables of one."""
         out = {}
-        for name, e in self.snapshot().catalog.items():
+        for name, e in (snapshot or self.snapshot()).catalog.items():
             trace = e.live_trace()
             if trace is None:
                 continue
@@ -261,6 +262,8 @@ class Engine:
         out = []
         for infos in (snap.dataflows, snap.retired) if retired else (snap.dataflows,):
             for n, d in infos.items():
+                if snap.gone(d):  # dropped since the snapshot: its arrangements are listed nowhere either
+                    continue
                 ins, meet, open_epochs, all_epochs, behind = {}, Antichain(), [], [], []
                 at = epoch_of(d.frontier)
                 for src in sorted(d.sources):
@@ -293,6 +296,8 @@ class Engine:
         errors, e.g. ``bfs: min#12``; ``kind``; ``busy_s``, seconds its steps took; ``steps``), busiest
         first. Read while the engine runs: each figure is at most one step old."""
         df = self._scheduler.dataflows.get(name)
+        if df is None:  # a replaced or dropped dataflow kept (as NAME~k) while others read its exports
+            df = next((d for d in list(self._scheduler.retired) if d.name == name), None)
         if df is None:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows())}")
         ops = [{"operator": op.label(), "kind": op.kind, "busy_s": op.busy, "steps": op.steps}
@@ -324,6 +329,10 @@ class Engine:
         (``dataflow_stats()``), latencies and worker load. With ``live=True`` each arrangement also
         reports ``live`` (see ``arrangements``)."""
         snap = self.snapshot()  # every part from this one snapshot: a dataflow listed anywhere is in all
+        with snap.pinned():
+            return self._stats(snap, live)
+
+    def _stats(self, snap: EngineSnapshot, live: bool) -> dict:
         lat = np.array(self._scheduler.latency_samples()) * 1e3
         return {
             "workers": self.workers,

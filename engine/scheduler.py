@@ -111,6 +111,10 @@ class Dataflow:
                 out = out.meet(trace.snapshot.upper)
         return out
 
+    def reflected(self):
+        """The last epoch its published frontier reflects (None: every epoch, its frontier is empty)."""
+        return None if self._epoch is None else self._epoch - 1
+
     def note_progress(self, frontier: Antichain, now: float):
         """When the frontier moved, the latency of its newest epoch: from the first ``advance_to`` that
         let each source reach it (the latest of those, or the install) to now. Every update the move
@@ -709,8 +713,10 @@ class Scheduler:
         renamed ``NAME~k``, and so are its exports the new one defines again, in the catalog and in the
         ``uses`` of their readers: those readers keep the old arrangement, later ``use``s get the new one.
         Then it is dropped as usual (kept, pruned, while its exports are read)."""
-        k = self._suffix([old.name], sorted(set(old.exports) & exports))
-        for e in sorted(set(old.exports) & exports):
+        # (a failed or cancelled dataflow's exports left the catalog when it ended: nothing to rename)
+        kept = sorted(e for e in set(old.exports) & exports if getattr(self.catalog.get(e), "producer", None) is old)
+        k = self._suffix([old.name], kept)
+        for e in kept:
             self._rename_export(old, e, k)
         name = old.name
         old.end_views(f"dataflow {name!r} was replaced by a new install of that name; read the new one's view")
@@ -823,6 +829,23 @@ class Scheduler:
         with self._published:
             self.snapshot = snap
             self._published.notify_all()
+        if any(len(s.seals) > s.forget_at for s in self.inputs.values()):
+            self._forget_reflected()
+
+    def _forget_reflected(self):
+        """Each input forgets the advances and seals that every running dataflow reading it reflects (its
+        epoch is past them): a reader that falls behind keeps all it has not reflected, so its latency
+        histogram counts every update and its lag is measured from its oldest unreflected advance."""
+        through = {}
+        for df in list(self.dataflows.values()) + self.retired:
+            if df.error is not None:
+                continue
+            for s in df.sources:
+                e = df.reflected()
+                through[s] = e if s not in through else (through[s] if e is None else
+                                                         e if through[s] is None else min(through[s], e))
+        for s in self.inputs.values():
+            s.forget(through.get(s))
 
     def _input_info(self, name, session) -> InputInfo:
         """An input's record for the snapshot (the last one again while unchanged)."""

@@ -54,6 +54,9 @@ def input_key(schema: Schema, key) -> int:
     return len(names)
 
 
+HISTORY = 256  # seals an input holds before the scheduler forgets those every reader reflects (``forget``)
+
+
 class InputSession:
     """Feeds rows into an engine input. Rows inserted since the last ``advance_to`` belong to the
     current epoch; ``advance_to(e)`` closes every epoch before ``e`` and makes them visible to the
@@ -74,7 +77,7 @@ class InputSession:
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
         self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
-        self._sent: deque = deque(maxlen=256)  # (epoch advanced to or None, perf_counter): how long ago
+        self._sent: deque = deque()  # (epoch advanced to or None, perf_counter): how long ago (``forget``)
         k = len(schema)
         self.nkey = k if nkey is None else nkey  # the leading columns its rows are arranged by
         self.trace = Trace(self.nkey, k - self.nkey, 1, workers, at_epoch(0), effort, f"input:{name}")
@@ -86,7 +89,8 @@ class InputSession:
         self._incoming: list = []
         self._target = at_epoch(0)
         self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
-        self.seals: deque = deque(maxlen=256)       # (epoch sealed to or None, submitted): for latencies
+        self.seals: deque = deque()                 # (epoch sealed to or None, submitted): for latencies
+        self.forget_at = HISTORY                    # the scheduler prunes both once seals pass this many
         self._report: BaseException | None = None   # raised once by the caller's next call
 
     # -- caller side --------------------------------------------------------------------------------
@@ -199,9 +203,9 @@ class InputSession:
             self.epoch = epoch
 
     def advanced_past(self, epoch: int):
-        """When (``time.perf_counter()``) this input was first advanced beyond ``epoch`` (or closed), as far
-        as its last 256 advances tell; None if it has not been. Any thread: for measuring how far behind
-        a dataflow reading it is."""
+        """When (``time.perf_counter()``) this input was first advanced beyond ``epoch`` (or closed); None if
+        it has not been. Any thread: for measuring how far behind a dataflow reading it is (advances every
+        reader reflects are forgotten, ``forget``)."""
         with self._lock:
             for ep, t in self._sent:
                 if ep is None or ep > epoch:
@@ -241,6 +245,18 @@ class InputSession:
         self._sent.append((epoch_of(upper), now))
 
     # -- scheduler side -----------------------------------------------------------------------------
+    def forget(self, through):
+        """Drop the advances and seals up to epoch ``through`` (None: every one of an epoch), which every
+        dataflow reading this input reflects: its latencies are counted and it lags no more behind them.
+        What a lagging reader still needs stays, however many advances it is behind."""
+        def prune(q):
+            while q and q[0][0] is not None and (through is None or q[0][0] <= through):
+                q.popleft()
+        prune(self.seals)
+        with self._lock:
+            prune(self._sent)
+        self.forget_at = max(HISTORY, 2 * len(self.seals))
+
     def accept(self, seal: Seal):
         """Take a seal's rows and target frontier (cannot fail)."""
         self._incoming.extend(seal.chunks)

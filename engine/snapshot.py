@@ -4,6 +4,7 @@ read the latest snapshot only, so they never block the scheduler and never see a
 Traces are referenced weakly: a snapshot never keeps an arrangement alive."""
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass, field
 
@@ -64,3 +65,17 @@ class EngineSnapshot:
     catalog: dict = field(default_factory=dict)
     error: BaseException | None = None   # an internal failure of the scheduler itself (sticky)
     rounds: int = 0
+
+    @contextlib.contextmanager
+    def pinned(self):
+        """Hold the dataflows' traces still alive (the snapshot holds them weakly) while a reader builds
+        several tables from this snapshot, so that a dataflow dropped after it was taken is in every table
+        or in none (``gone``)."""
+        held = [t for infos in (self.dataflows, self.retired) for info in infos.values()
+                for _, ref in info.traces if (t := ref()) is not None]
+        yield held
+
+    @staticmethod
+    def gone(info) -> bool:
+        """Whether a dataflow of this snapshot was dropped since: it had traces, and none is alive."""
+        return bool(info.traces) and all(ref() is None for _, ref in info.traces)

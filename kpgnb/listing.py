@@ -28,7 +28,7 @@ class Listing:
                   for n, s in sorted(eng.inputs().items())]
         arrs = [{"arrangement": n, "dataflow": a["dataflow"], "key": ", ".join(a["key"]),
                  "values": ", ".join(a["values"]), "records": a["records"], "readers": a["readers"]}
-                for n, a in sorted(eng.catalog().items())]
+                for n, a in sorted(eng.catalog(snap).items())]
         return cls(pd.DataFrame(flows, columns=["dataflow", "status", "frontier", "views", "exports", "imports"]),
                    pd.DataFrame(inputs, columns=["input", "columns", "epoch", "closed", "records"]),
                    pd.DataFrame(arrs, columns=["arrangement", "dataflow", "key", "values", "records", "readers"]))

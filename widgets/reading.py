@@ -30,6 +30,11 @@ class Reading:
         if engine.closed:
             return cls(at, wall, True, workers=engine.workers)
         snap = engine.snapshot()
+        with snap.pinned():
+            return cls._of(engine, snap, at, wall)
+
+    @classmethod
+    def _of(cls, engine, snap, at: float, wall: float) -> "Reading":
         latency = {}
         for infos in (snap.dataflows, snap.retired):
             for name, info in infos.items():

@@ -320,17 +320,19 @@ class Compiler:
         names = list(first)
         return b.antijoin(rel, left_on=[self.pre + v for v in names], right_on=[first[v] for v in names])
 
+    # (the functions given to map read locals only, never ``self``: kp.spark.datalog ships them to Spark's
+    # workers, and a compiler holds the builder, the engine and their locks)
     def _unit_of(self, rel):
-        col = rel.columns[0]
-        return rel.map(lambda **c: {self.unit_col: np.zeros(len(c[col]), np.int64)},
-                       out={self.unit_col: "int64"})
+        col, unit = rel.columns[0], self.unit_col
+        return rel.map(lambda **c: {unit: np.zeros(len(c[col]), np.int64)}, out={unit: "int64"})
 
     def _with_unit(self, b):
-        if self.unit_col in b.schema.names:
+        unit = self.unit_col
+        if unit in b.schema.names:
             return b
         names = list(b.schema.names)
-        return b.map(lambda **c: {**c, self.unit_col: np.zeros(len(c[names[0]]), np.int64)},
-                     out={**{n: b.schema.dtype(n) for n in names}, self.unit_col: "int64"})
+        return b.map(lambda **c: {**c, unit: np.zeros(len(c[names[0]]), np.int64)},
+                     out={**{n: b.schema.dtype(n) for n in names}, unit: "int64"})
 
     def _defined(self, b, *exprs):
         """Keep the rows on which every division and remainder in ``exprs`` has a non-zero divisor: one by
