@@ -13,16 +13,21 @@ class Listing:
 
     @classmethod
     def of(cls, eng) -> "Listing":
+        snap = eng.snapshot()
+        with snap.pinned():  # (a dataflow dropped meanwhile is in every table or in none)
+            return cls._of(eng, snap)
+
+    @classmethod
+    def _of(cls, eng, snap) -> "Listing":
         import pandas as pd
 
         from .engine.scope import epoch_of
-        snap = eng.snapshot()
         flows = [{"dataflow": n, "status": d.status, "frontier": _epoch(epoch_of(d.frontier)),
                   "views": ", ".join(v for v, _ in d.views), "exports": ", ".join(d.exports),
-                  "imports": ", ".join(d.uses)} for n, d in sorted(snap.dataflows.items())]
+                  "imports": ", ".join(d.uses)} for n, d in sorted(snap.dataflows.items()) if not snap.gone(d)]
         flows += [{"dataflow": n, "status": d.status, "frontier": _epoch(epoch_of(d.frontier)), "views": "",
                    "exports": ", ".join(d.exports), "imports": ", ".join(d.uses)}
-                  for n, d in sorted(snap.retired.items())]
+                  for n, d in sorted(snap.retired.items()) if not snap.gone(d)]
         inputs = [{"input": n, "columns": ", ".join(f"{c}: {t}" for c, t in zip(s.schema.names, s.schema.dtypes)),
                    "epoch": s.epoch, "closed": s.closed, "records": s.trace.stats()["records"]}
                   for n, s in sorted(eng.inputs().items())]
