@@ -284,25 +284,30 @@ def test_latency_and_lag_while_the_scheduler_is_busy_beyond_256_advances():
 
 # -- replacing ended dataflows ----------------------------------------------------------------------------
 
+def _exporter_of_e(eng, fails: bool):
+    """Dataflow 'd' over input 'a' (rows 1 and 3) exporting 'e', and with ``fails`` a map raising on 3."""
+    a = eng.input("a", ["k"], rows=[(1,), (3,)])
+    a.advance_to(1)
+
+    def boom(k):
+        if k == 3:
+            raise ValueError("boom")
+        return {"k": k}
+
+    with eng.dataflow("d") as df:
+        x = df.input("a")
+        x.arrange_by("k").export("e")
+        if fails:
+            x.map(boom).view("m")
+
+
 @pytest.mark.parametrize("how", ["failed", "cancelled"])
 def test_replacing_an_ended_dataflow_with_exports(how):
     """replace=True of a failed or cancelled dataflow with exports raised AttributeError (its exports had
     left the catalog when it ended, and _replace renamed them)."""
     eng = kp.Engine(workers=1)
     try:
-        a = eng.input("a", ["k"], rows=[(1,), (3,)])
-        a.advance_to(1)
-
-        def boom(k):
-            if k == 3:
-                raise ValueError("boom")
-            return {"k": k}
-
-        with eng.dataflow("d") as df:
-            x = df.input("a")
-            x.arrange_by("k").export("e")
-            if how == "failed":
-                x.map(boom).view("m")
+        _exporter_of_e(eng, how == "failed")
         if how == "failed":
             assert until(lambda: eng.dataflows().get("d") == "failed")
         else:
@@ -448,18 +453,7 @@ def test_using_the_export_of_a_failed_dataflow_says_it_failed():
     """df.use of a failed dataflow's export said only that no such arrangement is exported."""
     eng = kp.Engine(workers=1)
     try:
-        a = eng.input("a", ["k"], rows=[(1,), (3,)])
-        a.advance_to(1)
-
-        def boom(k):
-            if k == 3:
-                raise ValueError("boom")
-            return {"k": k}
-
-        with eng.dataflow("d") as df:
-            x = df.input("a")
-            x.arrange_by("k").export("e")
-            x.map(boom).view("m")
+        _exporter_of_e(eng, True)
         assert until(lambda: eng.dataflows().get("d") == "failed")
         with pytest.raises(kp.KpgnbError) as ei:
             with eng.dataflow("u") as df:
