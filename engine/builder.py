@@ -11,7 +11,7 @@ import weakref
 from .collection import Arranged
 from .columns import SchemaError
 from .dataflow import Graph, Site
-from .errors import DataflowError, UnknownNameError
+from .errors import UnknownNameError
 from .operators.arrange import ImportOp
 from .scope import Scope
 
@@ -113,8 +113,8 @@ class DataflowBuilder:
                 ended = next((d for d in self.engine.snapshot().dataflows.values()
                               if name in d.exports and d.error is not None), None)
                 if ended is not None:  # its exports left the catalog when it ended
-                    raise DataflowError(f"dataflow {self.name!r} reads {name!r} from dataflow {ended.name!r}, "
-                                        f"which {ended.status}: {ended.error}") from ended.error
+                    raise SchemaError(f"no arrangement named {name!r} is exported: dataflow {ended.name!r}, "
+                                      f"which exported it, {ended.status}: {ended.error}") from ended.error
                 raise SchemaError(f"no arrangement named {name!r} is exported; the catalog has {sorted(catalog)}")
             self._used[name] = self._import(name, trace, entry.schema, entry.key, entry.values)
             self.uses[name] = (weakref.ref(trace), entry.dataflow)

@@ -77,5 +77,6 @@ class EngineSnapshot:
 
     @staticmethod
     def gone(info) -> bool:
-        """Whether a dataflow of this snapshot was dropped since: it had traces, and none is alive."""
-        return bool(info.traces) and all(ref() is None for _, ref in info.traces)
+        """Whether a dataflow this snapshot shows running was dropped since: it had traces, and none is
+        alive (a failed or cancelled one has let its traces go and is still listed, with its error)."""
+        return info.status == "running" and bool(info.traces) and all(ref() is None for _, ref in info.traces)

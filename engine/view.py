@@ -117,8 +117,9 @@ class View:
             if not is_int(at):
                 raise UsageError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
             at = int(at)
-            if at < 0:
-                raise UsageError(f"view {self.name!r}: at={at}; epochs are numbered from 0")
+            if at < 0:  # (no history holds it: a CompactedError, as for any epoch it does not hold)
+                raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: epochs are numbered "
+                                     f"from 0, so no history holds a negative one")
             up = snap.upper
             if up.elements and at >= epoch_of(up):
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "

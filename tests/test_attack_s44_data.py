@@ -696,14 +696,15 @@ def test_lone_surrogate_strings_are_refused_naming_the_column(rows):
 
 
 def test_a_negative_at_is_refused_as_such():
-    """at=-1 raised a CompactedError advising more history; no negative epoch exists."""
+    """at=-1 raised a CompactedError advising more history; it is still a CompactedError (as
+    tests/test_attack_api_dataflows.py has it), now saying that no negative epoch exists."""
     with kp.Engine(workers=1) as eng:
         x = eng.input("x", ["a"], rows=[(1,)])
         x.advance_to(2)
         with eng.dataflow("d") as df:
             v = df.input("x").view("v", history=3)
         eng.wait(v)
-        with pytest.raises(kp.UsageError, match="at=-1; epochs are numbered from 0"):
+        with pytest.raises(kp.CompactedError, match="epoch -1: epochs are numbered from 0"):
             v.to_pandas(at=-1)
 
 

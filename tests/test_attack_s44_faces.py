@@ -16,22 +16,26 @@ import sys
 import threading
 import time
 
-os.environ.setdefault("KPGNB_PROGRESS", "0")
-os.environ.setdefault("KPGNB_LIVE_VIEWS", "0")
+import numpy as np
+import pandas as pd
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-
-import kpgnb as kp  # noqa: E402
-from kpgnb import kernel  # noqa: E402
-from kpgnb.engine import faults  # noqa: E402
+import kpgnb as kp
+from kpgnb import kernel
+from kpgnb.engine import faults
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 KEEP = ("In", "Out", "get_ipython", "exit", "quit")
+
+
+@pytest.fixture(autouse=True)
+def _no_live_views(monkeypatch):
+    """Views display as text here (a live view needs a kernel with comms); set per test, so that later
+    test modules see the environment as it was."""
+    monkeypatch.setenv("KPGNB_LIVE_VIEWS", "0")
 
 
 @pytest.fixture(scope="module")
