@@ -543,7 +543,8 @@ class Collection:
         by = _names(by, "by")
         spec = ReduceSpec(USER, len(out_schema), fn=fn, user_cols=list(range(len(columns))),
                           user_float=in_kinds == {"float"}, out_float=out_kinds == {"float"},
-                          out_dtypes=list(out_schema.dtypes), symbols=self.builder.engine.symbols,
+                          out_dtypes=list(out_schema.dtypes), out_names=list(out_schema.names),
+                          symbols=self.builder.engine.symbols,
                           modes=[self._mode(c) for c in columns])
         _compile_user_reduce(spec, len(columns), site)
         return self._reduce(by, columns, spec, list(out_schema.names), list(out_schema.dtypes), "reduce")
@@ -792,3 +793,24 @@ def _compile_user_reduce(spec: ReduceSpec, kv: int, site):
     except Exception as err:  # noqa: BLE001 - reported with the definition site
         raise SchemaError(f"the reduce function at {site} does not compile for "
                           f"values {uv.dtype} (m x {kv}) and int64 counts: {err}") from err
+    got = _user_output_dtype(spec.fn, uv.dtype)
+    if got is not None and got.kind == "f" and not spec.out_float:
+        raise SchemaError(f"the reduce function at {site} returns {got} values, and its output columns "
+                          f"{spec.out_names} are {spec.out_dtypes[0]}: declare them with out= (e.g. "
+                          f"out={{{spec.out_names[0]!r}: 'float64'}})")
+
+
+def _user_output_dtype(fn, vals_dtype):
+    """The dtype of the values a compiled user reduce function returns for (m x kv) values of
+    ``vals_dtype`` and int64 counts, from its numba signature (None where it cannot be told)."""
+    from numba import types
+    from numba.np.numpy_support import as_dtype, from_dtype
+    want = (types.Array(from_dtype(vals_dtype), 2, "C"), types.Array(types.int64, 1, "C"))
+    cres = fn.overloads.get(want)
+    ret = getattr(getattr(cres, "signature", None), "return_type", None)
+    if not isinstance(ret, types.BaseTuple) or not len(ret) or not isinstance(ret[0], types.Array):
+        return None
+    try:
+        return as_dtype(ret[0].dtype)
+    except Exception:  # noqa: BLE001 - a type NumPy has no dtype for: left to the run-time check
+        return None

@@ -476,15 +476,13 @@ def flat_map_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> tuple:
 
 def _counts_or_index(how: np.ndarray, n_in: int, n_out: int) -> bool | None:
     """Whether undeclared ``how`` (non-empty) reads as repeat counts: by length (an index has one entry
-    per output row, counts one per input row); where the lengths agree, all-ones are counts (one row each;
-    None: nothing learned), else the one reading that is valid. Where both are valid they give different
-    rows, and guessing could be silently wrong: an error asks for ``repeat=``."""
+    per output row, counts one per input row); where the lengths agree, the one reading that is valid.
+    Where both are valid they give different rows (all ones too, from two input rows on: one row each, or
+    every row from row 1), and guessing could be silently wrong: an error asks for ``repeat=``."""
     if len(how) == n_out and len(how) != n_in:
         return False
     if len(how) == n_in and len(how) != n_out:
         return True
-    if (how == 1).all():
-        return None
     counts = bool((how >= 0).all() and how.sum() == n_out)
     index = bool(how.min() >= 0 and how.max() < n_in)
     if counts and index:

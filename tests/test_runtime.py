@@ -585,11 +585,19 @@ def test_flat_map_tells_index_from_counts(eng):
         counts = c.flat_map(lambda a: ({"b": np.repeat(a, a)}, a)).view("counts")        # 3 in, 6 out
         index = c.flat_map(lambda a: ({"b": a[np.repeat(np.arange(len(a)), 2)] * 0 + a[0]},
                                       np.repeat(np.arange(len(a)), 2))).view("index")
-        ones = c.flat_map(lambda a: ({"b": a * 10}, np.ones(len(a), np.int64))).view("ones")
+        ones = c.flat_map(lambda a: ({"b": a * 10}, np.ones(len(a), np.int64)), repeat=True).view("ones")
     eng.wait(ones)
     assert rows(counts) == [(1,), (2,), (2,), (3,), (3,), (3,)]
     assert len(rows(index)) == 6
     assert rows(ones) == [(10,), (20,), (30,)]
+    # all ones without repeat= for several rows reads both ways (one row each, or every row from row 1): an
+    # error, not a guess (one worker: its one call sees the three rows)
+    with kp.Engine(workers=1) as one:
+        one.input("x", ["a"], rows=[(1,), (2,), (3,)]).advance_to(1)
+        with one.dataflow("d") as df:
+            guess = df.input("x").flat_map(lambda a: ({"b": a * 10}, np.ones(len(a), np.int64))).view("guess")
+        with pytest.raises(kp.DataflowError, match="repeat="):
+            one.wait(guess)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])

@@ -818,7 +818,8 @@ def reduce_apply(op, g_off, acc_row, acc_cnt, ivals, fvals, okeys, mode, col, k,
 def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
     """Phase 2 with a user function fn(values (m x kv), counts (m,)) -> (out (p x ko), counts (p,)).
     ``proto`` is an empty (0 x ko) array of the output dtype. Compiled per user function (not cached:
-    the function is an argument)."""
+    the function is an argument). Also returns the first value the output dtype changed (its place,
+    -1 if none, and the value: a float for an int64 column) and whether a count reached ``MAX_MULT``."""
     G = g_off.shape[0] - 1
     kv = uvals.shape[0]
     ko = proto.shape[1]
@@ -826,6 +827,9 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
     out = np.empty((max(16, G), ko), proto.dtype)
     des_cnt = np.empty(max(16, G), np.int64)
     n = 0
+    bad = -1  # the first output value the output dtype cannot hold (row * ko + column), and that value
+    badv = 0.0
+    over = False  # a count at or past the multiplicity bound
     for g in range(G):
         des_off[g] = n
         a0 = g_off[g]
@@ -856,10 +860,18 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
         for q in range(p):
             for c in range(ko):
                 out[n + q, c] = o[q, c]
+                x, y = out[n + q, c], o[q, c]
+                # a value the cast changed (a float into int64, an unsigned past int64), NaN included; a
+                # NaN kept as NaN in a float column is no change
+                if bad < 0 and ((x != y and y == y) or (y != y and x == x)):
+                    bad = (n + q) * ko + c
+                    badv = float(o[q, c])
             des_cnt[n + q] = oc[q]
+            if oc[q] >= MAX_MULT or oc[q] <= -MAX_MULT:
+                over = True
         n += p
     des_off[G] = n
-    return des_off, des_cnt[:n].copy(), out[:n].copy()
+    return des_off, des_cnt[:n].copy(), out[:n].copy(), bad, badv, over
 
 
 @kernel

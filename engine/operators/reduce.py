@@ -18,7 +18,7 @@ import numpy as np
 from ..batch import Batch, form_arrays
 from ..columns import float_bits
 from ..dataflow import Batches, Operator
-from ..kernels import multiplicity_overflow
+from ..kernels import MAX_MULT, multiplicity_overflow
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
 from ..cursor import Cursor, Histories
@@ -46,6 +46,7 @@ class ReduceSpec:
     user_float: bool = False
     out_float: bool = False        # USER: output buffer dtype
     out_dtypes: list = field(default_factory=list)  # USER: the output columns' dtypes (bool and str are checked)
+    out_names: list = field(default_factory=list)   # USER: and their names (for errors)
     symbols: object = None
     modes: list = field(default_factory=list)  # per input value column: MODE_INT, MODE_FLOAT or MODE_RANK
 
@@ -336,7 +337,14 @@ class ReduceOp(Operator):
             uv = ivals[spec.user_cols]
             uv = np.ascontiguousarray(uv.view(np.float64) if spec.user_float else uv)
             proto = np.empty((0, spec.out_kv), np.float64 if spec.out_float else np.int64)
-            des_off, des_cnt, out = rk.reduce_apply_user(spec.fn, g_off, acc_row, acc_cnt, uv, proto)
+            des_off, des_cnt, out, bad, badv, over = rk.reduce_apply_user(spec.fn, g_off, acc_row, acc_cnt, uv, proto)
+            if over:
+                raise multiplicity_overflow()
+            if bad >= 0:
+                name, dt = spec.out_names[bad % spec.out_kv], spec.out_dtypes[bad % spec.out_kv]
+                raise ValueError(f"the reduce function returned {badv!r} for output column {name!r}, which the "
+                                 f"dataflow declared {dt}: declare the output columns with out= (e.g. "
+                                 f"out={{{name!r}: 'float64'}})")
             out = np.ascontiguousarray(out.T)
             des_vals = out.view(np.int64) if spec.out_float else out.astype(np.int64, copy=False)
             if spec.out_float:
@@ -463,6 +471,8 @@ def _threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
     if out.shape != counts.shape or out.dtype.kind not in "iub":
         raise ValueError(f"the threshold function must map an int64 array of counts to integers of the same "
                          f"shape; got dtype {out.dtype} and shape {out.shape}")
+    if out.size and (out.max() >= MAX_MULT or (out.dtype.kind == "i" and out.min() <= -MAX_MULT)):
+        raise multiplicity_overflow()  # (a multiplicity the output could not hold, nor sums of it)
     return out.astype(np.int64)
 
 
