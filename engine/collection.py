@@ -436,15 +436,22 @@ class Collection:
         by = list(self.schema.names) if by is None else _names(by, "by")
         return self._reduce(by, [], ReduceSpec(rk.THRESHOLD, 0, fn=fn), [], [], "threshold")
 
-    def _by_col(self, by, col, what):
-        """(by, col) for the reductions over one column, DESIGN order ``f(by=, col=)``; ``f("x")`` alone
-        reduces column x over the whole collection."""
+    def _by_col(self, first, by, col, what):
+        """(by, col) for the reductions over one column: ``f(by=, col=)`` (DESIGN), positionally
+        ``f(by, col)``, and ``f("x")``, which reduces column x over the whole collection. ``first`` is
+        the positional first argument (positional-only, so that ``f(by="k")`` without col= is an error,
+        not a reduction of column k)."""
         self._live()
+        if first is not None:
+            if by is not None:
+                raise SchemaError(f"{what} got by twice: as its first argument and as by=")
+            if col is None and isinstance(first, str):
+                first, col = (), first
+            by = first
+        if by is None:
+            by = ()
         if col is None:
-            if isinstance(by, str):
-                by, col = (), by
-            else:
-                raise SchemaError(f"{what} needs col=, the column to reduce")
+            raise SchemaError(f"{what} needs col=, the column to reduce")
         if not isinstance(col, str):
             raise SchemaError(f"col must be a column name, got {col!r}")
         self._check([col])
@@ -453,11 +460,11 @@ class Collection:
             raise SchemaError(f"column {col!r} is also a by column")
         return by, col
 
-    def sum(self, by=(), col: str | None = None) -> "Arranged":
+    def sum(self, first=None, /, col: str | None = None, *, by=None) -> "Arranged":
         """Sum of ``col`` (weighted by multiplicity, negative multiplicities included) per group of the
         ``by`` columns. A group has a row while any of its rows has a non-zero net multiplicity, even when
         the sum is 0; a group whose rows all cancel has none."""
-        by, col = self._by_col(by, col, "sum")
+        by, col = self._by_col(first, by, col, "sum")
         d = self.schema.dtype(col)
         if d == "str":
             raise SchemaError(f"cannot sum column {col!r}: it holds strings")
@@ -465,41 +472,41 @@ class Collection:
         spec = ReduceSpec(rk.SUM, 1, 0, rk.MODE_FLOAT if fl else rk.MODE_INT, float_out=fl)
         return self._reduce(by, [col], spec, [col], ["float64" if fl else "int64"], "sum")
 
-    def _extreme(self, op, by, col, name):
-        by, col = self._by_col(by, col, name)
+    def _extreme(self, op, first, by, col, name):
+        by, col = self._by_col(first, by, col, name)
         spec = ReduceSpec(op, 1, 0, self._mode(col), symbols=self.builder.engine.symbols,
                           modes=[self._mode(col)])
         return self._reduce(by, [col], spec, [col], [self.schema.dtype(col)], name)
 
-    def min(self, by=(), col: str | None = None) -> "Arranged":
+    def min(self, first=None, /, col: str | None = None, *, by=None) -> "Arranged":
         """Smallest ``col`` per group, among the rows of positive multiplicity (a group with none has no
         row). Values compare by value: numbers numerically (NaN after +inf), strings lexicographically
         (by code point), False < True."""
-        return self._extreme(rk.MIN, by, col, "min")
+        return self._extreme(rk.MIN, first, by, col, "min")
 
-    def max(self, by=(), col: str | None = None) -> "Arranged":
+    def max(self, first=None, /, col: str | None = None, *, by=None) -> "Arranged":
         """Largest ``col`` per group, among the rows of positive multiplicity (value order as in ``min``)."""
-        return self._extreme(rk.MAX, by, col, "max")
+        return self._extreme(rk.MAX, first, by, col, "max")
 
-    def _rows(self, op, by, col, name, k=0, desc=False):
-        by, col = self._by_col(by, col, name)
+    def _rows(self, op, first, by, col, name, k=0, desc=False):
+        by, col = self._by_col(first, by, col, name)
         rest = [n for n in self.schema.names if n not in by]
         spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col), k=k, desc=desc,
                           symbols=self.builder.engine.symbols, modes=[self._mode(n) for n in rest])
         return self._reduce(by, rest, spec, rest, [self.schema.dtype(n) for n in rest], name)
 
-    def argmin(self, by=(), col: str | None = None) -> "Arranged":
+    def argmin(self, first=None, /, col: str | None = None, *, by=None) -> "Arranged":
         """The whole row with the smallest ``col`` per group, once whatever its multiplicity, among the
         rows of positive multiplicity. Ties on ``col`` go to the smallest row: the one whose other columns
         are smallest by value, compared in column order (value order as in ``min``), whatever the
         history of the data."""
-        return self._rows(rk.ARGMIN, by, col, "argmin")
+        return self._rows(rk.ARGMIN, first, by, col, "argmin")
 
-    def argmax(self, by=(), col: str | None = None) -> "Arranged":
+    def argmax(self, first=None, /, col: str | None = None, *, by=None) -> "Arranged":
         """The whole row with the largest ``col`` per group, once whatever its multiplicity, among the rows
         of positive multiplicity. Ties on ``col`` go to the smallest row, as for ``argmin`` (so argmax is
         ``top_k(k=1)`` and argmin ``top_k(k=1, descending=False)`` on sets)."""
-        return self._rows(rk.ARGMAX, by, col, "argmax")
+        return self._rows(rk.ARGMAX, first, by, col, "argmax")
 
     def top_k(self, by=(), order_by: str = None, k: int = 1, descending: bool = True) -> "Arranged":
         """The k rows with the largest (or, descending=False, smallest) ``order_by`` per group, counting
@@ -511,7 +518,7 @@ class Collection:
         if not is_int(k) or k < 1:
             raise SchemaError(f"top_k needs k >= 1, got {k!r}")
         k = min(int(k), np.iinfo(np.int64).max)  # (no group holds more rows: larger k keep them all too)
-        return self._rows(rk.TOPK, by, order_by, "top_k", k=k, desc=bool(descending))
+        return self._rows(rk.TOPK, None, by, order_by, "top_k", k=k, desc=bool(descending))
 
     def reduce(self, by, fn, columns, out: dict | None = None) -> "Arranged":
         """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),

@@ -49,7 +49,7 @@ class FullReport:
         jr, jb = size([self.join])
         sr, sb = size(self.states)
         return {"operator": self.label, "mode": "full", "agg": self.agg, "state_differences": sr,
-                "join_differences": jr, "dropped": 0, "dropped_total": 0, "recomputed": 0,
+                "join_differences": jr, "dropped": 0, "dropped_total": 0, "bloom": None, "recomputed": 0,
                 "bytes": {"state": sb, "join": jb, "dropped_tracker": 0}}
 
 

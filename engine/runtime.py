@@ -63,6 +63,9 @@ class Engine:
             raise UsageError(f"an input's name must be a non-empty str, got {name!r}")
         if isinstance(columns, str):
             columns = [columns]
+        if isinstance(columns, bytes) or not hasattr(columns, "__iter__"):
+            raise ArgumentTypeError(f"input {name!r}: columns must be a list of column names (str), got "
+                                    f"{columns!r}")
         schema = Schema.of(columns, dtypes)
         nkey = input_key(schema, key)
         with self._lock:

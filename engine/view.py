@@ -16,7 +16,7 @@ import numpy as np
 from .columns import decode_column, is_int
 from .commands import Follow
 from .cursor import accumulate_batches
-from .errors import CompactedError, DataflowError, EngineError, KpgnbError, UsageError
+from .errors import ArgumentTypeError, CompactedError, DataflowError, EngineError, KpgnbError, UsageError
 from .lattice import Antichain
 from .scope import epoch_of
 
@@ -115,7 +115,7 @@ class View:
         snap = self._snapshot()
         if at is not None:
             if not is_int(at):
-                raise UsageError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
+                raise ArgumentTypeError(f"view {self.name!r}: at= takes an epoch (an int), got {at!r}")
             at = int(at)
             if at < 0:  # (no history holds it: a CompactedError, as for any epoch it does not hold)
                 raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: epochs are numbered "

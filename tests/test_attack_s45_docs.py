@@ -646,9 +646,6 @@ def test_late_install_refuses_earlier_epochs():
         assert (9,) not in bag(v, at=3)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: view.to_pandas(at='0') raises a plain UsageError; README 'Errors': "
-                   "an argument of the wrong type, an epoch given as a str, is ArgumentTypeError (also a TypeError). "
-                   "advance_to('3') does raise it; the view's at= check (engine/view.py) does not.")
 @pytest.mark.parametrize("read", ["to_pandas", "to_arrow", "columns"])
 def test_at_given_as_str_is_argument_type_error(read):
     with kp.Engine(workers=1) as eng:
@@ -1116,10 +1113,6 @@ def test_count_over_overflowing_multiplicity_fails_dataflow():
         assert bag(s) == {(1, 3 * 2 ** 61): 1}   # a total in range is exact
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (misleading API): c.sum(by='k') / c.min(by='k') without col= does not "
-                   "raise 'needs col='; the positional shorthand f('x') (Collection._by_col) takes by='k' as the "
-                   "column to reduce and returns one row, the total/min of column k over the whole collection, "
-                   "instead of a per-group result or an error. README/DESIGN document only f(by=, col=).")
 @pytest.mark.parametrize("red", ["sum", "min", "max", "argmin"])
 def test_reduction_with_by_keyword_and_no_col_is_refused(red):
     with kp.Engine(workers=1) as eng:
@@ -1146,10 +1139,6 @@ def test_reduction_positional_shorthand_reduces_whole_collection():
                 df.input("a").sum(by=["k"]).view("bad")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (doc contract): README lists `bloom` among the fields of every "
-                   "eng.stats()['ife'] entry ('the Bloom tracker's bits and hashes, None until chosen'); entries "
-                   "of memory='full', 'jod' and drop with tracker='exact' have no 'bloom' key at all "
-                   "(operators/ife.py report() adds it only for a Bloom tracker), so r['bloom'] is a KeyError.")
 def test_ife_stats_entries_have_documented_fields():
     with kp.Engine(workers=2) as eng:
         edges = eng.input("edges", ["src", "dst", "w"], rows=[(0, 1, 4), (0, 2, 1), (2, 1, 2), (1, 3, 5)])
@@ -1186,7 +1175,7 @@ def test_memory_modes_agree_and_stats_fields():
             eng.wait(v, timeout=T)
         for v in views.values():
             assert bag(v) == {(0, 0, 0): 1, (0, 1, 3): 1, (0, 2, 1): 1, (0, 3, 8): 1}
-        st = {r["mode"] + ("/b" if "bloom" in r else ""): r for r in eng.stats()["ife"]}
+        st = {r["mode"] + ("/b" if r["bloom"] is not None else ""): r for r in eng.stats()["ife"]}
         assert st["drop/b"]["bloom"]["bits"] >= 65536
         for r in eng.stats()["ife"]:
             if r["mode"] != "full":
@@ -1355,12 +1344,6 @@ def test_datalog_errors_carry_line_and_column_and_install_nothing(text, line, co
         assert eng.dataflows() == {}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a Datalog string constant that ends in NUL (the README's \\0 escape) "
-                   "loses its trailing NULs where it is compared or assigned: names(\"\\0\", n) matches the row \"\" "
-                   "and s = \"a\\0\" matches \"a\" (s != \"a\\0\" keeps \"a\\0\"), and p(s) :- ..., s = \"\\0\" derives "
-                   "\"\". Facts keep it (f(\"\\0\") is \"\\x00\"). NumPy fixed-width unicode strips trailing NULs: the "
-                   "constant goes through np.str_/'<U' in kpgnb/datalog/compiler.py (_compare, _condition, "
-                   "assignments) instead of staying a Python str / object array.")
 def test_datalog_string_constants_with_trailing_nul():
     rows = [("\x00", 1), ("a\x00", 2), ("a", 3), ("", 4)]
     with kp.Engine(workers=1) as eng:
@@ -1401,11 +1384,6 @@ def test_datalog_string_constants_and_comments():
             assert set(bag(p[pred])) == {(s,)}, pred
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (minor): a Datalog string constant with a lone surrogate (\\ud800, via "
-                   "the README's \\uHHHH escape) in an assignment installs the program, which then fails at run time "
-                   "with a DataflowError about an internal column 'v_s'; the same constant in a fact is refused at "
-                   "once (SchemaError, nothing installed). README Checks: errors raise DatalogError with line and "
-                   "column and install nothing.")
 def test_datalog_lone_surrogate_constant_refused_at_install():
     with kp.Engine(workers=1) as eng:
         e = eng.input("e", ["a"], rows=[(1,)])
@@ -1415,9 +1393,6 @@ def test_datalog_lone_surrogate_constant_refused_at_install():
         assert "b" not in eng.dataflows()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (minor): eng.input('q', 5) or eng.input('q', None) raises a bare "
-                   "TypeError (\"'int' object is not iterable\") from Schema.of, not a KpgnbError naming the "
-                   "columns argument (README: an argument of the wrong type is ArgumentTypeError).")
 @pytest.mark.parametrize("columns", [5, None])
 def test_input_columns_of_wrong_type_refused_clearly(columns):
     with kp.Engine(workers=1) as eng:

@@ -747,8 +747,8 @@ class IfeOp(Operator):
                "dropped": int(self.tracker.markers) if self.tracker is not None else 0,
                "bytes": {"state": int(ts["bytes"]), "join": 0,
                          "dropped_tracker": self.tracker.nbytes() if self.tracker is not None else 0}}
-        if self.tracker is not None and self.tracker.kind == "bloom":
-            out["bloom"] = self.tracker.describe()
+        bloom = self.tracker is not None and self.tracker.kind == "bloom"
+        out["bloom"] = self.tracker.describe() if bloom else None  # (no Bloom filter: none to describe)
         out.update({k: int(v) for k, v in self.counters.items() if k != "dropped"})
         out["dropped_total"] = int(self.counters["dropped"])
         return out

@@ -556,13 +556,23 @@ def _is_int(x) -> bool:
 
 def _compare(cmp, c, pre):
     left, right = evaluate(cmp.left, c, pre), evaluate(cmp.right, c, pre)
-    return np.asarray(_CMP[cmp.op](left, right), dtype=bool)
+    return np.asarray(_CMP[cmp.op](_operand(left), _operand(right)), dtype=bool)
+
+
+def _operand(x):
+    """A str constant as a 0-d object array: NumPy reads a plain str operand as fixed-width unicode,
+    which drops trailing NULs ("a\0" would equal "a")."""
+    return np.array(x, dtype=object) if isinstance(x, str) else x
 
 
 def _column(value, n, dtype):
     if dtype == "str":
         arr = np.asarray(value, dtype=object)
-        return np.full(n, value, dtype=object) if arr.ndim == 0 else arr
+        if arr.ndim:
+            return arr
+        out = np.empty(n, dtype=object)
+        out.fill(value)  # (np.full would read the str as fixed-width unicode, dropping trailing NULs)
+        return out
     np_dtype = {"int64": np.int64, "float64": np.float64, "bool": np.bool_}[dtype]
     return np.broadcast_to(np.asarray(value).astype(np_dtype), (n,))
 
@@ -572,7 +582,7 @@ def _condition(conds):
     def keep(**c):
         mask = None
         for kind, col, other in conds:
-            m = np.equal(c[col], other if kind == "const" else c[other])
+            m = np.equal(c[col], _operand(other) if kind == "const" else c[other])
             mask = m if mask is None else mask & m
         return np.asarray(mask, dtype=bool)
     return keep

@@ -8,6 +8,7 @@ import re
 from lark import Lark, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
+from ..engine.columns import text_problem
 from ..engine.errors import ArgumentTypeError
 from .errors import datalog_error
 from .syntax import Aggregate, Atom, BinOp, Comparison, Const, Decl, Program, Rule, Span, Var
@@ -153,8 +154,12 @@ class _ToSyntax(Transformer):
         return Const(value, _span(items[0]))
 
     def string(self, meta, items):
-        text = str(items[0])
-        return Const(_ESCAPE.sub(_unescape, text[1:-1]), _span(items[0]))
+        tok = items[0]
+        value = _ESCAPE.sub(_unescape, str(tok)[1:-1])
+        problem = text_problem(value)
+        if problem is not None:  # (a \uD800 escape: no column, file or Spark could hold the string)
+            raise datalog_error(self.text, tok.line, tok.column, f"the string constant is {problem}", _span(tok))
+        return Const(value, _span(tok))
 
     def var(self, meta, items):
         return Var(str(items[0]), _span(items[0]))
