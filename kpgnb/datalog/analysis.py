@@ -259,7 +259,7 @@ class _Analyzer:
                 for b, r, lit in deps[p]:
                     if b not in members:
                         continue
-                    cycle = " -> ".join(_cycle(b, p, deps, members))
+                    cycle = " -> ".join(_cycle(p, b, deps, members))  # (p reads b: b feeds p)
                     if lit.negated:
                         raise self.err(lit, f"negation through recursion in the rule for {p!r} (line "
                                             f"{r.span.line}): {show(lit)} is part of the cycle {cycle}; "
@@ -315,6 +315,14 @@ class _Analyzer:
                     raise self.err(plan.rule.head, f"cannot tell the column types of {plan.rule.head.pred!r}: "
                                                    f"every rule defining it reads it; add a non-recursive rule or "
                                                    f"a .decl")
+            # a column widened by a later rule (int to float) widens what the stratum's earlier rules derived
+            # from it: typed again until nothing changes (columns only widen, so this ends)
+            changed = True
+            while changed:
+                before = {p: list(dtypes[p]) for p in s.preds}
+                for plan in s.rules:
+                    self._unify(plan.rule, self._rule_types(plan, dtypes), dtypes)
+                changed = any(dtypes[p] != before[p] for p in s.preds)
 
     def _rule_types(self, plan: RulePlan, dtypes) -> list:
         vt = {}
@@ -481,7 +489,8 @@ def _sccs(nodes, edges) -> list:
 
 
 def _cycle(start, end, deps, members) -> list:
-    """A path start -> ... -> end within one component (for error messages), closed back to start."""
+    """A path start -> ... -> end within one component (for error messages), each predicate feeding the
+    next (read by it), closed back to start: ``end`` feeds ``start``."""
     prev, frontier = {start: None}, [start]
     readers = {p: [h for h in members if any(b == p for b, _, _ in deps[h])] for p in members}
     while frontier:

@@ -20,6 +20,18 @@ GOAL = "goal__"      # the input of asked bindings (one column per '?')
 ANSWER = "answer__"  # the asked predicate's rows for the asked bindings
 
 
+def seed_names(a: Analysis) -> tuple:
+    """The names a goal's rewriting gives the asked bindings' input and the answer (``GOAL``, ``ANSWER``):
+    made unique against the program's own predicates and inputs (a user may call one ``answer__``)."""
+    taken = set(a.derived) | set(a.inputs)
+    goal, answer = GOAL, ANSWER
+    while goal in taken:
+        goal += "_"
+    while answer in taken or answer == goal:
+        answer += "_"
+    return goal, answer
+
+
 class _Marker:
     """A goal argument that is not a constant (a string constant "?" or "_" is a constant)."""
 
@@ -67,7 +79,8 @@ def rewrite(a: Analysis, pattern: Pattern, whole_aggregates: bool = False) -> tu
 
     out, whole, todo, seen = [], set(), [], set()
     names, made = {}, {}  # generated predicate -> (original, kept argument positions); (kind, pred, adn) -> name
-    taken = set(derived) | set(a.inputs) | {GOAL, ANSWER}
+    goal_pred, answer_pred = seed_names(a)
+    taken = set(derived) | set(a.inputs) | {goal_pred, answer_pred}
 
     def generated(kind, pred, adn):
         """The name of ``pred``'s adorned (kind "") or magic (kind "m") predicate for ``adn``: ``tc__bf``,
@@ -153,12 +166,12 @@ def rewrite(a: Analysis, pattern: Pattern, whole_aggregates: bool = False) -> tu
     args = []
     for i, x in enumerate(pattern.args):
         args.append(gvars[i] if x is ASKED else Var(f"_q{next(fresh)}") if x is ANY else Const(x))
-    goal_atom = Atom(GOAL, tuple(gvars[i] for i in pattern.asked))
+    goal_atom = Atom(goal_pred, tuple(gvars[i] for i in pattern.asked))
     if qadn is not None and "b" in qadn:
         margs = tuple(args[i] for i, c in enumerate(qadn) if c == "b")
         out.append(Rule(Atom(generated("m", query, qadn), margs), (goal_atom,) if gvars else ()))
     answer_body = [goal_atom, Atom(target, tuple(args))] if gvars else [Atom(target, tuple(args))]
-    out.append(Rule(Atom(ANSWER, tuple(args)), tuple(answer_body)))
+    out.append(Rule(Atom(answer_pred, tuple(args)), tuple(answer_body)))
     return out, whole, names
 
 
@@ -170,7 +183,7 @@ def program_for(a: Analysis, pattern: Pattern, rules, names: dict) -> Program:
         if pred in names:
             base, keep = names[pred]
         else:
-            base = pattern.pred if pred == ANSWER else pred
+            base = pattern.pred if pred == seed_names(a)[1] else pred
             keep = range(len(a.columns[base]))
         cols = tuple((a.columns[base][i], _decl_type(a.dtypes[base][i]), None) for i in keep)
         decls.append(Decl(pred, cols))

@@ -99,8 +99,15 @@ class _ToSyntax(Transformer):
         super().__init__()
         self.text = text
         self._fresh = itertools.count(1)
+        self._unsigned = {}  # id -> token of each 2**63 literal not (yet) negated: only -2**63 is int64
+
+    def _check_unsigned(self):
+        for tok in self._unsigned.values():
+            raise datalog_error(self.text, tok.line, tok.column, f"the integer {tok} is outside int64 (-2**63 to "
+                                f"2**63 - 1); write it as a float ({tok}.0) if that is meant", _span(tok))
 
     def start(self, meta, items):
+        self._check_unsigned()
         return [i for i in items if i is not None]
 
     def decl(self, meta, items):
@@ -125,6 +132,8 @@ class _ToSyntax(Transformer):
     def _agg(self, tok):
         func, var = str(tok).split("<", 1)
         var = var.rstrip(">").strip()
+        if var == "_":  # (anonymous, as elsewhere: the analysis says an aggregate needs a named variable)
+            var = f"_#{next(self._fresh)}"
         return Aggregate(func.strip(), Var(var, _span(tok)), _span(tok))
 
     def atom(self, meta, items):
@@ -151,11 +160,16 @@ class _ToSyntax(Transformer):
             raise datalog_error(self.text, tok.line, tok.column, f"the integer {text} is outside int64 "
                                 f"(-2**63 to 2**63 - 1); write it as a float ({text}.0) if that is meant",
                                 _span(tok))
-        return Const(value, _span(items[0]))
+        const = Const(value, _span(items[0]))
+        if value == INT64[1] + 1:
+            self._unsigned[id(const)] = items[0]
+        return const
 
     def string(self, meta, items):
         tok = items[0]
         value = _ESCAPE.sub(_unescape, str(tok)[1:-1])
+        if not value.isascii():  # \uD83D\uDE00, a surrogate pair written as two escapes, is one character
+            value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
         problem = text_problem(value)
         if problem is not None:  # (a \uD800 escape: no column, file or Spark could hold the string)
             raise datalog_error(self.text, tok.line, tok.column, f"the string constant is {problem}", _span(tok))
@@ -170,6 +184,7 @@ class _ToSyntax(Transformer):
     def neg(self, meta, items):
         x = items[0]
         if isinstance(x, Const) and not isinstance(x.value, str):
+            self._unsigned.pop(id(x), None)
             return Const(-x.value, _span(meta))
         return BinOp("-", Const(0, _span(meta)), x, _span(meta))
 
@@ -177,6 +192,7 @@ class _ToSyntax(Transformer):
         return ASK
 
     def goal(self, meta, items):
+        self._check_unsigned()
         name, *args = items
         return str(name), tuple(a for a in args if a is not None), _span(meta)
 

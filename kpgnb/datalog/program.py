@@ -16,7 +16,7 @@ from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageErr
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate
 from .errors import at
-from .magic import ANSWER, GOAL, Pattern, parse_pattern, program_for, rewrite
+from .magic import Pattern, parse_pattern, program_for, rewrite, seed_names
 from .parser import parse
 from .syntax import Atom, Var, variables
 
@@ -296,6 +296,7 @@ class Goal:
         self.name = _free_name(eng, f"{prog.name}.goal")
         asked = pattern.asked
         self._session = None
+        goal_pred, answer_pred = seed_names(a)
         if asked:
             self._session = eng.input(f"{self.name}#asked", [a.columns[pattern.pred][i] for i in asked],
                                       [a.dtypes[pattern.pred][i] for i in asked])
@@ -305,21 +306,21 @@ class Goal:
             gp.owned = [self._session.name] if self._session is not None else []
 
             def source(df, pred):
-                if pred == GOAL:
+                if pred == goal_pred:
                     return df.input(self._session.name)
                 return df.use(f"{prog.name}.{pred}")  # a derived relation, or an input as a set
             def shared(df, pred, keys):
-                if pred == GOAL or (pred not in a.inputs and pred not in whole):
+                if pred == goal_pred or (pred not in a.inputs and pred not in whole):
                     return None
                 export = f"{prog.name}.{pred}[{','.join(keys)}]"
                 return df.use(export) if export in eng.snapshot().catalog else None
-            gp._build(source, view_preds=[ANSWER], export=False, shared=shared)
+            gp._build(source, view_preds=[answer_pred], export=False, shared=shared)
         except BaseException:
             if self._session is not None:
                 eng.drop_input(self._session.name)
             raise
         self._goal_program = gp
-        self.view = gp.views[ANSWER]
+        self.view = gp.views[answer_pred]
         self._lock = threading.Lock()
         self._asked: set = set()  # the bindings asked (as the rows of the bindings' input)
         self._leaders = self._upstream() if self._session is not None else []
@@ -336,7 +337,7 @@ class Goal:
         as negated ones are."""
         prog, pattern = self.program, self.pattern
         a = prog.analysis
-        extra = {GOAL: (self._session.schema.names, self._session.schema.dtypes)} if self._session else {}
+        extra = {seed_names(a)[0]: (self._session.schema.names, self._session.schema.dtypes)} if self._session else {}
         for whole_aggregates in (False, True):
             rules, whole, names = rewrite(a, pattern, whole_aggregates)
             if not prog.materialized and whole:  # nothing to import: the goal derives those relations itself
