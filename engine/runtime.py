@@ -448,7 +448,7 @@ class Engine:
             inp = snap.inputs.get(src)
             if inp is not None and inp.failure is not None:
                 raise EngineError(f"input {src!r}, which dataflow {name!r} reads, cannot seal its epochs: "
-                                  f"{inp.failure} (retrying)") from inp.failure
+                                  f"{inp.failure} ({_how(inp)})") from inp.failure
         return info
 
     def _view_done(self, snap, view: View, goal) -> bool:
@@ -470,7 +470,7 @@ class Engine:
     def _idle(self, snap, seq: int) -> bool:
         for name, inp in snap.inputs.items():
             if inp.failure is not None:
-                raise EngineError(f"input {name!r} cannot seal its epochs: {inp.failure} (retrying)") \
+                raise EngineError(f"input {name!r} cannot seal its epochs: {inp.failure} ({_how(inp)})") \
                     from inp.failure
         return snap.seq >= seq and snap.quiet
 
@@ -532,3 +532,8 @@ def _past(frontier: Antichain, goal) -> bool:
     if e is None:
         return True
     return goal is not None and e >= goal
+
+
+def _how(inp) -> str:
+    """What becomes of an input's failed seal (a snapshot's InputInfo)."""
+    return f"for good: eng.drop_input({inp.name!r}) and load it again" if inp.broken else "retrying"

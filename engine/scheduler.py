@@ -382,10 +382,21 @@ class Scheduler:
 
     def _apply(self, session):
         session.apply(self.run)
-        if session.failure is None:
+        if session.broken is not None:
+            self._broken(session)
+        elif session.failure is None:
             self._failing.pop(session, None)
         else:
             self._failing[session] = None
+
+    def _broken(self, session):
+        """An input that cannot take its epochs (``InputSession.broken``) is not retried, and the dataflows
+        reading it fail with its error."""
+        self._failing.pop(session, None)
+        error = OverflowError(f"input {session.name!r}: {session.broken}")
+        for df in list(self.dataflows.values()):
+            if df.error is None and session in df.sources:
+                self._fail(df, error)
 
     def _execute(self, cmd):
         self._commands += 1
@@ -487,8 +498,10 @@ class Scheduler:
         failure is its owner's: an input reports it from its next call, a dataflow fails."""
         found = False
         for s in list(self.inputs.values()):
-            if s.trace.idle_work(merges):
+            if s.broken is None and s.trace.idle_work(merges):
                 s.tidy(IDLE_FUEL, self.run)
+                if s.broken is not None:
+                    self._broken(s)
                 if not every:
                     return True
                 found = found or s.trace.idle_work(merges)  # (a slice mostly finishes a small tidy)
@@ -620,6 +633,9 @@ class Scheduler:
         for ename, ex in b.exports.items():
             self.catalog.add(CatalogEntry(ename, ex.op.handle.trace, ex.schema, ex.keys, ex.vals, df, ex.op))
         self.dataflows[name] = df
+        broken = [src for src in sorted(sources, key=lambda src: src.name) if src.broken is not None]
+        if broken:  # it can never read the input's next epochs: failed as the input's readers were
+            self._broken(broken[0])
         return df.name
 
     def _discard(self, df: Dataflow):
@@ -852,7 +868,7 @@ class Scheduler:
         upper, closed, failure = session.trace.upper, session.closed, session.failure
         last = self._input_infos.get(name)
         if last is None or last.sealed is not upper or last.closed != closed or last.failure is not failure:
-            last = self._input_infos[name] = InputInfo(name, upper, closed, failure)
+            last = self._input_infos[name] = InputInfo(name, upper, closed, failure, session.broken is not None)
         return last
 
     def latency_samples(self) -> list:

@@ -11,7 +11,9 @@ Two sides, two owners:
 
 A failure while sealing loses nothing: the rows stay with the scheduler and the seal is retried; the
 error is raised once from the session's next call, and ``eng.wait`` on a dataflow reading it raises
-while the failure lasts.
+while the failure lasts. A row whose multiplicity reaches 2**62 (sealing or merging its epochs) is the
+data's failure, which no retry mends: the input is *broken*, the dataflows reading it (and any installed
+later) fail, and every later call says so.
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from .batcher import Batcher
 from .columns import Schema
 from .commands import Chunk, Seal
 from .errors import ArgumentTypeError, EngineError, SchemaError, UsageError
+from .cursor import Cursor
 from .inputs import diffs_array, rows_to_columns
+from .kernels import MAX_MULT, multiplicity_overflow
 from .lattice import Antichain
 from .scope import at_epoch, epoch_of, last_complete
 from .trace import Trace
@@ -89,6 +93,8 @@ class InputSession:
         self._incoming: list = []
         self._target = at_epoch(0)
         self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
+        self.broken: BaseException | None = None   # a failure no retry mends: no more epochs
+        self._mass = 0.0  # the magnitudes of every diff accepted, summed (``_check_totals``)
         self.seals: deque = deque()                 # (epoch sealed to or None, submitted): for latencies
         self.forget_at = HISTORY                    # the scheduler prunes both once seals pass this many
         self._report: BaseException | None = None   # raised once by the caller's next call
@@ -97,6 +103,9 @@ class InputSession:
     def _check(self):
         if self._engine_closed():
             raise EngineError("the engine is closed")
+        if self.broken is not None:
+            raise EngineError(f"input {self.name!r} is broken and takes no more rows: {self.broken}; "
+                              f"eng.drop_input({self.name!r}) and load it again") from self.broken
         err, self._report = self._report, None
         if err is not None:
             raise EngineError(f"input {self.name!r} failed to seal or merge its epochs: {err}. The rows of the "
@@ -259,6 +268,8 @@ class InputSession:
 
     def accept(self, seal: Seal):
         """Take a seal's rows and target frontier (cannot fail)."""
+        for c in seal.chunks:
+            self._mass += float(np.abs(c.diffs).sum())
         self._incoming.extend(seal.chunks)
         self._target = seal.upper
         self.seals.append((epoch_of(seal.upper), seal.submitted))
@@ -270,6 +281,8 @@ class InputSession:
     def apply(self, run):
         """Shard, form and append everything accepted so far as one batch per shard. On failure the rows
         stay (in ``_incoming`` or the batcher) for the next try, and the failure is recorded."""
+        if self.broken is not None:
+            return  # (no try can seal the epoch that broke it, nor any after it)
         batches = None
         try:
             if self._incoming:
@@ -279,8 +292,12 @@ class InputSession:
                 self._incoming = []
             if self._target != self.trace.upper:
                 batches = self._batcher.seal(self.trace.upper, self._target, run)
+                if self._mass >= MAX_MULT / 2:
+                    self._check_totals(batches)
         except Exception as e:  # noqa: BLE001 - reported on the input, retried
             self.failure = self._report = e
+            if isinstance(e, OverflowError):  # (a multiplicity at 2**62: the data's failure, not the machine's)
+                self.broken = e
             return
         self.failure = None
         if self._target.elements:
@@ -293,7 +310,30 @@ class InputSession:
             else:
                 self.trace.maintain(run)
         except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
-            self._report = e
+            self._merge_failed(e)
+
+    def _merge_failed(self, e: BaseException):
+        """A merge of the trace failed: reported from the next call, and where retrying cannot mend it,
+        the input is broken."""
+        self._report = e
+        if isinstance(e, OverflowError):
+            self.failure = self.broken = e
+
+    def _check_totals(self, batches):
+        """Refuse (an OverflowError) new batches that would take a row's multiplicity over every epoch to
+        2**62, which readers summing the epochs could not hold. Asked only once the magnitudes of every diff
+        ever sealed (``_mass``, which bounds any row's total) reach 2**61: never with ordinary diffs."""
+        for s, b in enumerate(batches):
+            if not len(b):
+                continue
+            h = Cursor(list(self.trace.snapshot.batches(s)) + [b], b.vals.shape[0], 1).seek(b.kh, b.keys)
+            probe = np.repeat(np.arange(len(h.off) - 1), np.diff(h.off))
+            rows, group = np.unique(np.vstack([probe[None, :], h.vals]), axis=1, return_inverse=True)
+            group = group.reshape(-1)
+            near = np.abs(np.bincount(group, weights=h.diffs.astype(np.float64))) >= MAX_MULT / 2
+            for g in np.flatnonzero(near):  # (exact, in Python ints, where float sums come close)
+                if abs(sum(int(d) for d in h.diffs[group == g])) >= MAX_MULT:
+                    raise multiplicity_overflow()
 
     def release(self):
         """Dropped (scheduler side): let go of the rows."""
@@ -306,7 +346,7 @@ class InputSession:
         try:
             self.trace.exert(fuel, run)
         except Exception as e:  # noqa: BLE001 - the batches are intact; merging resumes next time
-            self._report = e
+            self._merge_failed(e)
 
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"

@@ -39,6 +39,7 @@ class InputInfo:
     sealed: Antichain                # the upper of the input's trace: epochs before it are in
     closed: bool
     failure: BaseException | None    # a seal that failed and is being retried
+    broken: bool = False             # and never will succeed (``InputSession.broken``)
 
 
 @dataclass(frozen=True)

@@ -919,12 +919,6 @@ def test_diffs_bounds():
         assert bag(v) == {(1,): 3 - (2 ** 62 - 1), (2,): 3}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: two updates of one row in one epoch, each below 2**62, whose sum "
-                   "reaches 2**62: the input's seal fails with OverflowError and is retried forever as if it "
-                   "were an internal failure ('retrying', 'repeat it'): the input is wedged for good (no later "
-                   "epoch of it is ever applied, a retraction cannot help), its dataflows stay 'running' and "
-                   "every eng.wait raises EngineError. The README promises such a multiplicity fails the "
-                   "dataflow with an OverflowError cause (or the call could refuse it).")
 def test_input_multiplicity_overflow_in_one_epoch_is_not_a_wedged_input():
     with kp.Engine(workers=2) as eng:
         b = eng.input("b", ["k"])
@@ -1074,11 +1068,6 @@ def test_pagerank_matches_formula():
         assert all(abs(got[k] - r[k]) < 1e-9 for k in r)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a row whose multiplicity reaches 2**62 over two epochs (2**61 each), "
-                   "read by a plain view: the dataflow stays 'running', eng.wait returns, and every read "
-                   "(to_pandas, len, follow) raises a bare OverflowError (not a KpgnbError) from "
-                   "cursor.accumulate_batches/batch.form_parts. The README promises such a multiplicity fails the "
-                   "dataflow with an OverflowError cause (as count/select/distinct over it do: DataflowError).")
 @pytest.mark.parametrize("W", [1, 2])
 def test_view_multiplicity_overflow_across_epochs_fails_the_dataflow(W):
     with kp.Engine(workers=W) as eng:
