@@ -145,8 +145,35 @@ def arrow_columns(table, schema: Schema, what: str = "the Arrow table") -> dict:
         if fam.startswith("dict-") and fam != "dict-str":  # a dictionary of numbers: decode it
             col = _chunks_map(col, lambda c: c.dictionary_decode())
             fam = fam.removeprefix("dict-")
-        out[name] = _arrow_strings(col) if fam in ("str", "dict-str") else _arrow_numbers(col)
+        if fam in ("str", "dict-str"):
+            try:
+                out[name] = _arrow_strings(col)
+            except Exception as err:  # noqa: BLE001 - bytes that are not UTF-8 (Arrow does not check them)
+                bad = _not_text(col)
+                if bad is None:
+                    raise
+                raise SchemaError(f"column {name!r} is str but row {bad[0]} holds {bad[1]!r}, bytes that are not "
+                                  f"UTF-8 text (read with the wrong encoding?)") from err
+        else:
+            out[name] = _arrow_numbers(col)
     return out
+
+
+def _not_text(col):
+    """(row, bytes) of the first value of an Arrow string column that is not UTF-8, or None."""
+    import pyarrow as pa
+    at = 0
+    for c in _chunks(col):
+        if getattr(c, "dictionary", None) is not None:
+            c = c.dictionary_decode()
+        for i, b in enumerate(c.cast(pa.binary()).to_pylist()):
+            if b is not None:
+                try:
+                    b.decode("utf-8")
+                except UnicodeDecodeError:
+                    return at + i, b
+        at += len(c)
+    return None
 
 
 def _chunks(col) -> list:

@@ -161,8 +161,14 @@ class InputSession:
             raise UsageError(f"input {self.name!r}: epochs are int64 times; advance_to({epoch}) is beyond the last "
                              f"one, {_MAX_EPOCH}")
         self._check()
+        self._advance(lambda: epoch)
+
+    def _advance(self, asked):
+        """``advance_to`` of the epoch ``asked()`` gives under the lock (``flush`` asks for one past the
+        input's epoch there, so that callers on several threads each move it on by one)."""
         with self._lock:
             self._open()
+            epoch = asked()
             if epoch < self._owner:
                 raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
@@ -228,8 +234,9 @@ class InputSession:
             return bool(self._buffer)
 
     def flush(self):
-        """Advance to the next epoch."""
-        self.advance_to(self.epoch + 1)
+        """Advance to the next epoch: one past the input's epoch when the call takes effect."""
+        self._check()
+        self._advance(lambda: self.epoch + 1)
 
     def close(self):
         """No more updates: seal the current epoch and close the input (its frontier becomes empty)."""
@@ -294,7 +301,7 @@ class InputSession:
                 batches = self._batcher.seal(self.trace.upper, self._target, run)
                 if self._mass >= MAX_MULT / 2:
                     self._check_totals(batches)
-        except Exception as e:  # noqa: BLE001 - reported on the input, retried
+        except Exception as e:  # noqa: BLE001 - reported on the input, retried unless it broke the input
             self.failure = self._report = e
             if isinstance(e, OverflowError):  # (a multiplicity at 2**62: the data's failure, not the machine's)
                 self.broken = e
@@ -328,7 +335,7 @@ class InputSession:
                 continue
             h = Cursor(list(self.trace.snapshot.batches(s)) + [b], b.vals.shape[0], 1).seek(b.kh, b.keys)
             probe = np.repeat(np.arange(len(h.off) - 1), np.diff(h.off))
-            rows, group = np.unique(np.vstack([probe[None, :], h.vals]), axis=1, return_inverse=True)
+            _, group = np.unique(np.vstack([probe[None, :], h.vals]), axis=1, return_inverse=True)
             group = group.reshape(-1)
             near = np.abs(np.bincount(group, weights=h.diffs.astype(np.float64))) >= MAX_MULT / 2
             for g in np.flatnonzero(near):  # (exact, in Python ints, where float sums come close)

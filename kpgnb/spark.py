@@ -177,7 +177,7 @@ class BatchFeeder:
         with self._lock:
             if self.resume_key is not None and self._key is None:
                 # Spark writes the query's id into the checkpoint before its first batch
-                self._key = (str(self.resume_key), _checkpoint_query_id(self.resume_key))
+                self._key = (_local_path(self.resume_key), _checkpoint_query_id(self.resume_key))
                 with _APPLIED_LOCK:
                     self.last_batch_id = _APPLIED.get(self.input, {}).get(self._key)
             if self.last_batch_id is not None and batch_id <= self.last_batch_id:
@@ -189,7 +189,8 @@ class BatchFeeder:
                     self._buffered = batch_id
                 # a refused advance keeps the rows buffered in the input: a retry of this batch id only
                 # advances
-                self.input.advance_to(self.input.epoch + 1)
+                self.input.flush()  # (one past the input's epoch, read under its lock: another feeder
+                # advancing the same input meanwhile cannot make this ask for an epoch behind it)
             except BaseException as e:
                 self.error = e
                 raise
@@ -227,15 +228,25 @@ class BatchFeeder:
         return table.num_rows
 
 
+def _local_path(location) -> str:
+    """A checkpoint location as one spelling of its path (``file:///x/``, ``/x`` and ``x`` relative to
+    the working directory are one place), so that a query resumed from it is known by whichever spelling."""
+    import os
+    path = str(location)
+    for scheme in ("file://", "file:"):
+        if path.startswith(scheme):
+            path = path[len(scheme):]
+            break
+    return os.path.realpath(path) if "://" not in path else path.rstrip("/")
+
+
 def _checkpoint_query_id(location) -> str | None:
     """The streaming query id Spark keeps in a local checkpoint's ``metadata`` file (None when the
     location is not a local directory or has none yet)."""
     import json
     import os
-    path = str(location)
-    path = path[len("file:"):] if path.startswith("file:") else path
     try:
-        with open(os.path.join(path, "metadata")) as f:
+        with open(os.path.join(_local_path(location), "metadata")) as f:
             return json.load(f).get("id")
     except (OSError, ValueError):
         return None
@@ -285,20 +296,28 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
     else:
         streaming_df_rows = streaming_df
     dtypes = dtypes_of(streaming_df_rows)
+    made = None
     if isinstance(input, str):
-        inp = engine.inputs().get(input) or engine.input(input, list(dtypes), dtypes)
+        inp = engine.inputs().get(input)
+        if inp is None:
+            inp = made = engine.input(input, list(dtypes), dtypes)
     else:
         inp = input
-    _check_stream_schema(inp, dtypes)
-    feeder = BatchFeeder(inp, diff_col, resume_key=checkpoint)
-    writer = streaming_df.writeStream.foreachBatch(feeder)
-    if name is not None:
-        writer = writer.queryName(name)
-    if checkpoint is not None:
-        writer = writer.option("checkpointLocation", str(checkpoint))
-    if trigger:
-        writer = writer.trigger(**trigger)
-    query = writer.start()
+    try:
+        _check_stream_schema(inp, dtypes)
+        feeder = BatchFeeder(inp, diff_col, resume_key=checkpoint)
+        writer = streaming_df.writeStream.foreachBatch(feeder)
+        if name is not None:
+            writer = writer.queryName(name)
+        if checkpoint is not None:
+            writer = writer.option("checkpointLocation", str(checkpoint))
+        if trigger:
+            writer = writer.trigger(**trigger)
+        query = writer.start()
+    except BaseException:
+        if made is not None:  # (a query that did not start leaves no input behind: a corrected retry may
+            engine.drop_input(made.name)  # make it with another schema)
+        raise
     query.kpgnb_feeder = feeder
     return query
 

@@ -819,6 +819,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
             neg = F.raise_error(F.lit(f"view {vname!r} holds rows with negative multiplicity; run with "
                                       f"diffs=True"))
             checked = df.withColumn(D, F.when(F.col(D) < 0, neg.cast("long")).otherwise(F.col(D)))
+            rep = view.schema.free("rep")  # (a name none of the view's columns has: drop() takes all of a name)
             out[vname] = checked.select(*cols, F.explode(F.array_repeat(F.lit(0), F.col(D).cast("int")))
-                                        .alias("_rep")).drop("_rep")
+                                        .alias(rep)).drop(rep)
     return out
