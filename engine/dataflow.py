@@ -31,6 +31,14 @@ _PKG_DIRS = tuple({os.path.dirname(os.path.abspath(__file__)),
                    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kpgnb")})
 
 
+def _shell_dirs() -> tuple:
+    """IPython's and the standard library's directories: a cell magic's call (``%%datalog``, whose
+    operators kpgnb's compiler defines) is no line of the user's to point at."""
+    ip = sys.modules.get("IPython")
+    dirs = (os.path.dirname(os.path.abspath(os.__file__)) + os.sep,)
+    return dirs + ((os.path.dirname(os.path.abspath(ip.__file__)) + os.sep,) if ip is not None else ())
+
+
 class Site:
     """Where in the user's code an operator was defined (for error messages)."""
 
@@ -42,10 +50,11 @@ class Site:
     @classmethod
     def capture(cls) -> "Site | None":
         f = sys._getframe(1)
+        skip = _PKG_DIRS + _shell_dirs()
         while f is not None:
             fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") \
                 else f.f_code.co_filename
-            if not fn.startswith(_PKG_DIRS) and "importlib" not in fn:
+            if not fn.startswith(skip) and "importlib" not in fn:
                 line = linecache.getline(f.f_code.co_filename, f.f_lineno, f.f_globals).strip()
                 return cls(f.f_code.co_filename, f.f_lineno, line)
             f = f.f_back

@@ -156,6 +156,10 @@ def is_cached(family: str) -> bool:
         return False
 
 
+class _Stopped(Exception):
+    """A warmer stopped between two kernels of a family."""
+
+
 def load_family(family: str, step=None) -> None:
     """Compile or load the family's kernels in this process (``step(i, n)`` after each kernel)."""
     if family == "views":
@@ -224,7 +228,8 @@ class Warmer:
       ``on_progress(done, total, current)`` is called at once, on every change and every half second;
       returns False on timeout. A family whose warming failed counts as done: its kernels then compile on
       first use, as without a warmer.
-    - ``stop()``: stop after the kernel being compiled (subprocesses are killed); for ``%unload_ext``.
+    - ``stop(timeout=10)``: stop after the kernel being compiled (subprocesses are killed) and wait for the
+      thread to end; for ``%unload_ext``.
     - ``error``: None, or a message saying what failed.
     - ``timings``: family -> seconds until it was ready (from ``start``).
     """
@@ -296,7 +301,8 @@ class Warmer:
     def _progress_locked(self) -> tuple:
         return sum(s != "pending" for s in self._state.values()), len(self._state), self._current
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop after the kernel being compiled, and wait up to ``timeout`` s for the thread to end."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -305,6 +311,14 @@ class Warmer:
                 p.kill()
             except OSError:
                 pass
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def _step(self, i, n):
+        """After each kernel a family compiles here: a stop ends the family there."""
+        if self._stop:
+            raise _Stopped()
 
     # -- the work ----------------------------------------------------------------------------------
     def _thread_main(self):
@@ -391,7 +405,10 @@ class Warmer:
     def _load(self, family):
         self._set_current(family)
         try:
-            load_family(family)
+            load_family(family, step=self._step)
+        except _Stopped:
+            self._set(family, "given up")
+            return
         except Exception as e:  # noqa: BLE001 - reported through .error
             self._fail(f"warming {family} failed: {type(e).__name__}: {e}")
             self._set(family, "given up")

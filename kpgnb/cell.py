@@ -88,6 +88,9 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
     in errors (``inputs=`` from ``eng.datalog``)."""
     from .engine.session import InputSession
     if isinstance(obj, InputSession):
+        if obj.dropped:
+            raise UsageError(f"{flag}: {var} is input {obj.name!r}, which was dropped; make it again "
+                             f"(kp.engine().input(...))")
         if eng.inputs().get(obj.name) is not obj:
             raise UsageError(f"{flag}: {var} is an input of another engine; use kp.engine().input(...)")
         return obj.name, None
@@ -203,6 +206,10 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             raise UsageError(f"a dataflow named {spec.name!r} is installed already: run the cell as "
                              f"%%dataflow {spec.name} --replace to swap it (arrangements that other dataflows "
                              f"read stay theirs), or %dataflow drop {spec.name} first")
+        if "df" in spec.inputs:
+            raise UsageError(f"--inputs: df is the cell's dataflow builder; bind the frame under another name "
+                             f"(--inputs {spec.inputs['df'] if spec.inputs['df'] != 'df' else 'rows'}=df reads it "
+                             f"as that collection)")
         missing = [v for v in spec.inputs.values() if v not in ns]
         if missing:
             raise UsageError(f"--inputs: no variable named {missing[0]!r} in the notebook")

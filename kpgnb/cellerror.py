@@ -9,6 +9,7 @@ column or type. The cell still counts as failed (a "run all" stops there).
 from __future__ import annotations
 
 import os
+import sys
 import types
 
 _HIDDEN = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (
@@ -23,13 +24,43 @@ _GENERATED = ("<string>", "<frozen ")  # code Python generates (dataclass __init
 
 
 class CellError(Exception):
-    """A ``%%dataflow`` cell failed with ``error``; ``tb`` is its traceback cut to the user's frames."""
+    """A ``%%dataflow`` cell failed with ``error``; ``tb`` is its traceback cut to the user's frames.
+    ``CellError(error, tb)`` makes an instance of a subclass that is also of ``error``'s class where Python
+    allows (``cell_error_class``), so that what a cell's result and a kernel's reply name (``ename``) is
+    the user's error, ``SchemaError`` say, and ``except SchemaError`` catches it."""
+
+    def __new__(cls, error: BaseException, tb=None, note: str | None = None):
+        if cls is CellError:
+            cls = cell_error_class(type(error))
+        return super().__new__(cls)
 
     def __init__(self, error: BaseException, tb, note: str | None = None):
-        super().__init__(f"{type(error).__name__}: {error}")
+        Exception.__init__(self, f"{type(error).__name__}: {error}")
         self.error = error
         self.tb = tb
         self.note = note
+
+    def __str__(self):
+        return Exception.__str__(self)
+
+
+_classes: dict = {}
+
+
+def cell_error_class(etype: type) -> type:
+    """CellError and ``etype`` in one class named as ``etype`` (CellError itself where they cannot be
+    combined, or for BaseExceptions that are no Exceptions: Ctrl-C stays a KeyboardInterrupt's report)."""
+    got = _classes.get(etype)
+    if got is None:
+        got = CellError
+        if issubclass(etype, Exception) and etype is not Exception:
+            try:
+                got = type(etype.__name__, (CellError, etype), {"__module__": etype.__module__,
+                                                                "__qualname__": etype.__qualname__})
+            except TypeError:  # (classes whose layouts do not combine)
+                pass
+        _classes[etype] = got
+    return got
 
 
 def user_frames(tb):
@@ -76,6 +107,9 @@ def show(shell, etype, value, tb, tb_offset=None):
     if not isinstance(value, CellError):
         return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     err = value.error
+    # what %tb and %debug read (IPython sets them where it shows a traceback itself)
+    sys.last_type, sys.last_value = type(err), err
+    sys.last_traceback = value.tb if value.tb is not None else err.__traceback__
     if value.note and value.note not in getattr(err, "__notes__", ()):
         err.add_note(value.note)
     if isinstance(err, SyntaxError):  # "Cell In[n], line k", the line and a caret, as IPython shows them

@@ -145,8 +145,12 @@ class DataflowMagics(Magics):
 
     def _drop(self, rest):
         a = _parse(rest, "drop", [("name", {}), ("--cascade", {"action": "store_true"})])
-        kernel.engine().drop(a.name, cascade=a.cascade)
-        print(f"dropped dataflow {a.name!r}")
+        eng = kernel.engine()
+        before = set(eng.dataflows())
+        eng.drop(a.name, cascade=a.cascade)
+        also = sorted(before - set(eng.dataflows()) - {a.name})  # (the dataflows --cascade took with it)
+        print(f"dropped dataflow {a.name!r}" + (", and those reading its exports: " + ", ".join(map(repr, also))
+                                               if also else ""))
 
     def _cancel(self, rest):
         a = _parse(rest, "cancel", [("name", {})])
@@ -171,7 +175,9 @@ class DataflowMagics(Magics):
                 behind = [m for m in names if not _current(eng, m)] or [n]
                 raise IPyUsageError(f"%dataflow wait: not up to date after {a.timeout:g} s: "
                                     + "; ".join(cell.how_far(eng, m) for m in behind)) from None
-        print("up to date: " + (", ".join(repr(n) for n in names) if names else "no dataflows"))
+        failed = [f"{n!r} {s}" for n, s in eng.dataflows().items() if s in ("failed", "cancelled")]
+        print("up to date: " + (", ".join(repr(n) for n in names) if names else "no running dataflows")
+              + ("; not computing: " + ", ".join(failed) + " (%dataflow list shows why)" if failed else ""))
 
     def _stats(self, rest):
         _no_args("stats", rest)

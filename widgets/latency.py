@@ -83,7 +83,7 @@ def _axes(fig, limits, names):
     ax.set_ylabel("fraction of updates ≥ x")
     ax.grid(True, alpha=0.3)
     if names:
-        ax.legend(handles=[Line2D([], [], color=f"C{i}") for i in range(len(names))], labels=list(names),
+        ax.legend(handles=[Line2D([], [], color=f"C{i}") for i in range(len(names))], labels=render.labels(names),
                   fontsize=7, loc="lower left")
     else:
         ax.text(0.5, 0.5, "no updates measured yet", transform=ax.transAxes, ha="center", va="center")

@@ -59,6 +59,28 @@ class Plot:
             return buf.getvalue()
 
 
+def labels(names) -> list:
+    """Names as legend labels drawn as written: ``$`` escaped (matplotlib reads text between two as
+    mathtext, which may not parse), and characters the plot's font lacks as ``?`` (matplotlib would warn
+    about each missing glyph from the widgets' thread, into whatever cell runs then)."""
+    return [_label(n) for n in names]
+
+
+_shown: dict = {}  # name -> its label
+
+
+def _label(name: str) -> str:
+    got = _shown.get(name)
+    if got is None:
+        from matplotlib.font_manager import FontProperties, findfont, get_font
+        font = get_font(findfont(FontProperties()))  # (the legend's: the default family)
+        got = "".join(c if c.isascii() or font.get_char_index(ord(c)) else "?" for c in str(name))
+        got = _shown[name] = got.replace("$", r"\$")
+        if len(_shown) > 4096:  # (names come and go with dataflows: keep the cache bounded)
+            _shown.clear()
+    return got
+
+
 def log_axes(ax, x: bool = True, y: bool = True):
     """Log scales with plain tick labels (``0.001``, not mathtext: much cheaper) and no minor ticks."""
     for on, axis, scale in ((x, ax.xaxis, ax.set_xscale), (y, ax.yaxis, ax.set_yscale)):

@@ -90,7 +90,7 @@ def _axes(fig, top_r, top_b, unit, span, names):
     for ax in (rec, byt):
         ax.grid(True, alpha=0.3)
     if names:
-        rec.legend(handles=[Line2D([], [], color=f"C{i}") for i in range(len(names))], labels=list(names),
+        rec.legend(handles=[Line2D([], [], color=f"C{i}") for i in range(len(names))], labels=render.labels(names),
                    fontsize=6, loc="upper left")
     else:
         rec.text(0.5, 0.5, "no arrangements yet", transform=rec.transAxes, ha="center", va="center")
