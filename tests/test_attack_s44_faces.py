@@ -19,15 +19,15 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 import kpgnb as kp
 from kpgnb import kernel
 from kpgnb.engine import faults
 
+from notebook_shell import run, shell  # noqa: F401 - shell is a fixture
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
 KEEP = ("In", "Out", "get_ipython", "exit", "quit")
 
 
@@ -36,16 +36,6 @@ def _no_live_views(monkeypatch):
     """Views display as text here (a live view needs a kernel with comms); set per test, so that later
     test modules see the environment as it was."""
     monkeypatch.setenv("KPGNB_LIVE_VIEWS", "0")
-
-
-@pytest.fixture(scope="module")
-def shell():
-    sh = InteractiveShell.instance()
-    kernel.close()
-    sh.run_line_magic("load_ext", "kpgnb")
-    yield sh
-    kernel.close()
-    sh.run_line_magic("unload_ext", "kpgnb")
 
 
 @pytest.fixture
@@ -60,13 +50,6 @@ def ip(shell, capsys):
     kernel.close()
     for k in [k for k in shell.user_ns if not k.startswith("_") and k not in KEEP]:
         shell.user_ns.pop(k, None)
-
-
-def run(sh, capsys, code):
-    """Run a cell: (result, stdout+stderr without colour codes)."""
-    r = sh.run_cell(code)
-    out = capsys.readouterr()
-    return r, ANSI.sub("", out.out + out.err)
 
 
 def state():
