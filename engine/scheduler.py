@@ -665,25 +665,31 @@ class Scheduler:
         self._drop(cmd.name, cmd.cascade)
 
     def _drop(self, name: str, cascade: bool):
-        df = self.dataflows.pop(name, None)
-        if df is None:
+        if name not in self.dataflows:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows)}")
-        if cascade:
-            for dep in [d.name for d in self.dataflows.values() if d.uses & set(df.exports)]:
-                if dep in self.dataflows:
-                    self._drop(dep, cascade)
+        order = [name]  # with cascade, the dataflows reading its exports, and theirs, ...
+        more = cascade
+        while more:
+            more = [d.name for d in self.dataflows.values() if d.name not in order
+                    and any(d.uses & set(self.dataflows[n].exports) for n in order)]
+            order += more
+        for n in reversed(order):  # (readers first) all retired before anything is collected: a dropped
+            self._retire(self.dataflows.pop(n))  # dataflow kept for a trace handle keeps what it reads
+        self._collect()
+
+    def _retire(self, df: Dataflow):
+        """A dataflow dropped: its views end; it stays (among ``retired``) while its exports are read."""
         for f in list(df.followers):
             f.end(None)
         if df.error is not None:
             self._gone(df)
             return  # failed or cancelled: released already
-        df.end_views(f"dataflow {name!r} has been dropped")
+        df.end_views(f"dataflow {df.name!r} has been dropped")
         for v in df.views.values():
             v.op.release()
         df.views = {}
         df.dropped = True
         self.retired.append(df)
-        self._collect()
 
     def _drop_input(self, cmd: DropInput):
         readers = sorted((d for d in list(self.dataflows.values()) + self.retired

@@ -471,5 +471,8 @@ class TraceHandle:
             if not self._logical.dominates(at):
                 raise CompactedError(f"time {at} is not in advance of this reader's frontier {self._logical}: "
                                      "its history has been compacted")
+            if at[0] < trace.start:  # a producer installed late has no answer for the epochs before its start
+                raise CompactedError(f"time {at} is before epoch {trace.start}, the first this trace's dataflow "
+                                     f"computed (it was installed when its inputs were there)")
         snap = snapshot if snapshot is not None else trace.snapshot
         return accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)
