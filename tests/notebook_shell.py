@@ -1,6 +1,7 @@
 """IPython's InteractiveShell with kpgnb loaded, for the tests that drive cells in-process: a module
 fixture (``shell``) and ``run``, which runs a cell and returns its result with what it printed."""
 import re
+import sys
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -19,6 +20,11 @@ def shell():
     yield sh
     kernel.close()
     sh.run_line_magic("unload_ext", "kpgnb")
+    # the shell's __main__ module lost __spec__ if a test ran %reset (it clears that module's namespace):
+    # multiprocessing's spawn, which later tests use, reads it
+    main = sys.modules.get("__main__")
+    if main is not None and not hasattr(main, "__spec__"):
+        main.__spec__ = None
 
 
 def run(sh, capsys, code):
