@@ -94,7 +94,7 @@ class InputSession:
         self._target = at_epoch(0)
         self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
         self.broken: BaseException | None = None   # a failure no retry mends: no more epochs
-        self._mass = 0.0  # the magnitudes of every diff accepted, summed (``_check_totals``)
+        self._mass = 0.0  # the magnitudes of every diff buffered, summed (caller side; ``_check_totals``)
         self.seals: deque = deque()                 # (epoch sealed to or None, submitted): for latencies
         self.forget_at = HISTORY                    # the scheduler prunes both once seals pass this many
         self._report: BaseException | None = None   # raised once by the caller's next call
@@ -120,23 +120,27 @@ class InputSession:
     def insert(self, rows):
         """Add rows (list of tuples, dict of arrays, pandas/Arrow/Spark DataFrame) at the current epoch."""
         data = self._encode(rows)
-        self._append(data, np.ones(data.shape[1], np.int64))
+        self._append(data, np.ones(data.shape[1], np.int64), data.shape[1])
 
     def remove(self, rows):
         """Retract rows at the current epoch."""
         data = self._encode(rows)
-        self._append(data, np.full(data.shape[1], -1, np.int64))
+        self._append(data, np.full(data.shape[1], -1, np.int64), data.shape[1])
 
     def update(self, rows, diffs):
         """Add rows with explicit multiplicity changes (negative retracts)."""
         data = self._encode(rows)
-        self._append(data, diffs_array(diffs, data.shape[1]))
+        diffs = diffs_array(diffs, data.shape[1])
+        self._append(data, diffs, float(np.abs(diffs).sum(dtype=np.float64)))  # (int64 could wrap)
 
-    def _append(self, data, diffs):
+    def _append(self, data, diffs, mass: float):
+        """Buffer rows; ``mass``, the magnitudes of their diffs summed, is counted before any seal of them
+        reaches the scheduler (``_check_totals`` reads the sum there)."""
         if data.shape[1]:
             with self._lock:
                 self._open()  # closed while the rows were encoded: refuse rather than lose them
                 self._buffer.append((data, diffs))
+                self._mass += mass
 
     def _open(self):
         """Refuse a call on a closed or dropped input. Called under ``_lock``, which ``close`` holds too, so
@@ -275,8 +279,6 @@ class InputSession:
 
     def accept(self, seal: Seal):
         """Take a seal's rows and target frontier (cannot fail)."""
-        for c in seal.chunks:
-            self._mass += float(np.abs(c.diffs).sum())
         self._incoming.extend(seal.chunks)
         self._target = seal.upper
         self.seals.append((epoch_of(seal.upper), seal.submitted))
@@ -302,9 +304,7 @@ class InputSession:
                 if self._mass >= MAX_MULT / 2:
                     self._check_totals(batches)
         except Exception as e:  # noqa: BLE001 - reported on the input, retried unless it broke the input
-            self.failure = self._report = e
-            if isinstance(e, OverflowError):  # (a multiplicity at 2**62: the data's failure, not the machine's)
-                self.broken = e
+            self._failed(e, seal=True)
             return
         self.failure = None
         if self._target.elements:
@@ -317,19 +317,22 @@ class InputSession:
             else:
                 self.trace.maintain(run)
         except Exception as e:  # noqa: BLE001 - the batches are in; merging resumes next time
-            self._merge_failed(e)
+            self._failed(e, seal=False)
 
-    def _merge_failed(self, e: BaseException):
-        """A merge of the trace failed: reported from the next call, and where retrying cannot mend it,
+    def _failed(self, e: BaseException, seal: bool):
+        """A seal (retried while it fails) or a merge (its batches are in) failed: reported from the next
+        call. A multiplicity at 2**62 (an OverflowError there) is the data's failure, which no retry mends:
         the input is broken."""
         self._report = e
+        if seal or isinstance(e, OverflowError):
+            self.failure = e
         if isinstance(e, OverflowError):
-            self.failure = self.broken = e
+            self.broken = e
 
     def _check_totals(self, batches):
         """Refuse (an OverflowError) new batches that would take a row's multiplicity over every epoch to
         2**62, which readers summing the epochs could not hold. Asked only once the magnitudes of every diff
-        ever sealed (``_mass``, which bounds any row's total) reach 2**61: never with ordinary diffs."""
+        ever buffered (``_mass``, which bounds any row's total) reach 2**61: never with ordinary diffs."""
         for s, b in enumerate(batches):
             if not len(b):
                 continue
@@ -353,7 +356,7 @@ class InputSession:
         try:
             self.trace.exert(fuel, run)
         except Exception as e:  # noqa: BLE001 - the batches are intact; merging resumes next time
-            self._merge_failed(e)
+            self._failed(e, seal=False)
 
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"

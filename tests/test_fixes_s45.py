@@ -89,3 +89,20 @@ def test_user_reduce_values_changed_by_the_output_dtype_fail_the_dataflow():
             v = df.input("a").reduce(by="k", fn=big, columns=["v"]).view("r")
         with pytest.raises(kp.DataflowError, match="output column 'v'"):
             eng.wait(v, timeout=T)
+
+
+def test_many_large_diffs_whose_magnitudes_wrap_int64_are_still_checked():
+    """Three rows of 2**62 - 1 in one update (their magnitudes sum past int64, to a negative number there),
+    then 2 more of the first in the next epoch: its total over the epochs reaches 2**62. The bound that
+    decides whether totals are checked is summed as floats."""
+    with kp.Engine(workers=1) as eng:
+        b = eng.input("b", ["k"])
+        with eng.dataflow("d") as df:
+            v = df.input("b").view("v")
+        b.update([(0,), (1,), (2,)], [2 ** 62 - 1] * 3)
+        b.advance_to(1)
+        eng.wait(v, timeout=T)
+        b.update([(0,)], [2])
+        b.advance_to(2)
+        with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
+            eng.wait(v, timeout=T)
