@@ -9,6 +9,7 @@ corrected cell loads them afresh.
 from __future__ import annotations
 
 import ast
+import copy
 import os
 import symtable
 import sys
@@ -220,7 +221,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
                 created.append(session)
         filename = shell.compile.cache(f"%%dataflow {line}\n{body}", shell.execution_count)
         try:
-            source = shell.transform_cell(body)
+            source = _transform(shell, body)
             # line 1 is the magic's; IPython drops leading blank lines, which must still count
             code = compile("\n" * (1 + _blank_lead(body) - _blank_lead(source)) + source, filename, "exec")
         except SyntaxError as e:
@@ -492,6 +493,31 @@ def _progress_widget(name: str):
         return bar
     except Exception:  # noqa: BLE001 - no widgets: the stderr line instead
         return None
+
+
+def _transform(shell, body: str) -> str:
+    """``shell.transform_cell(body)`` keeping the body's line numbers: IPython joins a magic, shell escape
+    or help line continued with backslashes into one line, which moved every later line (and so the line a
+    failure points at) up; here each joined line is followed by as many blank lines as it took."""
+    manager = shell.input_transformer_manager
+    padded = copy.copy(manager)
+    padded.token_transformers = [_keeping_lines(t) for t in manager.token_transformers]
+    shell.input_transformer_manager = padded  # (the cell runs on the shell's thread, which alone transforms)
+    try:
+        return shell.transform_cell(body)
+    finally:
+        shell.input_transformer_manager = manager
+
+
+def _keeping_lines(transformer: type) -> type:
+    """An IPython token transformer whose rewrite keeps the number of physical lines."""
+    class KeepingLines(transformer):
+        def transform(self, lines):
+            out = super().transform(lines)
+            at = self.start_line + 1
+            return out[:at] + ["\n"] * max(0, len(lines) - len(out)) + out[at:]
+    KeepingLines.__name__ = transformer.__name__
+    return KeepingLines
 
 
 def _blank_lead(text: str) -> int:

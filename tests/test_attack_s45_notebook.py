@@ -339,16 +339,17 @@ def test_bug_failed_cell_result_is_the_wrapper_not_the_users_error(ip, capsys):
     assert type(r.error_in_exec).__name__ == "SchemaError", type(r.error_in_exec)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: after a line magic or shell escape continued with a backslash, the "
-                                       "error's line is one too small and the arrow points at the continuation line "
-                                       "(cell.run compiles shell.transform_cell(body), which joins the magic's lines)")
-@pytest.mark.parametrize("first", ["%time x = \\\n  1\n", "files = !echo a \\\n  b\n"])
-def test_bug_error_line_after_a_continued_magic_line(ip, capsys, first):
+@pytest.mark.parametrize("first", ["%time x = \\\n  1\n", "files = !echo a \\\n  b\n",
+                                   "if True:\n    %time x = \\\n  1 + \\\n  2\n", "!echo a \\\n b\n%time z = \\\n 3\n"])
+def test_error_line_after_a_continued_magic_line(ip, capsys, first):
+    """IPython joins a backslash-continued magic or shell escape into one line: the error still points at
+    the cell's own line."""
     ip.user_ns["edges_df"] = edges()
     r, out = run(ip, capsys, "%%dataflow c1 --inputs e=edges_df\n" + first + "y = e.select('nope')\n")
     assert not r.success and "no column 'nope'" in out
-    assert cell_lines(out) == ["4"], out
-    assert "----> 4 y = e.select('nope')" in out, out
+    line = first.count("\n") + 2
+    assert cell_lines(out) == [str(line)], out
+    assert f"----> {line} y = e.select('nope')" in out, out
 
 
 def test_reset_keeps_dataflows_and_names_a_global_it_removed(ip, capsys):
