@@ -31,12 +31,22 @@ _PKG_DIRS = tuple({os.path.dirname(os.path.abspath(__file__)),
                    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kpgnb")})
 
 
+_ABSPATHS: dict = {}  # code file name -> its absolute path (a capture walks many frames of few files)
+
+
+def _abspath(fn: str) -> str:
+    got = _ABSPATHS.get(fn)
+    if got is None:
+        got = _ABSPATHS[fn] = os.path.abspath(fn) if not fn.startswith("<") else fn
+    return got
+
+
 def _shell_dirs() -> tuple:
     """IPython's and the standard library's directories: a cell magic's call (``%%datalog``, whose
     operators kpgnb's compiler defines) is no line of the user's to point at."""
     ip = sys.modules.get("IPython")
-    dirs = (os.path.dirname(os.path.abspath(os.__file__)) + os.sep,)
-    return dirs + ((os.path.dirname(os.path.abspath(ip.__file__)) + os.sep,) if ip is not None else ())
+    dirs = (os.path.dirname(_abspath(os.__file__)) + os.sep,)
+    return dirs + ((os.path.dirname(_abspath(ip.__file__)) + os.sep,) if ip is not None else ())
 
 
 class Site:
@@ -52,8 +62,7 @@ class Site:
         f = sys._getframe(1)
         skip = _PKG_DIRS + _shell_dirs()
         while f is not None:
-            fn = os.path.abspath(f.f_code.co_filename) if not f.f_code.co_filename.startswith("<") \
-                else f.f_code.co_filename
+            fn = _abspath(f.f_code.co_filename)
             if not fn.startswith(skip) and "importlib" not in fn:
                 line = linecache.getline(f.f_code.co_filename, f.f_lineno, f.f_globals).strip()
                 return cls(f.f_code.co_filename, f.f_lineno, line)
