@@ -80,6 +80,7 @@ class Seal:
     chunks: list
     upper: Antichain
     submitted: float
+    queued: bool = False  # set by ``Scheduler.submit`` as it queues it (the sender's commit point)
 
 
 @dataclass

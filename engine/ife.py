@@ -33,7 +33,7 @@ class FullReport:
         self.name = name
         self.label = f"{builder.name}: ife {name!r}"  # (as an IfeOp names itself)
         self.agg = agg
-        self.join = weakref.ref(join_trace)
+        self.join = [weakref.ref(join_trace)] if join_trace is not None else []  # (none: rounds=0)
         self.states = [weakref.ref(t) for t in state_traces]
 
     def report(self) -> dict:
@@ -46,7 +46,7 @@ class FullReport:
                     recs += st["records"]
                     byts += st["bytes"]
             return int(recs), int(byts)
-        jr, jb = size([self.join])
+        jr, jb = size(self.join)
         sr, sb = size(self.states)
         return {"operator": self.label, "mode": "full", "agg": self.agg, "state_differences": sr,
                 "join_differences": jr, "dropped": 0, "dropped_total": 0, "bloom": None, "recomputed": 0,
@@ -231,7 +231,8 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
 
     if start_rounds is None or rounds == 0:
         initial = getattr(state, agg)(by=key, col=value)  # D_0 = agg(start), as in the other modes
-        if rounds == 0:
+        if rounds == 0:  # (no loop, no join: the states alone)
+            state.builder.reports.append(FullReport(state.builder, name, None, [initial.op.owned_trace()], agg))
             return initial.as_collection()
         out = initial.iterate(step, max_rounds=rounds)
     else:  # (the loop's own reduce makes D_0 from the entering states: no reduce outside it)

@@ -155,11 +155,14 @@ class Engine:
     def cancel(self, name: str, reason: str = "cancelled by the user"):
         """Stop a dataflow's computation (between operator steps); it stays listed as ``cancelled`` and its
         waits raise ``Cancelled`` until it is dropped. Returns once the snapshot shows it (so ``status``
-        read right after says ``cancelled``); Ctrl-C stops that wait, not the cancel."""
+        read right after says ``cancelled``); Ctrl-C stops that wait, not the cancel. From inside a dataflow
+        (a user function that stops its own dataflow) it returns at once: the cancel runs after the step."""
         self._live()
         if name not in self.snapshot().dataflows:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.snapshot().dataflows)}")
         seq = self._scheduler.submit(Cancel(name, reason))
+        if self._scheduler.inside():
+            return
         while True:  # until a snapshot published after the cancel ran (not by name: it may be installed anew)
             snap = self.snapshot()
             if snap.seq >= seq or self._closed:
@@ -380,8 +383,10 @@ class Engine:
         epochs before e), or None (every command sent so far is
         done and no dataflow has work left). Raises what the dataflow, its inputs or the engine failed
         with, TimeoutError after ``timeout`` seconds. Ctrl-C cancels the computation it waited for, unless
-        ``cancel_on_interrupt=False`` (then it only stops waiting: the notebook's ``%dataflow wait``)."""
+        ``cancel_on_interrupt=False`` (then it only stops waiting: the notebook's ``%dataflow wait``).
+        Refused inside a dataflow (a user function): the scheduler running it is what it would wait for."""
         self._live()
+        self._scheduler.refuse_inside()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.number))):
             raise ArgumentTypeError(f"eng.wait: timeout is a number of seconds or None, not "
                                     f"{type(timeout).__name__} ({timeout!r})")

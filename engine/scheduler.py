@@ -229,15 +229,24 @@ class Scheduler:
             if self._stop:
                 raise EngineError("the engine is closed")
             self._submitted += 1
-            self._cmds.append((self._submitted, cmd))
             seq = self._submitted
+            if isinstance(cmd, Seal):
+                cmd.queued = True  # (right before the append: no Ctrl-C can land between the two)
+            self._cmds.append((seq, cmd))
         self._wake.set()
         return seq
 
+    def inside(self) -> bool:
+        """Whether the caller is the scheduler's thread (a user function running in an operator step)."""
+        return threading.current_thread() is self.thread
+
+    def refuse_inside(self):
+        if self.inside():
+            raise EngineError("engine calls that wait for the scheduler cannot be made from inside a dataflow")
+
     def call(self, cmd, timeout: float | None = None):
         """Submit a command with a reply and wait for its outcome."""
-        if threading.current_thread() is self.thread:
-            raise EngineError("engine calls that wait for the scheduler cannot be made from inside a dataflow")
+        self.refuse_inside()
         self.submit(cmd)
         return cmd.reply.wait(timeout)
 
@@ -246,7 +255,9 @@ class Scheduler:
         return self._submitted
 
     def wait_published(self, seen: EngineSnapshot, timeout: float):
-        """Block until a snapshot newer than ``seen`` is published (or the timeout)."""
+        """Block until a snapshot newer than ``seen`` is published (or the timeout). Refused on the
+        scheduler's own thread, the one that would have to publish it."""
+        self.refuse_inside()
         with self._published:
             if self.snapshot is seen:
                 self._published.wait(timeout)

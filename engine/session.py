@@ -81,6 +81,7 @@ class InputSession:
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
         self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
+        self._peers: tuple = ()  # the inputs the last ``lend`` moved with this one: they keep its steps
         self._sent: deque = deque()  # (epoch advanced to or None, perf_counter): how long ago (``forget``)
         k = len(schema)
         self.nkey = k if nkey is None else nkey  # the leading columns its rows are arranged by
@@ -177,26 +178,27 @@ class InputSession:
                 raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
             new, self._owner = epoch > self._owner, epoch
-            target = epoch
+            target, peers = epoch, ()
             if epoch <= self.epoch:  # the owner's epoch, or one the input was moved past already
                 if not (new and self._buffer):
                     return
-                target = self.epoch + 1
-            self._send(at_epoch(target))
-            self.epoch = target
-        for f in list(self._followers):
+                # a step past the owner's numbering, which the inputs lent with this one take too (those
+                # with nothing buffered), so that inputs the owner advances together stay together
+                target, peers = self.epoch + 1, self._peers
+            self._send(target)
+        for f in list(self._followers) + list(peers):
             f._catch_up(target)
 
-    def lend(self, epoch: int) -> bool:
+    def lend(self, epoch: int, peers=()) -> bool:
         """Advance to ``epoch`` on behalf of a goal, so that a binding it was just asked is answered at once
         (the goal reads this input, and its answers are final only where every input it reads is sealed);
-        only when nothing is buffered. Returns whether it advanced. See ``advance_to`` for what the owner's
-        next advance does."""
+        only when nothing is buffered. ``peers``: the other inputs lent with it. Returns whether it
+        advanced. See ``advance_to`` for what the owner's next advance does."""
         with self._lock:
             if self.closed or self.dropped or self._buffer or epoch <= self.epoch or self._engine_closed():
                 return False
-            self._send(at_epoch(epoch))
-            self.epoch = epoch
+            self._send(epoch)
+            self._peers = tuple(p for p in peers if p is not self)
         for f in list(self._followers):
             f._catch_up(epoch)
         return True
@@ -218,8 +220,7 @@ class InputSession:
             if self.closed or self.dropped or (self._buffer and not self._carry) or epoch <= self.epoch \
                     or self._engine_closed():
                 return
-            self._send(at_epoch(epoch))
-            self.epoch = epoch
+            self._send(epoch)
 
     def advanced_past(self, epoch: int):
         """When (``time.perf_counter()``) this input was first advanced beyond ``epoch`` (or closed); None if
@@ -251,18 +252,30 @@ class InputSession:
             if self.closed:
                 return
             self._open()
-            self._send(Antichain())
-            self.closed = True
+            self._send(None)
 
-    def _send(self, upper: Antichain):
-        """Hand the buffered rows to the scheduler; if it refuses (a closed engine) they stay buffered and
-        the caller leaves the epoch as it was."""
-        buf = self._buffer
-        chunks = [Chunk(data, diffs, self.epoch) for data, diffs in buf]
+    def _send(self, target: int | None):
+        """Hand the buffered rows to the scheduler, sealed up to epoch ``target`` (None: closed), and move
+        the input there. The input moves first, so a Ctrl-C landing once the seal is queued leaves it where
+        the scheduler takes it (a repeated call does nothing twice); if the seal was not queued (refused by
+        a closed engine, or interrupted before) the input is put back as it was, rows and all."""
+        buf, epoch, closed = self._buffer, self.epoch, self.closed
+        upper = Antichain() if target is None else at_epoch(target)
         now = time.perf_counter()
-        self._submit(Seal(self, chunks, upper, now))
+        seal = Seal(self, [Chunk(data, diffs, epoch) for data, diffs in buf], upper, now)
         self._buffer = []
-        self._sent.append((epoch_of(upper), now))
+        if target is None:
+            self.closed = True
+        else:
+            self.epoch = target
+        self._sent.append((target, now))
+        try:
+            self._submit(seal)
+        except BaseException:
+            if not seal.queued:
+                self._buffer, self.epoch, self.closed = buf, epoch, closed
+                self._sent.pop()
+            raise
 
     # -- scheduler side -----------------------------------------------------------------------------
     def forget(self, through):

@@ -125,10 +125,7 @@ class View:
                 raise UsageError(f"epoch {at} is not final yet in view {self.name!r} (its frontier is {up}); "
                                  f"call eng.wait(view) or read an earlier epoch")
         upto = epoch_of(snap.upper) if at is None else at + 1
-        if at is None and upto is not None and upto <= self.op.born:
-            # a dataflow installed late answers from the epoch its imports start at (``born``) on; until that
-            # epoch is final the view holds no complete epoch: nothing (what its trace holds already is a
-            # part of that epoch, e.g. rows of an input that is behind the others)
+        if at is None and self._unborn(snap):
             return np.zeros((len(self.schema.names), 0), np.int64), np.zeros(0, np.int64), 0
         if at is not None and self.op.born > 0 and at < self.op.born:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: dataflow {self.dataflow!r} "
@@ -148,6 +145,13 @@ class View:
                 idx = np.repeat(np.arange(len(cnt)), cnt)
                 data, cnt = data[:, idx], cnt[idx]
         return data, cnt, upto
+
+    def _unborn(self, snap) -> bool:
+        """Whether the view holds no complete epoch yet: a dataflow installed late answers from the epoch its
+        imports start at (``born``) on, and until that epoch is final what its trace holds is a part of it
+        (e.g. rows of an input that is behind the others)."""
+        upto = epoch_of(snap.upper)
+        return upto is not None and upto <= self.op.born
 
     def _read(self, at, diffs):
         """(columns as columns() gives them, number of rows, the first epoch not included): the count matters
@@ -190,7 +194,10 @@ class View:
     def __len__(self):
         """The number of rows ``to_pandas()`` gives (each row repeated by its multiplicity); a view holding
         rows of negative multiplicity has no such count, and says so as ``to_pandas()`` does."""
-        cnt = self._accumulate(None, self._snapshot())[2]
+        snap = self._snapshot()
+        if self._unborn(snap):
+            return 0
+        cnt = self._accumulate(None, snap)[2]
         if (cnt < 0).any():
             raise UsageError(f"view {self.name!r} holds rows with negative multiplicity, so it has no number of "
                              f"rows; count them with view.to_pandas(diffs=True)")
@@ -392,41 +399,51 @@ class Follower:
         return self
 
     def __next__(self):
-        import pandas as pd
         while True:
-            with self._cond:
-                while not self._items and not self._ended and not self._closed:
-                    if not self._cond.wait(self.timeout):
-                        raise TimeoutError(f"no change of view {self.view.name!r} within {self.timeout} s")
-                if self._closed:
-                    raise StopIteration
-                if not self._items:
-                    if self._error is not None:
-                        raise_failure(self.view.dataflow, self._error)
-                    raise StopIteration
-                kind, data, cnt, epoch, upper = self._items.popleft()
-            self.frontier = upper
-            if kind == "contents":
-                cols = self.view._decode(data)
-                cols[self.time_col] = np.full(len(cnt), epoch, np.int64)
-                cols[self.diff_col] = cnt
-                if not upper.elements:  # started after every input closed: nothing more will come
-                    self.end(self._error)
-                return pd.DataFrame(cols)
-            if not data:
-                if not upper.elements:
-                    self.end(self._error)
-                continue
-            keys = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in data], axis=1)
-            times = np.concatenate([b.times[:, 0] for b in data])
-            diffs = np.concatenate([b.diffs for b in data])
-            order = np.argsort(times, kind="stable")
-            cols = self.view._decode(keys[:, order])
-            cols[self.time_col] = times[order]
-            cols[self.diff_col] = diffs[order]
-            if not upper.elements:
+            item = None
+            try:
+                with self._cond:
+                    while not self._items and not self._ended and not self._closed:
+                        if not self._cond.wait(self.timeout):
+                            raise TimeoutError(f"no change of view {self.view.name!r} within {self.timeout} s")
+                    if self._closed:
+                        raise StopIteration
+                    if not self._items:
+                        if self._error is not None:
+                            raise_failure(self.view.dataflow, self._error)
+                        raise StopIteration
+                    item = self._items.popleft()
+                frame = self._frame(*item)
+            except BaseException:  # (Ctrl-C while decoding: the frame is still the next one, nothing is lost)
+                if item is not None:
+                    with self._cond:
+                        if not self._closed:
+                            self._items.appendleft(item)
+                raise
+            self.frontier = upper = item[4]
+            if not upper.elements:  # nothing more will come
                 self.end(self._error)
+            if frame is not None:
+                return frame
+
+    def _frame(self, kind, data, cnt, epoch, upper):
+        """A queued item as the DataFrame it yields (None: changes that add no row)."""
+        import pandas as pd
+        if kind == "contents":
+            cols = self.view._decode(data)
+            cols[self.time_col] = np.full(len(cnt), epoch, np.int64)
+            cols[self.diff_col] = cnt
             return pd.DataFrame(cols)
+        if not data:
+            return None
+        keys = np.concatenate([np.concatenate([b.key_rows(), b.vals], axis=0) for b in data], axis=1)
+        times = np.concatenate([b.times[:, 0] for b in data])
+        diffs = np.concatenate([b.diffs for b in data])
+        order = np.argsort(times, kind="stable")
+        cols = self.view._decode(keys[:, order])
+        cols[self.time_col] = times[order]
+        cols[self.diff_col] = diffs[order]
+        return pd.DataFrame(cols)
 
     def close(self):
         """Stop following (the scheduler forgets this follower once it is garbage)."""

@@ -158,7 +158,9 @@ class IfeOp(Operator):
         self.done = -1               # the last epoch processed
         self.t_upper = 0             # the timeline's upper (its next batch's lower)
         self.hist = np.zeros(0, np.int64)  # per round: the timeline entries (kept or dropped) at it
-        self.tau_max = None          # the degree policy's upper degree threshold (from the first epoch)
+        self.tau_max = None          # the degree policy's upper degree threshold (``_degree_threshold``)
+        self.edges = 0               # the edges' multiplicities summed, and that sum when tau_max was taken
+        self.tau_edges = 0
         self._memo = None            # this epoch's recomputed old states: (hashes, keys + round, values)
         self.counters = {"epochs": 0, "rounds": 0, "evaluated": 0, "recomputed": 0, "dropped": 0,
                          "join_rows": 0}
@@ -498,8 +500,12 @@ class IfeOp(Operator):
             ch_u = ch_v = np.zeros((nn, 0), np.int64)
         deg_u = (key_index(srcd[0])[1] if srcd is not None else np.zeros((nn, 0), np.int64)) if spec.degree \
             else np.zeros((nn, 0), np.int64)
-        if self.tracker is not None and spec.drop.policy == "degree" and self.tau_max is None:
-            self.tau_max = self._degree_threshold(e)
+        if srcd is not None:
+            self.edges += int(srcd[2].sum())
+        if self.tracker is not None and spec.drop.policy == "degree" and self.edges and (
+                self.tau_max is None or not self.tau_edges / 2 <= self.edges <= 2 * self.tau_edges):
+            # taken at the first epoch with edges, again once their number halved or doubled since
+            self.tau_max, self.tau_edges = self._degree_threshold(e), self.edges
         tl, marks = ([], [], []), ([], [], [])   # timeline and dropped-pair updates: (keys, values, diffs)
         parts = [(s_keys, self.hist)]
         if ng and s_keys.shape[1] and self.hist.any():
@@ -730,8 +736,7 @@ class IfeOp(Operator):
         np.add.at(self.hist, rounds, diffs)
 
     def _degree_threshold(self, e) -> float:
-        """The degree policy's tau_max: the given percentile of the vertices' out-degrees (as of the first
-        epoch processed)."""
+        """The degree policy's tau_max: the given percentile of the vertices' out-degrees as of epoch e."""
         side = self.sides[1]
         nodes = Cursor([b for s in range(self.workers) for b in side.history(s)], side.kv, 1).keys()[1]
         if not nodes.shape[1]:

@@ -214,6 +214,14 @@ class _Analyzer:
                 name = "_" if getattr(v, "anonymous", False) else show(v)
                 raise self.err(v, f"{name} in the argument {show(lit.right)} has no value: an atom's expression "
                                   f"argument is computed from variables that other positive atoms bind")
+            if isinstance(lit, Comparison) and lit.op == "=":
+                # 'y = z * 2' with z unbound: y is what it would assign; z is what is missing
+                for lone, other in ((lit.left, lit.right), (lit.right, lit.left)):
+                    if isinstance(lone, Var) and not isinstance(other, Var):
+                        inner = [v for v in free if v.name != lone.name and v.name in {w.name for w in variables(other)}]
+                        if inner:
+                            free = inner
+                            break
             what = "negated atom" if isinstance(lit, Atom) else "comparison"
             raise self.err(free[0] if free else lit,
                            f"variable {show(free[0]) if free else '?'!s} in the {what} {show(lit)} is not bound: "

@@ -540,6 +540,13 @@ class IntOverflow(OverflowError):
         super().__init__(f"{expr}{where} {value}")
 
 
+def ground_defined(exprs) -> bool:
+    """Whether every division and remainder in these constant expressions has a non-zero divisor (a
+    ground fact with one by zero has no value and derives nothing, as a rule's binding does)."""
+    with np.errstate(all="ignore"):
+        return all(evaluate(d, {}) != 0 for e in exprs for d in _divisors(e))
+
+
 def _divisors(e):
     """The right operands of the divisions and remainders in expression ``e``."""
     if isinstance(e, BinOp):

@@ -14,7 +14,7 @@ import numpy as np
 from ..engine.collection import Arranged
 from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
 from .analysis import analyze
-from .compiler import Compiler, IntOverflow, Relations, evaluate
+from .compiler import Compiler, IntOverflow, Relations, evaluate, ground_defined
 from .errors import at
 from .magic import Pattern, parse_pattern, program_for, rewrite, seed_names
 from .parser import parse
@@ -371,7 +371,7 @@ class Goal:
         k = len(self.pattern.asked)
         if k == 0:
             raise UsageError(f"goal {self.pattern} has no '?' argument to ask")
-        if len(values) == 1 and k > 1 and isinstance(values[0], (tuple, list)):
+        if len(values) == 1 and isinstance(values[0], (tuple, list)):  # ask((1, 2)) as ask(1, 2); (1,) as 1
             values = tuple(values[0])
         if len(values) != k:
             raise UsageError(f"ask/retract take {k} value(s), one per '?' of the goal; got {len(values)}")
@@ -408,7 +408,7 @@ class Goal:
                 return
             self._session.advance_to(epoch + 1)
             for s in base:
-                s.lend(epoch + 1)  # (unless its owner advanced it meanwhile or has rows buffered)
+                s.lend(epoch + 1, base)  # (unless its owner advanced it meanwhile or has rows buffered)
 
     def drop(self):
         """Uninstall the goal's dataflow and forget its bindings."""
@@ -435,7 +435,7 @@ def fact_rows(a) -> dict:
     for pred in a.derived:
         try:
             rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
-                    if r.head.pred == pred and not r.body]
+                    if r.head.pred == pred and not r.body and ground_defined(r.head.args)]
         except IntOverflow as e:
             raise at(a.program.text, e.node, e.reason) from None
         if rows:
