@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import SchemaError
+from .errors import ArgumentTypeError, SchemaError
 
 DTYPES = ("int64", "float64", "bool", "str")
 _DTYPE_ALIASES = {
@@ -25,6 +25,18 @@ _DTYPE_ALIASES = {
 def is_int(x) -> bool:
     """An integer argument (a Python or NumPy int, not a bool, which Python counts as one)."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_timeout(timeout, who: str):
+    """A timeout argument: None (no limit) or a number of seconds, not NaN (no time is past it: a wait that
+    never ends)."""
+    if timeout is None:
+        return
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, (int, float, np.number)):
+        raise ArgumentTypeError(f"{who}: timeout is a number of seconds or None, not {type(timeout).__name__} "
+                                f"({timeout!r})")
+    if timeout != timeout:
+        raise ArgumentTypeError(f"{who}: timeout is NaN; give a number of seconds or None")
 
 
 def normalize_dtype(dtype) -> str:

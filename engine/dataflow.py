@@ -13,6 +13,8 @@ many logical times travel in one physical message (K-Pg principle 1).
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import linecache
 import os
 import sys
@@ -49,6 +51,20 @@ def _shell_dirs() -> tuple:
     return dirs + ((os.path.dirname(_abspath(ip.__file__)) + os.sep,) if ip is not None else ())
 
 
+_NO_SITE = contextvars.ContextVar("kpgnb_no_site", default=False)
+
+
+@contextlib.contextmanager
+def no_site():
+    """Operators defined inside have no site: code that is not Python the user wrote (a ``%%datalog`` cell,
+    whose errors name the program's own line and column) has no line of theirs to point at."""
+    token = _NO_SITE.set(True)
+    try:
+        yield
+    finally:
+        _NO_SITE.reset(token)
+
+
 class Site:
     """Where in the user's code an operator was defined (for error messages)."""
 
@@ -59,6 +75,8 @@ class Site:
 
     @classmethod
     def capture(cls) -> "Site | None":
+        if _NO_SITE.get():
+            return None
         f = sys._getframe(1)
         skip = _PKG_DIRS + _shell_dirs()
         while f is not None:

@@ -33,6 +33,9 @@ from .lattice import Antichain
 from .trace import Trace
 
 
+MAX_BITS = 1 << 40  # the largest filter a Drop may ask for (128 GiB)
+
+
 @dataclass(frozen=True)
 class Drop:
     """How ``memory="drop"`` chooses and remembers the vertex-state differences it drops."""
@@ -59,9 +62,9 @@ class Drop:
             raise SchemaError(f"Drop(tau_min={self.tau_min!r}): a degree, an int >= 0")
         if not _real(self.tau_max_percentile) or not 0.0 <= float(self.tau_max_percentile) <= 100.0:
             raise SchemaError(f"Drop(tau_max_percentile={self.tau_max_percentile!r}): a percentile, 0 to 100")
-        if self.bloom_bits is not None and (not is_int(self.bloom_bits) or self.bloom_bits < 64):
-            raise SchemaError(f"Drop(bloom_bits={self.bloom_bits!r}): at least 64 bits, or None (sized at the "
-                              f"first epoch that drops entries)")
+        if self.bloom_bits is not None and (not is_int(self.bloom_bits) or not 64 <= self.bloom_bits <= MAX_BITS):
+            raise SchemaError(f"Drop(bloom_bits={self.bloom_bits!r}): 64 to 2**40 bits (rounded up to a power of "
+                              f"two), or None (sized at the first epoch that drops entries)")
         if self.bloom_hashes is not None and (not is_int(self.bloom_hashes) or not 1 <= self.bloom_hashes <= 16):
             raise SchemaError(f"Drop(bloom_hashes={self.bloom_hashes!r}): 1 to 16 hash functions, or None "
                               f"(chosen for the filter's size)")
@@ -197,7 +200,7 @@ class BloomTracker:
     kind = "bloom"
 
     def __init__(self, bits: int | None, hashes: int | None):
-        self.bits = None if bits is None else np.zeros(_words(bits), np.uint64)
+        self.bits = None if bits is None else _filter(bits)
         self.hashes = None if hashes is None else int(hashes)
         self.markers = 0
 
@@ -221,7 +224,7 @@ class BloomTracker:
         """Fix what was left to the first insertion (of n pairs): the size, then the number of hashes,
         optimal (ln 2 bits per pair per hash) for twice n pairs."""
         if self.bits is None:
-            self.bits = np.zeros(_words(max(MIN_BITS, BITS_PER_PAIR * n)), np.uint64)
+            self.bits = _filter(max(MIN_BITS, BITS_PER_PAIR * n))
         if self.hashes is None:
             m = self.bits.shape[0] * 64
             self.hashes = int(min(MAX_AUTO_HASHES, max(1, round(math.log(2) * m / (2 * n)))))
@@ -239,9 +242,14 @@ class BloomTracker:
         pass
 
 
-def _words(bits: int) -> int:
-    """uint64 words of a filter of at least ``bits`` bits, a power of two many (its hashes are masked)."""
-    return 1 << max(0, (int(bits) - 1).bit_length() - 6)
+def _filter(bits: int) -> np.ndarray:
+    """A zeroed filter of at least ``bits`` bits: a power of two many uint64 words (its hashes are masked)."""
+    words = 1 << max(0, (int(bits) - 1).bit_length() - 6)
+    try:
+        return np.zeros(words, np.uint64)
+    except MemoryError:
+        raise MemoryError(f"a Bloom filter of {bits} bits ({8 * words} bytes) does not fit in memory: give "
+                          f"kp.Drop a smaller bloom_bits, or tracker='exact'") from None
 
 
 def make_tracker(drop: Drop, kk: int, workers: int, name: str):

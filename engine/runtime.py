@@ -18,7 +18,7 @@ import numpy as np
 
 from . import latency
 from .builder import DataflowBuilder
-from .columns import Schema, SymbolTable, is_int
+from .columns import Schema, SymbolTable, check_timeout, is_int
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle, Own
 from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
@@ -139,15 +139,19 @@ class Engine:
             raise UnknownNameError(f"no input named {missing[0]!r}; inputs are {sorted(self.inputs())}")
         self._scheduler.call(Own(dataflow, sessions))
 
-    def drop_input(self, name: str):
+    def drop_input(self, name: str, wait: bool = True):
         """Forget an input that no installed dataflow reads (UsageError naming the readers otherwise): its
-        rows go and the name is free for a new ``input``; the session refuses every later call."""
+        rows go and the name is free for a new ``input``; the session refuses every later call.
+        ``wait=False`` queues the drop and frees the name at once, without waiting for a busy scheduler:
+        for the cleanup of a cell interrupted before its dataflow was installed (nothing reads the input;
+        were something to, the drop would be refused with nobody to tell)."""
         self._live()
         with self._lock:
             session = self._inputs.get(name)
         if session is None or session.dropped:
             raise UnknownNameError(f"no input named {name!r}; inputs are {sorted(self.inputs())}")
-        self._scheduler.call(DropInput(name, session))
+        cmd = DropInput(name, session)
+        self._scheduler.submit(cmd) if not wait else self._scheduler.call(cmd)
         with self._lock:
             if self._inputs.get(name) is session:
                 del self._inputs[name]
@@ -387,9 +391,7 @@ class Engine:
         Refused inside a dataflow (a user function): the scheduler running it is what it would wait for."""
         self._live()
         self._scheduler.refuse_inside()
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.number))):
-            raise ArgumentTypeError(f"eng.wait: timeout is a number of seconds or None, not "
-                                    f"{type(timeout).__name__} ({timeout!r})")
+        check_timeout(timeout, "eng.wait")
         deadline = None if timeout is None else time.monotonic() + timeout
         if isinstance(target, View):
             if target.engine is not self:
@@ -434,7 +436,8 @@ class Engine:
             raise
 
     def _view_goal(self, view: View):
-        return self._goal_of(self._view_info(self.snapshot(), view))
+        info = self._view_info(self.snapshot(), view)
+        return self._goal_of(info, dict(info.view_sources).get(view.name))
 
     def _view_info(self, snap, view: View):
         """The view's install in ``snap``; raises what the view's reads raise once it is gone (another
@@ -491,11 +494,12 @@ class Engine:
             if any(ref() is not None and not _past(ref().snapshot.upper, goal) for _, ref in info.views):
                 self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)"))
 
-    def _goal_of(self, info):
-        """The epoch a dataflow's views must reach: the least its open inputs were advanced to (None:
-        every input closed, so the views' frontiers must become empty)."""
+    def _goal_of(self, info, sources=None):
+        """The epoch a dataflow's views must reach: the least its open inputs (or ``sources``, those one
+        view reads) were advanced to (None: every one closed, so the frontiers must become empty)."""
         inputs = self.inputs()
-        goals = [inputs[n].epoch for n in info.sources if n in inputs and not inputs[n].closed]
+        goals = [inputs[n].epoch for n in (info.sources if sources is None else sources)
+                 if n in inputs and not inputs[n].closed]
         return min(goals) if goals else None
 
     # -- lifecycle ------------------------------------------------------------------------------------

@@ -46,6 +46,23 @@ SWITCH_S = 0.001  # the interpreter's thread switch interval, at most (see Sched
 _SERIALS = itertools.count(1)
 
 
+def _reads(op, inputs, imported: dict) -> frozenset:
+    """The names of the inputs whose changes reach ``op`` (a view's sink): the sessions behind the imports
+    upstream of it, an imported export's being its producer's (``imported``: export name -> sessions)."""
+    by_trace = {id(s.trace): s for s in inputs}
+    seen, todo, out = set(), [op], set()
+    while todo:
+        op = todo.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        if op.kind == "import":
+            session = by_trace.get(id(op.trace))
+            out |= {session} if session is not None else imported.get(op.name, set())
+        todo.extend(op.inputs)
+    return frozenset(s.name for s in out)
+
+
 class Dataflow:
     """An installed dataflow (scheduler-owned)."""
 
@@ -60,12 +77,14 @@ class Dataflow:
         self.exports = exports      # names this dataflow exports
         self.uses = set(uses)       # export names it imports
         self.sources = sources      # InputSessions it reads, directly or through imports
+        self.view_sources: dict = {}  # view name -> the names of the inputs that view reads (``_reads``)
         self.error: BaseException | None = None
         self.ended = None           # None, "failed" or "cancelled"
         self.dropped = False
         self.pruned = False
         self.followers = weakref.WeakSet()
         self.owned: list = []       # InputSessions made for it alone: dropped when it is gone (``_gone``)
+        self.held: list = []        # (failed while dropped) the catalog entries of its exports handles read
         self._shape = None
         self._info = None           # the last DataflowInfo, and what it was computed from
         self._last_ops = self._last_n = self._last_ops_f = None  # the operators ``frontier`` reads, per shape
@@ -181,7 +200,8 @@ class Dataflow:
                                   self.serial, latency_counts=self.latencies.published(),
                                   installed_at=self._installed,
                                   view_uppers=tuple((n, t.snapshot.upper) for n, ref in views
-                                                    for t in [ref()] if t is not None))
+                                                    for t in [ref()] if t is not None),
+                                  view_sources=tuple(self.view_sources.items()))
         return self._info
 
 
@@ -542,8 +562,8 @@ class Scheduler:
             d.release()
             for f in list(d.followers):
                 f.end(d.error)
-            if self.dataflows.get(d.name) is not d:  # a dropped one, kept for its readers: gone now
-                self._gone(d)
+            if self.dataflows.get(d.name) is not d and d not in self.retired:  # a dropped one, kept for
+                self._gone(d)                                                   # its readers: gone now
 
     def _end(self, df: Dataflow, error: BaseException, how: str, ended: list) -> list:
         """``_fail``'s bookkeeping: the error of ``df`` and of every dataflow reading its exports (appended
@@ -557,10 +577,15 @@ class Scheduler:
         df.error, df.ended = error, how
         ended.append(df)
         exports = set(df.exports)
+        entries = [self.catalog.get(e) for e in exports]
         for e in exports:
             self.catalog.remove(e)
         if df in self.retired:
-            self.retired.remove(df)
+            # a dropped dataflow kept for trace handles stays listed, failed, while they are open: the
+            # handles' upper stops moving, and the listing says why (``_collect`` lets it go after)
+            df.held = [en for en in entries if en is not None and en.has_handles()]
+            if not df.held:
+                self.retired.remove(df)
         for other in list(self.dataflows.values()) + list(self.retired):
             if other.error is None and other.uses & exports:
                 err = DataflowError(f"dataflow {other.name!r} reads {sorted(other.uses & exports)} from dataflow "
@@ -617,9 +642,11 @@ class Scheduler:
         b.graph.start_reads()
         b.graph.compute_frontiers()  # a dataflow's published frontier is valid from the start
         sources = set(b.sources)
-        for uname in b.uses:
-            sources |= self.catalog.get(uname).producer.sources
+        imported = {uname: self.catalog.get(uname).producer.sources for uname in b.uses}
+        for s_ in imported.values():
+            sources |= s_
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
+        df.view_sources = {n: _reads(v.op, b.sources, imported) for n, v in b.views.items()}
         b.serial = df.serial
         df.owned = list(b.owned)
         namesakes = [d for d in self.retired if d.name == name]
@@ -790,6 +817,10 @@ class Scheduler:
     def _open_handle(self, cmd: OpenHandle):
         entry = self.catalog.get(cmd.name)
         if entry is None:
+            ended = next((d for d in self.dataflows.values() if cmd.name in d.exports and d.error is not None), None)
+            if ended is not None:  # (its exports left the catalog when it ended)
+                raise UnknownNameError(f"no arrangement named {cmd.name!r} is exported: dataflow {ended.name!r}, "
+                                       f"which exported it, {ended.ended}: {ended.error}") from ended.error
             raise UnknownNameError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
         h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})")
         entry.handles.add(h)
@@ -824,6 +855,12 @@ class Scheduler:
         while changed:
             changed = False
             for df in list(self.retired):
+                if df.error is not None:  # failed while kept for handles: listed until they are closed
+                    if not any(en.has_handles() for en in df.held):
+                        self.retired.remove(df)
+                        self._gone(df)
+                        changed = True
+                    continue
                 live = {e for e in df.exports if self._read(e, df)}
                 if live == set(df.exports) and df.pruned:
                     continue

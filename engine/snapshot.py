@@ -31,6 +31,7 @@ class DataflowInfo:
     latency_counts: object = None    # read-only int64 counts per bucket of engine/latency.py: every update
     installed_at: float | None = None  # time.perf_counter() when it was installed
     view_uppers: tuple = ()          # (view name, its trace's upper) as of this snapshot: what eng.wait decides on
+    view_sources: tuple = ()         # (view name, names of the inputs it reads): what eng.wait(view) waits for
 
 
 @dataclass(frozen=True)

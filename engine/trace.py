@@ -23,7 +23,8 @@ import numpy as np
 
 from .batch import form_arrays
 from .cursor import Cursor, accumulate_batches
-from .errors import CompactedError, UsageError
+from .columns import is_int
+from .errors import ArgumentTypeError, CompactedError, UsageError
 from .lattice import Antichain, rep_matrix
 from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
@@ -455,6 +456,11 @@ class TraceHandle:
         return self.trace.snapshot
 
     def batches(self, shard: int = 0, through: Antichain | None = None) -> tuple:
+        if not is_int(shard):
+            raise ArgumentTypeError(f"a shard is an int, 0 to {self.trace.workers - 1}, not {shard!r}")
+        if not 0 <= shard < self.trace.workers:
+            raise UsageError(f"shard {shard} does not exist: this trace has {self.trace.workers} shards, 0 to "
+                             f"{self.trace.workers - 1} (one per worker)")
         return self.trace.snapshot.batches(shard, through)
 
     def cursor(self, shard: int = 0, through: Antichain | None = None, lens: TimeLens = IDENTITY) -> Cursor:
@@ -462,10 +468,16 @@ class TraceHandle:
 
     def accumulate(self, at=None, snapshot: TraceSnapshot | None = None):
         """The collection as of time ``at`` (default: everything recorded so far), consolidated:
-        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot."""
+        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot. A time
+        the trace is not complete for (at or beyond its upper) is refused: its answer could still change."""
         trace = self.trace
+        snap = snapshot if snapshot is not None else trace.snapshot
         if at is not None:
-            at = tuple(int(x) for x in (at if isinstance(at, (tuple, list)) else (at,)))
+            parts = tuple(at) if isinstance(at, (tuple, list)) else (at,)
+            if not all(is_int(x) for x in parts):
+                raise ArgumentTypeError(f"accumulate(at=): a time is an int epoch (or a tuple of ints, one per "
+                                        f"coordinate), got {at!r}")
+            at = tuple(int(x) for x in parts)
             if len(at) != trace.depth:
                 raise ValueError(f"time {at} has depth {len(at)}; this trace's times have depth {trace.depth}")
             if not self._logical.dominates(at):
@@ -474,5 +486,7 @@ class TraceHandle:
             if at[0] < trace.start:  # a producer installed late has no answer for the epochs before its start
                 raise CompactedError(f"time {at} is before epoch {trace.start}, the first this trace's dataflow "
                                      f"computed (it was installed when its inputs were there)")
-        snap = snapshot if snapshot is not None else trace.snapshot
+            if snap.upper.dominates(at):
+                raise UsageError(f"time {at} is not final yet in this trace (its upper is {snap.upper}): wait for "
+                                 f"its dataflow, or read an earlier time")
         return accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)

@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from .columns import decode_column, is_int
+from .columns import check_timeout, decode_column, is_int
 from .commands import Follow
 from .cursor import accumulate_batches
 from .errors import ArgumentTypeError, CompactedError, DataflowError, EngineError, KpgnbError, UsageError
@@ -53,7 +53,7 @@ class View:
 
     @property
     def epoch(self):
-        """The first epoch not yet final (None when every input is closed)."""
+        """The first epoch not yet final (None when every input is closed, or once the view is ``released``)."""
         return epoch_of(self.frontier)
 
     def _check(self, snap=None) -> bool:
@@ -211,6 +211,7 @@ class View:
         order. It ends when the view is dropped or every input is closed; it raises if the dataflow fails.
         ``timeout`` bounds each wait for the next item (TimeoutError)."""
         self._check()
+        check_timeout(timeout, f"view {self.name!r}: follow")
         f = Follower(self, timeout)
         self.engine.call(Follow(self, f))
         return f
@@ -229,8 +230,9 @@ class View:
         """One line for a notebook: dataflow, frontier, rows and the latency of the last update."""
         info = self.engine.snapshot().dataflows.get(self.dataflow)
         e = self.epoch
-        parts = [f"view {self.name!r} of dataflow {self.dataflow!r}",
-                 "all inputs closed" if e is None else f"final before epoch {e}"]
+        state = "released (dropped, failed or cancelled)" if self.released else \
+            "all inputs closed" if e is None else f"final before epoch {e}"
+        parts = [f"view {self.name!r} of dataflow {self.dataflow!r}", state]
         if info is not None and info.latency_s is not None:
             parts.append(f"last update {_duration(info.latency_s)}")
         return " · ".join(parts)
@@ -353,9 +355,8 @@ class Follower:
         keys, vals, cnt = accumulate_batches(snap.all_batches(), t.kk, t.kv, t.depth)
         if last is not None:
             epoch = max(last - 1, 0)
-        else:  # every input closed: the contents are final from the last time anything changed on
-            times = [b.times[:, 0].max() for b in snap.all_batches() if len(b)]
-            epoch = int(max(times)) if times else 0
+        else:  # every input closed: the contents are final from the last time anything changed on (noted
+            epoch = max(self.view.op.changed, born)  # as it came: compaction may have cancelled it since)
         self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
 
     def deliver(self, batches, lower, upper):
@@ -492,6 +493,8 @@ class Subscription:
                 self.fn(item)
         except BaseException as e:  # noqa: BLE001 - kept for the owner to inspect
             self.error = e
+        finally:
+            self.follower.close()  # (stopped: its follower collects no more changes)
 
     def close(self, timeout: float = 5.0):
         self.follower.close()

@@ -136,12 +136,36 @@ def seal_loaded(created: list):
         session.advance_to(1)
 
 
+class CellNumber:
+    """The number IPython shows for the cell being run (``In[n]``): ``shell.execution_count`` is n + 1
+    while a cell kept in history runs (IPython counts it before running it) and n otherwise; IPython's
+    ``pre_execute`` (every cell) and ``pre_run_cell`` (not silent ones) events tell which (the extension
+    registers them)."""
+
+    def __init__(self):
+        self.stored = False
+
+    def pre_execute(self):
+        self.stored = False
+
+    def pre_run_cell(self, info):
+        self.stored = bool(getattr(info, "store_history", False))
+
+    def of(self, shell) -> int:
+        return shell.execution_count - (1 if self.stored else 0)
+
+
+CELL_NUMBER = CellNumber()  # (one per process, as IPython's shell is)
+
+
 def drop_loaded(eng, created: list):
-    """Undo the inputs a failed cell loaded (the dataflow reading them is gone already)."""
+    """Undo the inputs a failed cell loaded (the dataflow reading them is gone already, or was never
+    installed). The drops are queued, not waited for: a cell interrupted while the engine is busy returns
+    at once, and a second Ctrl-C cannot leave an input behind."""
     for session in created:
         _loaded.get(eng, {}).pop(session.name, None)
         try:
-            eng.drop_input(session.name)
+            eng.drop_input(session.name, wait=False)
         except KpgnbError:
             pass
 
@@ -219,7 +243,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             sources[name], session = input_for(eng, var, ns[var])
             if session is not None:
                 created.append(session)
-        filename = shell.compile.cache(f"%%dataflow {line}\n{body}", shell.execution_count)
+        filename = shell.compile.cache(f"%%dataflow {line}\n{body}", CELL_NUMBER.of(shell))
         try:
             source = _transform(shell, body)
             # line 1 is the magic's; IPython drops leading blank lines, which must still count
@@ -340,12 +364,14 @@ def bind_views(ns: dict, views: dict):
     """Views into the notebook by name (also the ``%%datalog`` cell's relations)."""
     import builtins
     import types
+    from .engine.view import View
     for vname, view in views.items():
         held = ns.get(vname)
         if not notebook_name(vname):
             print(f"view {vname!r} has no notebook name (not an identifier, or a Python keyword): run the cell "
                   f"with -o VAR and read it as VAR[{vname!r}]")
-        elif isinstance(held, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)):
+        elif isinstance(held, types.ModuleType) or (callable(held) and not isinstance(held, View)):
+            # (a module, or anything callable: functions, classes, ufuncs, numba functions, bound methods)
             print(f"view {vname!r} is not bound: the notebook's {vname!r} is a {type(held).__name__}; run "
                   f"the cell with -o VAR and read it as VAR[{vname!r}]")
         elif vname not in ns and hasattr(builtins, vname):  # (len, print, sum, input...: not in user_ns)

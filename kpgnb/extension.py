@@ -34,7 +34,11 @@ def load(ip):
     ip.set_custom_exc(handled, handler)
     from . import display
     display.register(ip)  # views shown as a cell's result render live
-    _state.update(ip=ip, magics=magics, warmer=warmer, previous=previous)
+    from .cell import CELL_NUMBER
+    events = (("pre_execute", CELL_NUMBER.pre_execute), ("pre_run_cell", CELL_NUMBER.pre_run_cell))
+    for event, fn in events:  # (a failing cell's traceback names it by its number)
+        ip.events.register(event, fn)
+    _state.update(ip=ip, magics=magics, warmer=warmer, previous=previous, events=events)
     print("kpgnb: %%dataflow, %%datalog and %dataflow are ready (%dataflow? for help); the engine starts on first use, "
           "its kernels compile in the background")
 
@@ -44,6 +48,8 @@ def unload(ip):
         return
     _state["warmer"].stop()
     kernel.close()
+    for event, fn in _state["events"]:
+        ip.events.unregister(event, fn)
     for kind, names in _state["magics"].magics.items():  # every magic the class registered
         for name in names:
             ip.magics_manager.magics[kind].pop(name, None)

@@ -18,7 +18,7 @@ import threading
 import weakref
 
 from .engine.columns import Schema
-from .engine.errors import SchemaError, UsageError
+from .engine.errors import ArgumentTypeError, SchemaError, UsageError
 from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table, spark_arrow
 
 __all__ = ["run", "datalog", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
@@ -102,9 +102,21 @@ def dtypes_of(df) -> dict:
     table. Types kpgnb cannot store (timestamps, decimals, arrays, ...) raise a SchemaError naming the
     column and type."""
     if is_arrow_table(df):
-        return {f.name: arrow_dtype(f.name, f.type) for f in df.schema}
+        fields = list(df.schema)
+    elif hasattr(df, "sparkSession") and hasattr(df, "schema"):
+        fields = df.schema.fields
+    else:
+        raise ArgumentTypeError(f"a Spark DataFrame or an Arrow table is needed here, not {type(df).__name__}; "
+                                f"load pandas frames and rows with eng.input(name, rows=...)")
+    names = [f.name for f in fields]
+    twice = next((c for c in names if names.count(c) > 1), None)
+    if twice is not None:
+        raise SchemaError(f"the DataFrame has two columns named {twice!r} (what a join of two frames gives); "
+                          f"rename or drop one first")
+    if is_arrow_table(df):
+        return {f.name: arrow_dtype(f.name, f.type) for f in fields}
     out = {}
-    for f in df.schema.fields:
+    for f in fields:
         t = f.dataType
         dtype = _SPARK_TYPES.get(t.typeName())
         if dtype is None:
@@ -286,6 +298,7 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
         raise UsageError("follow() needs a streaming DataFrame (spark.readStream...); insert a static one with "
                          "input.insert(df) or kpgnb.spark.input_from")
     columns = list(streaming_df.columns)
+    dtypes_of(streaming_df)  # (refuses two columns of one name, and types the engine cannot take, up front)
     if diff_col is not None:
         if diff_col not in columns:
             raise SchemaError(f"diff column {diff_col!r} is not in the stream's columns {columns}")

@@ -731,20 +731,32 @@ def _signed(name: str, c, col):
     return col.cast(pa.int64())
 
 
-def _input_column(name: str, col: str, dtype: str, nullable: bool, at: str):
+def _input_column(col: str, dtype: str, at: str):
     """Input column ``col``, read as column ``at`` of the positionally renamed frame, in its engine dtype (a
-    tinyint is int64 to user functions, as in the engine), a null in it failing the job with a SchemaError
-    naming it."""
+    tinyint is int64 to user functions, as in the engine). ``run`` has checked it holds no null."""
     from pyspark.sql import functions as F
-    x = F.col(at)
-    cast = x.cast(_spark_type(dtype).simpleString())
+    cast = F.col(at).cast(_spark_type(dtype).simpleString())
     if dtype == "float64":
         cast = cast + 0.0  # -0.0 is 0.0, as the engine stores it
-    if not nullable:
-        return cast
-    err = F.raise_error(F.lit(f"{SCHEMA_MARK}input {name!r}: column {col!r} holds a null; kpgnb columns "
-                              f"cannot hold nulls: drop or fill them first (df.na.drop() or df.na.fill(...))"))
-    return F.when(x.isNull(), err).otherwise(cast)
+    return cast
+
+
+def _scan_input(name: str, df, nullable: list, at: dict, diff_col: str | None):
+    """One job over an input: its nulls (in every column, read or not, as the engine refuses them wherever
+    they are) and its multiplicities' bound (so that products of multiplicities stay in int64)."""
+    from pyspark.sql import functions as F
+    checks = [F.max(F.col(at[c]).isNull().cast("int")) for c in nullable]
+    if diff_col is not None:
+        checks.append(F.max(F.abs(F.col(at[diff_col]).cast("decimal(20,0)"))))
+    found = df.agg(*checks).first() if checks else ()
+    for c, null in zip(nullable, found):
+        if null:
+            raise SchemaError(f"input {name!r}: column {c!r} holds a null; kpgnb columns cannot hold nulls: drop "
+                              f"or fill them first (df.na.drop() or df.na.fill(...))")
+    big = found[-1] if diff_col is not None else None
+    if big is not None and big >= DIFF_LIMIT:
+        raise SchemaError(f"input {name!r}: the multiplicity column {diff_col!r} holds {big}; diffs must be "
+                          f"integers of magnitude below 2**62, as the engine's inputs take them")
 
 
 # -- the public entry ---------------------------------------------------------------------------------------
@@ -764,7 +776,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     from . import spark as bridge
     if not isinstance(inputs, dict):
         raise SchemaError("inputs= must map input names to Spark (or pandas) DataFrames")
-    frames, schemas, positive = {}, {}, {}
+    frames, schemas, positive, scans = {}, {}, {}, []
     for n, df in inputs.items():
         if not hasattr(df, "sparkSession"):
             if spark is None:
@@ -772,8 +784,9 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
                                   f"to convert it")
             df = spark.createDataFrame(arrow_input(n, df))
         spark = spark or df.sparkSession
-        dt = bridge.dtypes_of(df)
-        nullable = {f.name: f.nullable for f in df.schema.fields}
+        if df.isStreaming:
+            raise SchemaError(f"input {n!r} is a streaming DataFrame: kp.spark.run evaluates static ones; feed a "
+                              f"stream into an engine input with kp.spark.follow")
         # columns are read by position: Spark resolves names regardless of case, so it cannot tell apart
         # "x" and "X", which are two columns to the engine
         at = {c: f"_in{i}" for i, c in enumerate(df.columns)}
@@ -781,21 +794,19 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
             twice = next(c for c in at if df.columns.count(c) > 1)
             raise SchemaError(f"input {n!r} has two columns named {twice!r} (what a join of two frames gives); "
                               f"rename or drop one first")
+        dt = bridge.dtypes_of(df)
+        nullable = {f.name: f.nullable for f in df.schema.fields}
         df = df.toDF(*at.values())
         has_diff = diff_col is not None and diff_col in dt
         if has_diff and dt[diff_col] != "int64":
             raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} must be an integer column, "
                               f"got {dt[diff_col]}")
-        if has_diff:  # one scan: the engine's bound, so that products of multiplicities stay in int64
-            (big,) = df.agg(F.max(F.abs(F.col(at[diff_col]).cast("decimal(20,0)")))).first()
-            if big is not None and big >= DIFF_LIMIT:
-                raise SchemaError(f"input {n!r}: the multiplicity column {diff_col!r} holds {big}; diffs must be "
-                                  f"integers of magnitude below 2**62, as the engine's inputs take them")
+        scans.append((n, df, [c for c in at if nullable[c]], at, diff_col if has_diff else None))
         names = [c for c in dt if not (has_diff and c == diff_col)]
         schemas[n] = Schema.of(names, [dt[c] for c in names])
-        d = _input_column(n, diff_col, "int64", nullable[diff_col], at[diff_col]) if has_diff else \
+        d = _input_column(diff_col, "int64", at[diff_col]) if has_diff else \
             F.lit(1).cast("long")
-        frames[n] = df.select(*[_input_column(n, c, dt[c], nullable[c], at[c]).alias(_c(i))
+        frames[n] = df.select(*[_input_column(c, dt[c], at[c]).alias(_c(i))
                                 for i, c in enumerate(names)], d.alias(D))
         positive[n] = not has_diff
     if spark is None:
@@ -804,6 +815,8 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
         if spark is None:
             raise SchemaError("no SparkSession: pass spark= (kpgnb.spark.session() makes a local one)")
     plan = record(build, schemas, name)
+    for scan in scans:  # (once the builder is known to translate: a refused one runs no job)
+        _scan_input(*scan)
     runner = _Runner(spark, plan, frames, positive, max(1, int(compact_every)))
     top = runner.run_scope(plan.ops[0].graph.root, {}) if plan.ops else None
     out = {}
@@ -818,7 +831,10 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
         else:
             neg = F.raise_error(F.lit(f"view {vname!r} holds rows with negative multiplicity; run with "
                                       f"diffs=True"))
-            checked = df.withColumn(D, F.when(F.col(D) < 0, neg.cast("long")).otherwise(F.col(D)))
+            many = F.raise_error(F.lit(f"view {vname!r} holds a row of multiplicity above 2**31 - 1, more copies "
+                                       f"than Spark repeats a row; run with diffs=True"))
+            checked = df.withColumn(D, F.when(F.col(D) < 0, neg.cast("long"))
+                                    .when(F.col(D) > 2**31 - 1, many.cast("long")).otherwise(F.col(D)))
             rep = view.schema.free("rep")  # (a name none of the view's columns has: drop() takes all of a name)
             out[vname] = checked.select(*cols, F.explode(F.array_repeat(F.lit(0), F.col(D).cast("int")))
                                         .alias(rep)).drop(rep)

@@ -94,3 +94,62 @@ def test_cancel_from_inside_its_own_dataflow_takes_effect():
         eng.wait(o, timeout=60)
         assert o.to_pandas()["count"].tolist() == [2]
         assert eng.dataflows()["d"] == "cancelled"
+
+
+def test_trace_handle_refuses_a_time_it_is_not_complete_for():
+    """``TraceHandle.accumulate(at)`` at or beyond the trace's upper could still change: refused, as a view's
+    read of an epoch that is not final is; earlier epochs answer."""
+    with kp.Engine(workers=2) as eng:
+        x = eng.input("x", ["k", "v"], rows=[(1, 10), (2, 20)])
+        with eng.dataflow("d") as df:
+            df.input("x").arrange_by("k").export("xk")
+        x.advance_to(1)
+        eng.wait("d")
+        h = eng.trace("xk")
+        try:
+            keys, vals, cnt = h.accumulate(0)
+            assert sorted(keys[0].tolist()) == [1, 2] and cnt.tolist() == [1, 1]
+            with pytest.raises(kp.UsageError, match="not final"):
+                h.accumulate(1)
+            with pytest.raises(kp.UsageError, match="not final"):
+                h.accumulate(5)
+        finally:
+            h.close()
+
+
+def test_a_nan_timeout_is_refused():
+    with kp.Engine(workers=1) as eng:
+        eng.input("x", ["a"])
+        with eng.dataflow("d") as df:
+            v = df.input("x").view("v")
+        with pytest.raises(kp.ArgumentTypeError, match="NaN"):
+            eng.wait(v, timeout=float("nan"))
+        with pytest.raises(kp.ArgumentTypeError, match="NaN"):
+            v.follow(timeout=float("nan"))
+
+
+def test_a_subscription_whose_function_raises_closes_its_follower():
+    """The subscription stops at the function's exception (kept in ``error``) and its follower collects no
+    more changes: it is closed."""
+    with kp.Engine(workers=1) as eng:
+        x = eng.input("x", ["a"], rows=[(1,)])
+        with eng.dataflow("d") as df:
+            v = df.input("x").view("v")
+        x.advance_to(1)
+        eng.wait(v)
+
+        def fn(changes):
+            raise ValueError("boom")
+        sub = v.subscribe(fn)
+        sub.thread.join(30)
+        assert not sub.thread.is_alive() and isinstance(sub.error, ValueError)
+        x.insert([(2,)])
+        x.advance_to(2)
+        eng.wait(v)
+        assert list(sub.follower) == []  # closed: ends at once, nothing kept
+
+
+def test_drop_refuses_a_bloom_filter_beyond_its_limit():
+    with pytest.raises(kp.SchemaError, match="2\\*\\*40"):
+        kp.Drop(tracker="bloom", bloom_bits=2 ** 62)
+    assert kp.Drop(tracker="bloom", bloom_bits=2 ** 40).bloom_bits == 2 ** 40

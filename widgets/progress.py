@@ -16,6 +16,7 @@ import time
 
 import ipywidgets as w
 
+from ..engine.errors import UnknownNameError
 from . import fmt
 from .updater import Part, Updater
 
@@ -93,9 +94,12 @@ class Progress(w.HBox, Part):
     def follow(cls, engine, name: str) -> "Progress":
         """A bar for dataflow ``name`` catching up with its inputs, refreshed by the engine's updater
         until it has caught up (or failed, or was dropped)."""
-        p = cls(f"dataflow {name!r}", unit="epochs")
         stats = {d["name"]: d for d in engine.dataflow_stats()}.get(name)
-        p._follow = (engine, name, stats["epoch"] if stats and stats["epoch"] is not None else 0)
+        if stats is None:
+            raise UnknownNameError(f"no dataflow named {name!r} is installed (dataflows: "
+                                   f"{', '.join(sorted(engine.dataflows())) or 'none'})")
+        p = cls(f"dataflow {name!r}", unit="epochs")
+        p._follow = (engine, name, stats["epoch"] if stats["epoch"] is not None else 0)
         u = Updater.of(engine)
         u.add(p)
         u.refresh_now([p])

@@ -218,13 +218,16 @@ class SinkOp(Operator):
                 self.handle.set_logical_compaction(Antichain([(e,)]))
 
     def step(self, rt):
-        self.take()
+        self.note(self.take())
         u = epoch_of(self.frontier)
         if u is not None:
             c = epoch_of(self.handle.logical) or 0
             target = Antichain([(max(u - self.history, c),)])
             if target != self.handle.logical:
                 self.handle.set_logical_compaction(target)
+
+    def note(self, msgs):
+        """What a step took (nothing to keep here)."""
 
     def release(self):
         if self.handle is not None:
@@ -233,6 +236,17 @@ class SinkOp(Operator):
 
 class ViewOp(SinkOp):
     kind = "view"
+
+    def __init__(self, scope, input, history=1, site=None):
+        super().__init__(scope, input, history, site)
+        self.changed = 0  # the last epoch an update reached the view at (compaction may cancel it later)
+
+    def note(self, msgs):
+        for m in msgs:
+            for shard in m.shards:
+                for b in shard:
+                    if len(b):
+                        self.changed = max(self.changed, b.time_range[1][0])
 
 
 class ExportOp(SinkOp):

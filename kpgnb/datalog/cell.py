@@ -8,6 +8,7 @@ import time
 
 from ..cell import bind_views, drop_loaded, input_for, seal_loaded, wait
 from ..cellerror import CellError, wrap
+from ..engine.dataflow import no_site
 from ..engine.errors import DatalogError, UsageError
 from ..handle import DataflowHandle
 from .program import install
@@ -29,7 +30,8 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
                 created.append(session)
         t0 = time.perf_counter()
         # a leading newline: the program's line numbers are the cell's (line 1 is the %%datalog line)
-        prog = install(eng, "\n" + body, inputs=bound, name=name)
+        with no_site():  # (its failures name the program's line and column, not IPython's call of the magic)
+            prog = install(eng, "\n" + body, inputs=bound, name=name)
         install_s = time.perf_counter() - t0
     except DatalogError as e:
         drop_loaded(eng, created)
