@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine.collection import Variable
+from .engine.collection import Arranged, Collection, Variable
 from .engine.columns import is_int
-from .engine.errors import SchemaError
+from .engine.errors import ArgumentTypeError, SchemaError
 from .engine.kernels.times import bit_lengths
+
+
+def _collections(fn: str, **args):
+    """Refuse what is not a collection of a dataflow block (an input session, a DataFrame) with what to
+    pass instead."""
+    for what, x in args.items():
+        if not isinstance(x, Collection):
+            raise ArgumentTypeError(f"graphs.{fn}: {what}: expected a Collection of the dataflow (df.input(NAME), "
+                                    f"df.use(NAME) or a result of its operators), got {type(x).__name__}")
 
 
 def bfs(edges, roots, memory: str = "full", drop=None):
     """Distances from a set of roots: iterate + min. ``edges`` (src, dst), ``roots`` (node); output (node,
     dist). ``memory`` ("full", "jod" or "drop", with ``drop=kp.Drop(...)``) as in ``Collection.ife``: the
     answer is the same."""
+    _collections("bfs", edges=edges, roots=roots)
     start = roots.map(lambda node: {"node": node, "dist": np.zeros(len(node), np.int64)})  # (any node type)
     if memory != "full" or drop is not None:
         return start.ife(edges.select("src", "dst"), key="node", node="node", value="dist",
@@ -32,6 +42,8 @@ def bfs(edges, roots, memory: str = "full", drop=None):
 def reachable(edges, roots, memory: str = "full", drop=None):
     """The nodes reachable from ``roots`` (node) along ``edges`` (src, dst), the roots included; output
     (node). ``memory`` and ``drop`` as in ``bfs``."""
+    _collections("reachable", edges=edges, roots=roots)
+    roots = roots.select("node")
     if memory != "full" or drop is not None:
         start = roots.map(lambda node: {"node": node, "seen": np.zeros(len(node), np.int64)})
         return start.ife(edges.select("src", "dst"), key="node", node="node", value="seen",
@@ -76,6 +88,7 @@ def wcc(edges, memory: str = "full", drop=None):
     ``memory`` (full, jod or drop) and ``drop`` as in ``Collection.ife``; the answer is the same. Node ids
     are int64, float64 or str (str ids, ordered as strings, take memory="full": the memory modes keep
     numeric states); "jod" and "drop" reserve the int64 minimum for "no label" and refuse it as a node id."""
+    _collections("wcc", edges=edges)
     edges = edges.select("src", "dst")
     sym = edges.concat(edges.map(lambda src, dst: {"src": dst, "dst": src})).arrange_by("src")
     # the nodes are the keys of the one arrangement of the edges (a reduce over it re-sorts nothing)
@@ -95,12 +108,15 @@ def scc(edges, memory: str = "full", drop=None):
     edges whose endpoints get the same label from forward and then backward label propagation (a doubly
     nested iteration). ``memory`` is "full" only: its label propagations run inside the outer loop, and
     join-on-demand and dropping process top-level epochs (``Collection.ife``)."""
+    _collections("scc", edges=edges)
     if memory not in ("full", "jod", "drop"):
         raise SchemaError(f"scc: memory must be 'full', 'jod' or 'drop', not {memory!r}")
     if memory != "full" or drop is not None:
         raise SchemaError(f"scc: memory={memory!r}{' with drop=' if drop is not None else ''} is not available: "
                           f"its label propagations run inside a loop (a doubly nested iteration), and the "
                           f"memory modes process top-level epochs; use memory='full'")
+    edges = edges.select("src", "dst")
+
     def trim(cycle, es):
         # label each node by the smallest node reaching it along `cycle`; keep `es` edges within a label,
         # reversed (so two trims restore the orientation)
@@ -123,18 +139,30 @@ def sssp(edges, sources, memory: str = "full", drop=None):
     (src, dst, w) with non-negative weights (int or float), ``sources`` (source). Output (source, node,
     dist): every node reachable from a source, with its distance (the paper's SPSP workload).
     ``memory`` is "full", "jod" or "drop" (with ``drop=kp.Drop(...)``): see ``Collection.ife``."""
+    _collections("sssp", edges=edges, sources=sources)
     wt = edges.schema.dtype("w")
     if wt not in ("int64", "float64"):
         raise SchemaError(f"sssp: the weight column 'w' must be int64 or float64, not {wt}")
     dist_dtype = np.float64 if wt == "float64" else np.int64
     start = sources.map(lambda source: {"source": source, "node": source,
                                         "dist": np.zeros(len(source), dist_dtype)})
-    # weights are data: each one is checked as it arrives (a negative cycle would never settle); a
-    # filter that keeps every row, so that the Spark backend runs it too
-    checked = edges.select("src", "dst", "w").filter(_non_negative_weights)
+    # weights are data: each one is checked as it arrives (a negative cycle would never settle), by a
+    # filter that keeps every row (so that the Spark backend runs it too)
+    edges = edges.select("src", "dst", "w")
+    checked = edges.filter(_non_negative_weights)
+    if isinstance(edges, Arranged) and edges.key_names == ["src"]:
+        # the edges' own arrangement by src (a keyed input, an export): the query reads it, and the check
+        # runs beside it (read by nothing, built first so it runs first), not on a copy arranged again
+        checked = edges
     return start.ife(checked, key=["source", "node"], node="node", value="dist",
-                     message=_path_length if wt == "int64" else lambda dist, w: dist + w, agg="min",
+                     message=_path_length if wt == "int64" else _float_path_length, agg="min",
                      memory=memory, drop=drop, name="sssp")
+
+
+def _float_path_length(dist, w):
+    """dist + w for float64 distances: a sum past the largest float is inf, a distance like any other."""
+    with np.errstate(over="ignore"):
+        return dist + w
 
 
 def _path_length(dist, w):
@@ -159,6 +187,7 @@ def _non_negative_weights(src, dst, w):
 def khop(edges, sources, k: int, memory: str = "full", drop=None):
     """The nodes within ``k`` hops of each source: ``edges`` (src, dst), ``sources`` (source). Output
     (source, node, hops), hops the fewest edges from the source (0 for the source itself)."""
+    _collections("khop", edges=edges, sources=sources)
     if not is_int(k) or k < 0:
         raise SchemaError(f"khop needs k >= 0 hops (an int), got {k!r}")
     start = sources.map(lambda source: {"source": source, "node": source, "hops": np.zeros(len(source), np.int64)})
@@ -171,6 +200,7 @@ def pagerank(edges, iterations: int = 10, alpha: float = 0.85, memory: str = "fu
     differential dataflow's example: rank(v) = (1 - alpha) + alpha * sum over u -> v of rank(u) / outdeg(u),
     starting from 1 - alpha at every node with an edge. Output (node, rank), float64. Each round's sum is
     taken over the consolidated values of a node, so retractions cancel exactly."""
+    _collections("pagerank", edges=edges)
     if not is_int(iterations) or iterations < 1:
         raise SchemaError(f"pagerank needs iterations >= 1 (an int), got {iterations!r}")
     if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
@@ -190,6 +220,7 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     label, dst), ``sources`` (source), ``transitions`` a list of (state, label, next state) with int
     states and the labels' dtype, ``accept`` the accepting states. Output (source, node): the nodes a
     path from the source reaches whose labels spell a word the automaton accepts."""
+    _collections("rpq", edges=edges, sources=sources)
     label_dtype = edges.schema.dtype("label")
     for what, x in (("transitions", transitions), ("accept", accept)):
         if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
@@ -222,8 +253,11 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
                  "dst": dst[index], "next": np.concatenate(q2s) if q2s else np.zeros(0, np.int64)}, index)
     if label_dtype == "str":
         labels_ok = all(isinstance(lab, str) for lab in labels)
+    elif label_dtype == "float64":
+        labels_ok = all(isinstance(lab, (int, float, np.integer, np.floating)) and not isinstance(lab, bool)
+                        for lab in labels)
     else:
-        labels_ok = all(isinstance(lab, (int, np.integer)) for lab in labels)
+        labels_ok = all(is_int(lab) for lab in labels)
     if not labels_ok:
         raise SchemaError(f"rpq: transition labels must be {label_dtype} like the edges' label column")
     product = edges.flat_map(moves, repeat=False)

@@ -414,17 +414,12 @@ def _answer(build, edges_cols, edge_rows, root_cols, root_rows, workers=2, edge_
 WEIGHTED = [(1, 2, 5), (2, 3, 5), (3, 1, 5), (3, 4, 5), (6, 6, 1)]
 
 
-@pytest.mark.xfail(strict=True, reason="graphs.scc over edges with a third column (src, dst, w) fails to build "
-                                       "with an internal 'loop result has columns' SchemaError; every other "
-                                       "graph query accepts such edges")
-def test_bug_scc_over_weighted_edges():
+def test_scc_over_weighted_edges():
     got = _answer(lambda e, r: graphs.scc(e), ["src", "dst", "w"], WEIGHTED, ["node"], [(1,)])
     assert got == [(1, 2), (2, 3), (3, 1), (6, 6)]
 
 
-@pytest.mark.xfail(strict=True, reason="graphs.reachable with roots that carry another column fails to build "
-                                       "('concat needs the same columns'); bfs, khop and sssp accept them")
-def test_bug_reachable_roots_with_an_extra_column():
+def test_reachable_roots_with_an_extra_column():
     rows = [(1, 2), (2, 3), (3, 1), (3, 4)]
     assert _answer(lambda e, r: graphs.bfs(e, r), ["src", "dst"], rows, ["node", "tag"], [(1, 7)]) == \
         [(1, 0), (2, 1), (3, 2), (4, 3)]                                    # bfs: fine
@@ -442,12 +437,8 @@ NON_COLLECTIONS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="kpgnb.graphs functions given an InputSession (eng.input) or a pandas "
-                                       "DataFrame instead of a Collection raise AttributeError/TypeError "
-                                       "('object of type int has no len()'), not the ArgumentTypeError "
-                                       "('expected a Collection, got ...') that join/concat raise")
 @pytest.mark.parametrize("case", sorted(NON_COLLECTIONS))
-def test_bug_graph_functions_refuse_non_collections_clearly(case):
+def test_graph_functions_refuse_non_collections_clearly(case):
     import pandas as pd
     with kp.Engine(workers=1) as eng:
         E = eng.input("edges", ["src", "dst"], rows=[(1, 2)])
@@ -460,11 +451,8 @@ def test_bug_graph_functions_refuse_non_collections_clearly(case):
         assert "q" not in [d["name"] for d in eng.dataflows()]
 
 
-@pytest.mark.xfail(strict=True, reason="graphs.sssp never reads the edges' shared arrangement: over an input "
-                                       "keyed by src (or df.use of an export) each sssp query arranges the "
-                                       "edges by src again (its weight-check filter cuts the arrangement)")
 @pytest.mark.parametrize("source", ["keyed_input", "export"])
-def test_bug_sssp_indexes_the_edges_a_second_time(source):
+def test_sssp_indexes_the_edges_a_second_time(source):
     rng = np.random.default_rng(0)
     n = 300
     rows = {"src": rng.integers(0, 100, n), "dst": rng.integers(0, 100, n), "w": rng.integers(0, 5, n)}
@@ -488,10 +476,7 @@ def test_bug_sssp_indexes_the_edges_a_second_time(source):
         assert by_src == [], [(x["name"], x["records"]) for x in by_src]
 
 
-@pytest.mark.xfail(strict=True, reason="float sssp whose path length overflows to inf leaks numpy's "
-                                       "'RuntimeWarning: overflow encountered in add' from graphs.py's message "
-                                       "function; under a warnings-as-errors filter the dataflow fails")
-def test_bug_float_sssp_overflowing_to_inf_warns():
+def test_float_sssp_overflowing_to_inf_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         with kp.Engine(workers=1) as eng:
@@ -507,11 +492,8 @@ def test_bug_float_sssp_overflowing_to_inf_warns():
             assert read(v, ["source", "node", "dist"]) == [(1, 1, 0.0), (1, 2, 1e308), (1, 3, inf), (1, 4, inf)]
 
 
-@pytest.mark.xfail(strict=True, reason="python -m kpgnb demo crashes with an IndexError traceback for "
-                                       "--updates 0 (np.percentile of no latencies) and for --updates "
-                                       "larger than --edges (present[i] out of range)")
 @pytest.mark.parametrize("argv", [["--updates", "0"], ["--edges", "6", "--updates", "10"]])
-def test_bug_demo_cli_small_update_counts(argv):
+def test_demo_cli_small_update_counts(argv):
     import subprocess
     import sys
     p = subprocess.run([sys.executable, "-m", "kpgnb", "demo", "--nodes", "50", "--edges", "200", "--workers", "1",
@@ -521,10 +503,7 @@ def test_bug_demo_cli_small_update_counts(argv):
     assert (p.returncode == 0 and "reachable nodes" in p.stdout) or p.returncode == 2, (p.returncode, p.stderr[-300:])
 
 
-@pytest.mark.xfail(strict=True, reason="graphs.rpq over a float64 label column refuses float transition labels "
-                                       "with the self-contradicting 'transition labels must be float64 like the "
-                                       "edges' label column' (only ints pass its check)")
-def test_bug_rpq_float_labels_refused():
+def test_rpq_float_labels_refused():
     got = _answer(lambda e, r: graphs.rpq(e, r.rename(node="source"), [(0, 0.5, 1), (1, 1.0, 2)], [2]),
                   ["src", "label", "dst"], [(1, 0.5, 2), (2, 1.0, 3), (2, 0.5, 4)], ["node"], [(1,)],
                   edge_dtypes=["int64", "float64", "int64"])

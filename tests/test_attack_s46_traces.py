@@ -8,7 +8,6 @@ Answers are checked against references computed here from the updates sent. Test
 xfail(strict=True) are bugs: they assert the documented (or obviously expected) behaviour."""
 from __future__ import annotations
 
-import gc
 import time
 from collections import Counter
 
