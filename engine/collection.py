@@ -568,9 +568,15 @@ class Collection:
             return self  # the body applied no times
         scope = self.scope.loop()
         var = Variable(scope, self)
-        result = body(var)
-        if not isinstance(result, Collection):
-            raise SchemaError(f"the iterate body must return a Collection, got {type(result).__name__}")
+        try:
+            result = body(var)
+            if not isinstance(result, Collection):
+                raise SchemaError(f"the iterate body must return a Collection, got {type(result).__name__}")
+        except BaseException:
+            # a refused body: the loop is closed on itself (it settles at once and feeds nothing), so that a
+            # caller who catches the error can still install the rest of the block
+            var.set(var)
+            raise
         return var.set(result, max_rounds=max_rounds).leave()
 
     def ife(self, edges: "Collection", *, key, node, value, src="src", dst="dst", message, agg="min",

@@ -271,7 +271,7 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
                                   f"({arr.dtype}), {_RANGE}")
             return arr.astype(np.int64)
         if arr.dtype.kind == "f":
-            with np.errstate(invalid="ignore"):
+            with np.errstate(invalid="ignore", over="ignore"):  # (float16 and float32 cannot hold 2**63)
                 bad = ~whole(arr) | (arr >= 2.0 ** 63) | (arr < -2.0 ** 63)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])

@@ -35,6 +35,7 @@ def rows_to_columns(rows, schema: Schema, symbols: SymbolTable) -> np.ndarray:
     if is_arrow_table(rows):  # an Arrow Table or RecordBatch (its row count: a table may have no columns)
         return _from_mapping(arrow_columns(rows, schema, what), schema, symbols, what, rows.num_rows)
     if hasattr(rows, "columns") and hasattr(rows, "iloc"):  # a pandas DataFrame
+        _check_names([str(c) for c in rows.columns], schema, "the DataFrame")  # (two of one name, first)
         dtypes = dict(zip(schema.names, schema.dtypes))
         return _from_mapping({str(c): _pandas_column(rows[c], dtypes.get(str(c))) for c in rows.columns},
                              schema, symbols, "the DataFrame", len(rows))
@@ -108,19 +109,24 @@ def check_arrow(table, schema: Schema, what: str = "the Arrow table"):
     a SchemaError names the column, and for nulls the first null row."""
     _check_names(list(table.column_names), schema, what)
     for name, dtype in zip(schema.names, schema.dtypes):
-        col = table.column(name)
-        fam = arrow_family(col.type)
-        if fam is None:
-            arrow_dtype(name, col.type)  # raises
-        base = fam.removeprefix("dict-")
-        if base not in _ARROW_ACCEPTS[dtype]:
-            raise SchemaError(f"column {name!r} is {dtype} but {what} has it as Arrow type {col.type}")
-        if col.null_count or fam.startswith("dict-"):
-            nulls = _null_rows(col)
-            if len(nulls):
-                raise SchemaError(f"column {name!r} has {len(nulls)} null value(s), the first at row {nulls[0]}; "
-                                  f"kpgnb columns cannot hold nulls: drop or fill them first (e.g. df.na.drop() "
-                                  f"or df.na.fill(...) in Spark)")
+        _check_arrow_column(table.column(name), name, dtype, what)
+
+
+def _check_arrow_column(col, name: str, dtype: str, what: str) -> str:
+    """Refuse an Arrow column (Array or ChunkedArray) that cannot go into a ``dtype`` column; its family."""
+    fam = arrow_family(col.type)
+    if fam is None:
+        arrow_dtype(name, col.type)  # raises
+    base = fam.removeprefix("dict-")
+    if base not in _ARROW_ACCEPTS[dtype]:
+        raise SchemaError(f"column {name!r} is {dtype} but {what} has it as Arrow type {col.type}")
+    if col.null_count or fam.startswith("dict-"):
+        nulls = _null_rows(col)
+        if len(nulls):
+            raise SchemaError(f"column {name!r} has {len(nulls)} null value(s), the first at row {nulls[0]}; "
+                              f"kpgnb columns cannot hold nulls: drop or fill them first (e.g. df.na.drop() "
+                              f"or df.na.fill(...) in Spark)")
+    return fam
 
 
 def _null_rows(col) -> np.ndarray:
@@ -137,26 +143,31 @@ def _null_rows(col) -> np.ndarray:
 def arrow_columns(table, schema: Schema, what: str = "the Arrow table") -> dict:
     """Columns of an Arrow table ready for encoding: NumPy arrays, strings as :class:`Coded` (one interning
     per distinct string, through dictionary encoding)."""
-    check_arrow(table, schema, what)
-    out = {}
-    for name, dtype in zip(schema.names, schema.dtypes):
-        col = table.column(name)
-        fam = arrow_family(col.type)
-        if fam.startswith("dict-") and fam != "dict-str":  # a dictionary of numbers: decode it
-            col = _chunks_map(col, lambda c: c.dictionary_decode())
-            fam = fam.removeprefix("dict-")
-        if fam in ("str", "dict-str"):
-            try:
-                out[name] = _arrow_strings(col)
-            except Exception as err:  # noqa: BLE001 - bytes that are not UTF-8 (Arrow does not check them)
-                bad = _not_text(col)
-                if bad is None:
-                    raise
-                raise SchemaError(f"column {name!r} is str but row {bad[0]} holds {bad[1]!r}, bytes that are not "
-                                  f"UTF-8 text (read with the wrong encoding?)") from err
-        else:
-            out[name] = _arrow_numbers(col)
-    return out
+    _check_names(list(table.column_names), schema, what)
+    return {name: _arrow_column(table.column(name), name, dtype, what) for name, dtype in zip(schema.names, schema.dtypes)}
+
+
+def _is_arrow_array(obj) -> bool:
+    """An Arrow Array or ChunkedArray (duck-typed: no pyarrow import)."""
+    return hasattr(obj, "null_count") and hasattr(obj, "type") and (hasattr(obj, "chunks") or hasattr(obj, "buffers"))
+
+
+def _arrow_column(col, name: str, dtype: str, what: str):
+    """One Arrow column checked (``_check_arrow_column``) and ready for encoding."""
+    fam = _check_arrow_column(col, name, dtype, what)
+    if fam.startswith("dict-") and fam != "dict-str":  # a dictionary of numbers: decode it
+        col = _chunks_map(col, lambda c: c.dictionary_decode())
+        fam = fam.removeprefix("dict-")
+    if fam not in ("str", "dict-str"):
+        return _arrow_numbers(col)
+    try:
+        return _arrow_strings(col)
+    except Exception as err:  # noqa: BLE001 - bytes that are not UTF-8 (Arrow does not check them)
+        bad = _not_text(col)
+        if bad is None:
+            raise
+        raise SchemaError(f"column {name!r} is str but row {bad[0]} holds {bad[1]!r}, bytes that are not "
+                          f"UTF-8 text (read with the wrong encoding?)") from err
 
 
 def _not_text(col):
@@ -217,7 +228,13 @@ def _pandas_column(series, dtype):
     """A pandas column: factorized when it goes into a str column (one interning per distinct value),
     else its NumPy values."""
     if dtype == "str" and hasattr(series, "factorize"):
-        codes, uniques = series.factorize(use_na_sentinel=True)
+        try:
+            codes, uniques = series.factorize(use_na_sentinel=True)
+        except Exception:  # noqa: BLE001 - values pandas cannot hash (lists, dicts, arrays): refused one by one
+            values = np.empty(len(series), object)
+            for i, v in enumerate(series):  # (not np.asarray: lists of one length would make a 2-D array)
+                values[i] = v
+            return values
         codes, uniques = np.asarray(codes, np.int64), np.asarray(uniques, dtype=object)
         values = series.to_numpy(dtype=object)
         seen = codes >= 0
@@ -295,6 +312,8 @@ def _mapping_column(c, name: str, dtype: str):
     it); asanyarray keeps a masked array's mask (refused where it hides values)."""
     if isinstance(c, (list, tuple, Coded)):
         return c
+    if _is_arrow_array(c):  # (its nulls refused, not read as the NaN NumPy makes of them)
+        return _arrow_column(c, name, dtype, "the dict")
     if any(k.__module__.startswith("pandas") for k in type(c).__mro__):  # a pandas object, or a subclass
         # (imported here, not read from sys.modules: another thread, such as the kernel warm-up's, may be
         # importing pandas right now, and the module it lists then is half made)
@@ -333,7 +352,11 @@ def _from_tuples(rows, schema: Schema, symbols) -> np.ndarray:
     rows = list(rows)
     k = len(schema)
     if k == 1:
-        rows = [r[0] if isinstance(r, (tuple, list)) and len(r) == 1 else r for r in rows]
+        for i, r in enumerate(rows):
+            if isinstance(r, (tuple, list)) and len(r) != 1:
+                raise SchemaError(f"row {i} has {len(r)} values; expected 1 value for column {schema.names[0]!r} "
+                                  f"(a row is a 1-tuple or the value itself)")
+        rows = [r[0] if isinstance(r, (tuple, list)) else r for r in rows]
         return _encode_all([np.array(rows, dtype=object) if schema.dtypes[0] == "str" else rows], schema, symbols)
     for i, r in enumerate(rows):
         if not isinstance(r, (tuple, list)) or len(r) != k:

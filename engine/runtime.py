@@ -32,6 +32,18 @@ from .trace import live_records, trace_stats
 from .view import View, raise_failure
 
 
+def _a_name(name, call: str, of: str):
+    """Refuse a name argument that is not a str, saying which name the object it is would have given."""
+    if isinstance(name, str):
+        return
+    hint = ""
+    if isinstance(name, View):
+        hint = f" (that view belongs to dataflow {name.dataflow!r})"
+    elif isinstance(name, InputSession):
+        hint = f" (that input session is named {name.name!r})"
+    raise ArgumentTypeError(f"{call} takes the name of {of}, a str, not a {type(name).__name__}{hint}")
+
+
 class Engine:
     """A differential dataflow engine with W key-sharded workers (default: the number of cores)."""
 
@@ -125,6 +137,7 @@ class Engine:
         only the operators feeding those are kept running. ``cascade=True`` drops the dataflows that
         import its exports as well."""
         self._live()
+        _a_name(name, "eng.drop", "a dataflow")
         self._scheduler.call(Drop(name, cascade))
 
     def own_inputs(self, dataflow: str, *inputs: str):
@@ -146,6 +159,7 @@ class Engine:
         for the cleanup of a cell interrupted before its dataflow was installed (nothing reads the input;
         were something to, the drop would be refused with nobody to tell)."""
         self._live()
+        _a_name(name, "eng.drop_input", "an input")
         with self._lock:
             session = self._inputs.get(name)
         if session is None or session.dropped:
@@ -162,6 +176,7 @@ class Engine:
         read right after says ``cancelled``); Ctrl-C stops that wait, not the cancel. From inside a dataflow
         (a user function that stops its own dataflow) it returns at once: the cancel runs after the step."""
         self._live()
+        _a_name(name, "eng.cancel", "a dataflow")
         if name not in self.snapshot().dataflows:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.snapshot().dataflows)}")
         seq = self._scheduler.submit(Cancel(name, reason))
@@ -205,6 +220,7 @@ class Engine:
         """A TraceHandle on a named arrangement, for reading it directly (cursors, ``accumulate``). It keeps
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
         self._live()
+        _a_name(name, "eng.trace", "an exported arrangement")
         return self._scheduler.call(OpenHandle(name, self._handle_closed))
 
     def _handle_closed(self):
@@ -305,6 +321,8 @@ class Engine:
         """Where dataflow ``name`` spends its time: one dict per operator (``operator``, its label as in
         errors, e.g. ``bfs: min#12``; ``kind``; ``busy_s``, seconds its steps took; ``steps``), busiest
         first. Read while the engine runs: each figure is at most one step old."""
+        self._live()
+        _a_name(name, "eng.operator_stats", "a dataflow")
         df = self._scheduler.dataflows.get(name)
         if df is None:  # a replaced or dropped dataflow kept (as NAME~k) while others read its exports
             df = next((d for d in list(self._scheduler.retired) if d.name == name), None)
@@ -327,6 +345,8 @@ class Engine:
         log-spaced buckets (``kpgnb.engine.latency``: counts[0] is below edges[0], counts[i] in
         [edges[i-1], edges[i]), the last at or above edges[-1]); ``latency.ccdf(counts)`` gives its
         complementary CDF. Raises UnknownNameError for a dataflow that is not installed."""
+        self._live()
+        _a_name(name, "eng.latency_histogram", "a dataflow")
         snap = self.snapshot()
         info = snap.dataflows.get(name) or snap.retired.get(name)
         if info is None:

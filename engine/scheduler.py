@@ -279,7 +279,7 @@ class Scheduler:
         scheduler's own thread, the one that would have to publish it."""
         self.refuse_inside()
         with self._published:
-            if self.snapshot is seen:
+            if self.snapshot is seen and not self._stop:  # (stopped: no snapshot is coming)
                 self._published.wait(timeout)
 
     def stop(self, wait: float = STOP_WAIT_S):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 
+from .engine.columns import is_int
 from .engine.errors import UsageError
 
 _lock = threading.Lock()
@@ -35,11 +36,17 @@ def configured_workers() -> int:
     return _workers or default_workers()
 
 
+def _check_workers(workers):
+    if workers is not None and not (is_int(workers) and workers >= 1):
+        raise UsageError(f"workers must be an int, at least 1 (None: the configured count), got {workers!r}")
+
+
 def engine(workers: int | None = None):
     """The kernel's engine, created on first call with ``workers`` (else the configured count, else
     ``KPGNB_WORKERS``, else the cores). Asking an existing engine for another worker count is an error:
     its arrangements are sharded for the count it has."""
     global _engine
+    _check_workers(workers)
     with _lock:
         if _engine is not None and _engine.closed:
             _engine = None
@@ -61,9 +68,8 @@ def current():
 def configure(workers: int | None = None):
     """Set the worker count the kernel's engine is (next) created with."""
     global _workers
+    _check_workers(workers)
     if workers is not None:
-        if int(workers) < 1:
-            raise UsageError("workers must be at least 1")
         with _lock:
             running = _engine is not None and not _engine.closed
             if running and _engine.workers != int(workers):

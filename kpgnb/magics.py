@@ -186,6 +186,8 @@ class DataflowMagics(Magics):
     def _config(self, rest):
         a = _parse(rest, "config", [("--workers", {"type": int, "default": None}),
                                     ("--restart", {"action": "store_true"})])
+        if a.workers is not None and a.workers < 1:  # (refused before a restart loses anything)
+            raise IPyUsageError(f"%dataflow config --workers {a.workers}: workers must be at least 1")
         if a.restart:
             kernel.close()
         if a.workers is not None:

@@ -291,9 +291,12 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
     ``{"processingTime": "1 second"}`` or ``{"availableNow": True}``), ``checkpoint`` sets
     ``checkpointLocation``, ``name`` the query name. Returns the StreamingQuery; its ``kpgnb_feeder``
     attribute is the :class:`BatchFeeder` (counts of applied and replayed batches)."""
-    if engine is None:
+    if engine is None and isinstance(input, str):  # (a session needs no engine: it feeds its own)
         import kpgnb
         engine = kpgnb.engine()
+    if not isinstance(input, str) and engine is not None and engine.inputs().get(input.name) is not input:
+        raise UsageError(f"follow(input=...): the input session {input.name!r} is not an input of the engine "
+                         f"given (it belongs to another engine, or was dropped)")
     if not getattr(streaming_df, "isStreaming", False):
         raise UsageError("follow() needs a streaming DataFrame (spark.readStream...); insert a static one with "
                          "input.insert(df) or kpgnb.spark.input_from")
