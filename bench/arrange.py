@@ -21,7 +21,13 @@ moment the arrangement's frontier passes its epoch, observed by a monitor thread
 ``view.frontier``. Output per offered rate: p50/p99/max, the latency CCDF (a log-bucketed histogram), the
 achieved throughput and whether the engine kept up; then the merge efforts ``eager``, ``default`` and
 ``lazy`` (``Engine(effort=...)``) at one rate. The arrangement's final contents are checked against the
-expected multiset (count and an order-independent hash) before any figure is reported.
+expected multiset (count and an order-independent hash) before any figure is reported: a run whose
+contents differ reports "wrong answer" and no latency or throughput figure (they are None).
+
+Batch formation (the default): after each effort's timed loop, the trace's accumulated contents are
+compared with the multiset of every key formed (``bench.common.check_rows``); with --edges, each
+arrangement's records and keys are compared with NumPy's count of the distinct edges and sources. A
+difference raises ``WrongAnswer`` instead of reporting a time.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, table, write_result
+from .common import WrongAnswer, check_rows, parse_args, table, write_result
 
 QUICK = {"batches": 20, "batch_size": 10_000, "keys": 1_000_000}
 OPEN_QUICK = {"keys": 100_000, "seconds": 1.5, "warmup": 0.3, "max_rate": 200_000, "min_rate": 50_000}
@@ -45,6 +51,7 @@ def run(batches: int, size: int, keyspace: int, seed: int = 0) -> dict:
 
     rng = np.random.default_rng(seed)
     data = [rng.integers(0, keyspace, (1, size), dtype=np.int64) for _ in range(batches)]
+    want = {"k": np.concatenate([k[0] for k in data])}  # every update inserts its key once
     novals = np.zeros((0, size), np.int64)
     ones = np.ones(size, np.int64)
     times = [np.full((size, 1), e, np.int64) for e in range(batches)]
@@ -73,6 +80,8 @@ def run(batches: int, size: int, keyspace: int, seed: int = 0) -> dict:
             form_s += t1 - t0
             maint_s += t2 - t1
             worst = max(worst, t2 - t1)
+        keys, _, cnt = handle.accumulate()  # the trace's contents, checked after the clock
+        check_rows({"k": keys[0]}, want, f"batch formation ({effort})", counts=cnt)
         st = trace.stats()
         n = batches * size
         out["efforts"][effort] = {
@@ -124,7 +133,7 @@ def run_edges(n: int, nodes: int, workers: list, repeats: int, seed: int = 0) ->
                 c2, t2 = time.process_time(), time.perf_counter()
                 sizes = {a["name"]: (a["records"], a["keys"]) for a in eng.arrangements()}
             if sizes["input:edges"] != (pairs, pairs) or sizes["by_src"] != (pairs, keys):
-                raise AssertionError(f"arrangement sizes {sizes}, expected input:edges {(pairs, pairs)} and "
+                raise WrongAnswer(f"arrange edges: wrong answer: arrangement sizes {sizes}, expected input:edges {(pairs, pairs)} and "
                                      f"by_src {(pairs, keys)}")
             runs.append({"load_cpu_s": c1 - c0, "load_wall_s": t1 - t0, "arrange_cpu_s": c2 - c1,
                          "arrange_wall_s": t2 - t1})
@@ -341,9 +350,17 @@ def open_loop_run(rate: float, keys: int, seconds: float, effort: str = "default
         }
         if keep_raw:
             out["latencies_ms"] = (lat_k * 1e3).tolist()
+        if check is not None:  # a wrong answer is a failure, never a number
+            out.update({f: None for f in _FIGURES if f in out})
         return out
     finally:
         eng.close()
+
+
+# what a run whose final contents are wrong does not report
+_FIGURES = ("achieved_per_s", "completed_in_window", "drain_s", "p50_ms", "p99_ms", "p999_ms", "max_ms",
+            "p50_by_quarter_ms", "driver_lag_p99_ms", "driver_lag_max_ms", "histogram", "ccdf", "epoch_histogram",
+            "engine_histogram", "latencies_ms")
 
 
 def _arrangement_stats(eng) -> dict:
@@ -402,6 +419,8 @@ def _warm(kp):
 
 
 def _line(r) -> str:
+    if r["p50_ms"] is None:
+        return f"  {r['effort']:>7} {r['offered_per_s']:>12,.0f}/s offered: {r['answer']}"
     return (f"  {r['effort']:>7} {r['offered_per_s']:>12,.0f}/s offered: achieved {r['achieved_per_s'] or 0:,.0f}/s, "
             f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.1f} ms, "
             f"{'kept up' if r['kept_up'] else 'fell behind'}, {r['answer']}")

@@ -10,7 +10,10 @@ edges churn too. Each epoch (closed loop) retracts --churn random live rows, ins
 swaps --edge-churn edges, advances every input and waits. The live set never grows, so neither should
 memory: every --sample-s seconds the program records process RSS and, per arrangement, records held
 against ``live`` records (what a full merge and compaction would leave). A records/live ratio that keeps
-rising, or RSS that keeps growing, means compaction or merging falls behind the churn.
+rising, or RSS that keeps growing, means compaction or merging falls behind the churn. After the last
+epoch (outside the loop's clock) every view is checked against NumPy before anything is reported: the
+counts against ``np.unique`` of the live keys, ``distinct()`` against the live rows, the BFS distances
+against a NumPy breadth-first search over the live edges; a wrong one raises ``WrongAnswer``.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import time
 
 import numpy as np
 
-from .common import RESULTS, parse_args, table, write_result
+from .common import RESULTS, check_bfs, check_counts, check_rows, parse_args, table, write_result
 
 QUICK = {"rows": 100_000, "churn": 1_000, "nodes": 10_000, "edges": 100_000, "edge_churn": 100,
          "minutes": 0.5, "sample_s": 1.0}
@@ -80,17 +83,18 @@ def run(a) -> dict:
             edges = {"src": rng.integers(0, a.nodes, a.edges), "dst": rng.integers(0, a.nodes, a.edges)}
             e_in, r_in = eng.input("edges", ["src", "dst"]), eng.input("roots", ["node"])
             e_in.insert(edges)
-            r_in.insert({"node": rng.choice(a.nodes, 4, replace=False)})
+            roots = rng.choice(a.nodes, 4, replace=False)
+            r_in.insert({"node": roots})
             inputs += [e_in, r_in]
         for i in inputs:
             i.advance_to(1)
         with eng.dataflow("churn") as df:
             r = df.input("rows")
-            r.count(by="k").view("counts")
-            r.distinct().view("distinct")
+            counts = r.count(by="k").view("counts")
+            distinct = r.distinct().view("distinct")
         if a.bfs:
             with eng.dataflow("bfs") as df:
-                bfs(df.input("edges").arrange_by("src"), df.input("roots")).view("dist")
+                dist = bfs(df.input("edges").arrange_by("src"), df.input("roots")).view("dist")
         eng.wait()
         load_s = time.perf_counter() - t0
 
@@ -130,6 +134,11 @@ def run(a) -> dict:
                 take(epoch)
         if samples[-1]["epoch"] != epoch:
             take(epoch)
+        # the answers after the last epoch, against NumPy (after the clock, before anything is reported)
+        check_counts(counts, rows["k"], "churn count")
+        check_rows(distinct, rows, "churn distinct")  # v is unique: the live rows are their own distinct()
+        if a.bfs:
+            check_bfs(dist, edges["src"], edges["dst"], a.nodes, roots, "churn BFS")
     return {"params": {"rows": a.rows, "churn": a.churn, "keys": keys, "bfs": a.bfs, "nodes": a.nodes,
                        "edges": a.edges, "edge_churn": a.edge_churn, "workers": a.workers, "minutes": a.minutes,
                        "epochs": a.epochs, "sample_s": a.sample_s, "seed": a.seed, "updates_per_epoch": per_epoch},

@@ -19,6 +19,8 @@ Scenarios:
 
 Times are seconds from the start of the child's code (interpreter start-up excluded; ``wall_s`` includes
 it). The machine's load average is recorded with each run: timings on a busy machine are not comparable.
+Each child checks the first dataflow's answer after its clock stops (``check_first``: the out-degrees and
+the two-hop counts against NumPy); a wrong answer fails the child, and the run reports no time.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from .common import parse_args, table, write_result
+from .common import check_counts, parse_args, table, write_result
 
 QUICK = {"repeat": 1, "rows": 500, "scenarios": "script,notebook"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,6 +85,20 @@ def _cache_loads() -> int:
     return n
 
 
+def check_first(deg, two, rows: int):
+    """The first dataflow's views against NumPy (WrongAnswer if they differ): ``deg`` counts each src's
+    edges; ``two`` counts each src's two-hop paths (sum over its edges u -> d of d's out-degree, when
+    positive)."""
+    import numpy as np
+    e = _edges(rows)
+    src, dst = e["src"], e["dst"]
+    check_counts(deg, src, "coldstart deg", key="src")
+    outdeg = np.bincount(src, minlength=int(max(src.max(), dst.max())) + 1)
+    hops = np.bincount(src, weights=outdeg[dst], minlength=len(outdeg)).astype(np.int64)
+    keep = np.flatnonzero(hops > 0)
+    check_counts(two, np.repeat(keep, hops[keep]), "coldstart two", key="src")
+
+
 def _first_dataflow(eng, rows: int):
     e = eng.input("e", ["src", "dst"])
     e.insert(_edges(rows))
@@ -94,7 +110,7 @@ def _first_dataflow(eng, rows: int):
         views = [scope["deg"], scope["two"]]
     for v in views:
         eng.wait(v)
-    return sum(len(v.to_pandas()) for v in views)
+    return views
 
 
 def child_script(rows: int, warm: bool) -> dict:
@@ -108,8 +124,10 @@ def child_script(rows: int, warm: bool) -> dict:
         warm_kernels()
         out["warm_s"] = time.perf_counter() - t0
     with rt.Engine(workers=2) as eng:
-        out["rows_out"] = _first_dataflow(eng, rows)
+        views = _first_dataflow(eng, rows)
         out["first_result_s"] = time.perf_counter() - t0
+        check_first(*views, rows)
+        out["rows_out"] = sum(len(v.to_pandas()) for v in views)
     out["compiled"] = len(compiled)
     out["cache_loads"] = _cache_loads()
     return out
@@ -132,6 +150,7 @@ def child_notebook(rows: int) -> dict:
     deg, two = shell.user_ns.get("deg"), shell.user_ns.get("two")
     if deg is None or two is None:
         raise RuntimeError("the %%dataflow cell did not bind its views")
+    check_first(deg, two, rows)
     out["rows_out"] = len(deg.to_pandas()) + len(two.to_pandas())
     from kpgnb import extension
     w = extension.warmer()
@@ -225,7 +244,7 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=2000, help="rows of the first dataflow's input")
     p.add_argument("--scenarios", default="script,lazy,notebook",
                    help="comma-separated: script, lazy, notebook")
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("repeat", "rows"))
     scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
     for s in scenarios:
         if s not in ("script", "lazy", "notebook"):

@@ -112,15 +112,75 @@ class WrongAnswer(AssertionError):
     """The engine's answer differs from the reference: a benchmark reports this, never a time."""
 
 
-def check_counts(view, keys, what: str):
-    """``view`` (columns k, count: ``count(by="k")``) holds the counts of ``keys``; else WrongAnswer."""
+def _rows_of(got) -> dict:
+    """Columns (name -> array) of a view (``to_pandas()``), a DataFrame or a dict of arrays."""
+    if hasattr(got, "to_pandas"):
+        got = got.to_pandas()
+    if hasattr(got, "columns") and hasattr(got, "to_numpy"):  # a DataFrame
+        return {c: got[c].to_numpy() for c in got.columns}
+    return dict(got)
+
+
+def _comparable(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.astype(str) if a.dtype == object else a
+
+
+def rows_differ(got, want: dict, counts=None) -> str | None:
+    """None when ``got`` (a view, a DataFrame or columns by name; ``counts``: each row's multiplicity, for
+    consolidated columns) holds the same multiset of rows as ``want`` (columns by name), in any order; else
+    what differs. Vectorized: both sides' rows are put in lexicographic order and compared column by column."""
+    got = _rows_of(got)
+    cols = list(want)
+    if sorted(map(str, got)) != sorted(map(str, cols)):
+        return f"columns {sorted(map(str, got))}, expected {sorted(map(str, cols))}"
+    g = [_comparable(got[c]) for c in cols]
+    w = [_comparable(want[c]) for c in cols]
+    if counts is not None:
+        counts = np.asarray(counts)
+        if (counts < 0).any():
+            return f"{int((counts < 0).sum()):,} rows of negative multiplicity"
+        g = [np.repeat(a, counts) for a in g]
+    if not cols:
+        return None
+    n, m = len(g[0]), len(w[0])
+    if n != m:
+        return f"{n:,} rows, expected {m:,}"
+    go, wo = np.lexsort(g[::-1]), np.lexsort(w[::-1])
+    bad = [c for c, a, b in zip(cols, g, w) if not np.array_equal(a[go], b[wo])]
+    return f"the rows differ from the reference (in columns {bad})" if bad else None
+
+
+def check_rows(got, want: dict, what: str, counts=None):
+    """``got`` holds exactly the rows of ``want`` (see ``rows_differ``); else WrongAnswer."""
+    bad = rows_differ(got, want, counts)
+    if bad:
+        raise WrongAnswer(f"{what}: wrong answer: {bad}")
+
+
+def check_counts(view, keys, what: str, key: str = "k"):
+    """``view`` (columns ``key``, count: ``count(by=key)``) holds the counts of ``keys``; else WrongAnswer."""
     got = view.to_pandas()
-    k, c = got["k"].to_numpy(), got["count"].to_numpy()
+    if key not in got or "count" not in got:
+        raise WrongAnswer(f"{what}: wrong answer: columns {list(got.columns)}, expected [{key!r}, 'count']")
+    k, c = got[key].to_numpy(), got["count"].to_numpy()
     order = np.argsort(k)
     want_k, want_c = np.unique(np.asarray(keys), return_counts=True)
     if not (np.array_equal(k[order], want_k) and np.array_equal(c[order], want_c)):
         raise WrongAnswer(f"{what}: wrong answer: the view's counts are not those of the inserted keys "
                           f"({len(k)} keys, {int(c.sum())} rows; expected {len(want_k)}, {len(keys)})")
+
+
+def equi_join(left_keys, right_keys, right_vals):
+    """The reference of ``left(k).join(right(k, v), on="k")``: (k, v) of every pair of rows with equal keys
+    (both sides multisets), by sorting the right side and expanding each left key's range of it."""
+    lk, rk, rv = np.asarray(left_keys), np.asarray(right_keys), np.asarray(right_vals)
+    order = np.argsort(rk, kind="stable")
+    rk, rv = rk[order], rv[order]
+    lo, hi = np.searchsorted(rk, lk, "left"), np.searchsorted(rk, lk, "right")
+    n = hi - lo
+    first = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(n.sum())
+    return np.repeat(lk, n), rv[first]
 
 
 def bfs_distances(src, dst, nodes: int, roots) -> np.ndarray:

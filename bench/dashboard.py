@@ -8,7 +8,9 @@ There is no kernel here, so every widget message is serialized as ipykernel woul
 Session: JSON, buffers, HMAC signature) and dropped instead of sent. Reported: updates/s and p50/p99
 latency and process CPU time per update per phase, the updater's refreshes, messages and CPU share while open, and the throughput ratio
 open/closed: each round's (its two phases ran back to back), their median (target: at least 0.95, under
-5% slowdown) and the ratio of the medians.
+5% slowdown) and the ratio of the medians. After the last phase (outside every timed phase) the view's
+counts are compared with ``np.unique`` of every inserted key (``bench.common.check_counts``): a wrong count
+raises ``WrongAnswer`` and no throughput is reported.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, percentile, table, write_result
+from .common import check_counts, parse_args, percentile, table, write_result
 
 QUICK = {"keys": 20_000, "updates": 300, "rounds": 2}
 
@@ -47,12 +49,14 @@ class _Wire:
         comm.create_comm = SerializingComm
 
 
-def _phase(eng, inp, view, rng, keys: int, updates: int) -> dict:
+def _phase(eng, inp, view, rng, keys: int, updates: int, inserted: list) -> dict:
     lat = []
+    more = rng.integers(0, keys, updates)
+    inserted.append(more)  # for the answer check after the phases
     t_start, c_start = time.perf_counter(), time.process_time()
-    for _ in range(updates):
+    for i in range(updates):
         t0 = time.perf_counter()
-        inp.insert([(int(rng.integers(0, keys)),)])
+        inp.insert([(int(more[i]),)])
         inp.advance_to(inp.epoch + 1)
         eng.wait(view)
         lat.append(time.perf_counter() - t0)
@@ -76,29 +80,31 @@ def measure(keys: int, updates: int, rounds: int, workers: int, seed: int = 0) -
     closed, opened = [], []
     with kp.Engine(workers=workers) as eng:
         inp = eng.input("keys", ["k"])
-        inp.insert({"k": rng.integers(0, keys, keys)})
+        inserted = [rng.integers(0, keys, keys)]
+        inp.insert({"k": inserted[0]})
         inp.advance_to(1)
         with eng.dataflow("count") as df:
             view = df.input("keys").count(by="k").view("counts")
         eng.wait(view)
-        _phase(eng, inp, view, rng, keys, max(50, updates // 10))  # warm-up
+        _phase(eng, inp, view, rng, keys, max(50, updates // 10), inserted)  # warm-up
         Dashboard(eng).close()  # the first one pays matplotlib's imports and font cache
         for i in range(rounds):
             # closed-open, then open-closed: a machine whose load drifts during the run favours neither
             for is_open in ((False, True) if i % 2 == 0 else (True, False)):
                 if not is_open:
-                    closed.append(_phase(eng, inp, view, rng, keys, updates))
+                    closed.append(_phase(eng, inp, view, rng, keys, updates, inserted))
                     continue
                 dash = Dashboard(eng)
                 m0, b0, r0, c0 = wire.messages, wire.bytes, dash.updater.refreshes, dash.updater.cpu_s
                 t0 = time.perf_counter()
-                res = _phase(eng, inp, view, rng, keys, updates)
+                res = _phase(eng, inp, view, rng, keys, updates, inserted)
                 secs = time.perf_counter() - t0
                 res.update(refreshes_per_s=(dash.updater.refreshes - r0) / secs,
                            messages_per_s=(wire.messages - m0) / secs, kib_per_s=(wire.bytes - b0) / secs / 1024,
                            updater_cpu_share=(dash.updater.cpu_s - c0) / secs)
                 dash.close()
                 opened.append(res)
+        check_counts(view, np.concatenate(inserted), "dashboard count")
     return {"keys": keys, "updates": updates, "rounds": rounds, "workers": workers, "closed": closed, "open": opened,
             "closed_updates_per_s": med(closed, "updates_per_s"), "open_updates_per_s": med(opened, "updates_per_s"),
             "ratio": med(opened, "updates_per_s") / med(closed, "updates_per_s"),

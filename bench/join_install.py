@@ -322,6 +322,14 @@ def rows_of(res: dict) -> list:
     return rows
 
 
+def _installed_version(dist: str):
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keys", type=int, default=10_000_000, help="records in the big, pre-arranged collection")
@@ -330,14 +338,16 @@ def main(argv=None):
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x], default=SIZES,
                    help="small-side sizes, comma separated")
     p.add_argument("--repeats", type=int, default=5, help="repeats per size with the shared arrangement")
-    p.add_argument("--unshared-repeats", type=int, default=2, help="repeats per size without it")
+    p.add_argument("--unshared-repeats", type=int, default=2, help="repeats per size without it (at least 1)")
     p.add_argument("--workers", type=int, default=1, help="kpgnb workers (K-Pg's Fig. 6f: one)")
     p.add_argument("--duckdb-threads", type=int, default=None,
                    help="DuckDB threads (default: as many as kpgnb's workers; 0: DuckDB's own default)")
     p.add_argument("--peer-timeout", type=float, default=300.0, help="seconds before a peer is stopped")
     p.add_argument("--no-peers", action="store_true")
     p.add_argument("--seed", type=int, default=0)
-    a = parse_args(p, argv, QUICK, positive=("keys", "compare_keys", "repeats"))
+    a = parse_args(p, argv, QUICK, positive=("keys", "repeats", "unshared_repeats"), least={"sizes": 1})
+    if a.compare_keys == a.keys:
+        p.error(f"--compare-keys {a.compare_keys}: the same as --keys (0: no second size)")
     bigs = [a.keys] + ([a.compare_keys] if a.compare_keys else [])
     sizes = [m for m in a.sizes if m <= min(bigs)]
     res = run(bigs, sizes, a.repeats, a.unshared_repeats, a.workers, a.peer_timeout, a.seed, not a.no_peers,
@@ -347,6 +357,11 @@ def main(argv=None):
             + [f"vs {bigs[1]:,}" for _ in bigs[1:2]] + ["duckdb", "duckdb ratio", "duckdb+index",
                                                         "duckdb+index ratio"]]
     print(table(rows, cols))
+    # the peers this run used: DuckDB's version as its subprocess reported it (else as installed)
+    duck = [b["duckdb"] for b in res["bigs"].values() if "duckdb" in b and b["duckdb"]["status"] != "not installed"]
+    if duck:
+        res["versions"] = {"duckdb": next((d["version"] for d in duck if d.get("version")), None)
+                           or _installed_version("duckdb")}
     print("wrote", write_result("join_install", res, a.quick))
     return res
 

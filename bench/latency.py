@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .common import check_bfs, check_counts, parse_args, percentile, table, write_result
+from .common import check_bfs, check_counts, check_rows, equi_join, parse_args, percentile, table, write_result
 
 QUICK = {"keys": 10_000, "updates": 200, "bfs_updates": 50, "nodes": 5_000, "edges": 50_000,
          "import_records": 100_000}
@@ -91,15 +91,19 @@ def install_latency(records: int, queries: int, workers: int, repeats: int = 20,
     with kp.Engine(workers=workers) as eng:
         big = eng.input("big", ["k", "v"])
         q = eng.input("q", ["k"])
-        big.insert({"k": rng.integers(0, records, records), "v": rng.integers(0, 1000, records)})
+        bk, bv = rng.integers(0, records, records), rng.integers(0, 1000, records)
+        big.insert({"k": bk, "v": bv})
         big.advance_to(1)
-        q.insert({"k": rng.integers(0, records, queries)})
+        qk = rng.integers(0, records, queries)
+        q.insert({"k": qk})
         q.advance_to(1)
         t0 = time.perf_counter()
         with eng.dataflow("base") as df:
             df.input("big").arrange_by("k").export("big_by_k")
         eng.wait()
         export_s = time.perf_counter() - t0
+        want_k, want_v = equi_join(qk, bk, bv)  # the reference: NumPy, outside the timed installs
+        want = {"k": want_k, "v": want_v}
         with_import = []
         for i in range(repeats):
             t0 = time.perf_counter()
@@ -107,14 +111,14 @@ def install_latency(records: int, queries: int, workers: int, repeats: int = 20,
                 view = df.input("q").join(df.use("big_by_k"), on="k").view("out")
             eng.wait(view)
             with_import.append(time.perf_counter() - t0)
-            rows = len(view.to_pandas())
+            check_rows(view, want, f"install (import, repeat {i})")
             eng.drop(f"q{i}")
         t0 = time.perf_counter()
         with eng.dataflow("scratch") as df:
             view = df.input("q").join(df.input("big").arrange_by("k"), on="k").view("out")
         eng.wait(view)
         without = time.perf_counter() - t0
-        assert len(view.to_pandas()) == rows
+        check_rows(view, want, "install (without export)")
     w = np.array(with_import[1:]) * 1e3
     return {"records": records, "queries": queries, "export_s": export_s, "install_with_import_p50_ms": percentile(w, 50),
             "install_with_import_max_ms": float(w.max()), "install_without_export_ms": without * 1e3,
@@ -130,7 +134,8 @@ def main(argv=None):
     p.add_argument("--edges", type=int, default=1_000_000)
     p.add_argument("--import-records", type=int, default=10_000_000)
     p.add_argument("--workers", type=int, default=1)
-    a = parse_args(p, argv, QUICK, positive=("keys", "updates", "bfs_updates", "edges"), least={"nodes": 4})
+    a = parse_args(p, argv, QUICK, positive=("keys", "updates", "bfs_updates", "edges", "import_records"),
+                   least={"nodes": 4})
     if a.bfs_updates > a.edges:
         p.error(f"--bfs-updates {a.bfs_updates}: at most --edges ({a.edges}), whose edges the odd updates remove")
     res = {"workers": a.workers,

@@ -16,6 +16,10 @@ Loop (--loop-epochs): the same kind of backlog (3 rows per epoch over 2 keys) fe
 ``a.iterate(lambda x: a.concat(x.count(by="a").map(...).flat_map(...)).distinct(), max_rounds=6)``: the
 count inside the loop sees (epoch, round) times, which are only partially ordered.
 
+Answers are checked after each clock stops: the backlog's count against the rows inserted, the loop's rows
+against a NumPy evaluation of its body (``loop_reference``); a wrong one fails its case (``WrongAnswer``),
+which is then reported as failed with the error, never as a time.
+
 Live (--live SECONDS, 0 to skip): a writer thread inserts 10 rows per epoch every 10 ms into a
 ``count(by="g")`` (3 keys), a reader thread loops ``view.to_pandas()`` (and a read one epoch back), and
 every second for 4 seconds another dataflow ``map(...).count(by=[])`` is installed on the same input.
@@ -37,7 +41,7 @@ import time
 
 import numpy as np
 
-from .common import parse_args, table, write_result
+from .common import WrongAnswer, check_rows, parse_args, table, write_result
 
 QUICK = {"epochs": [250, 500], "workers": [1], "live": 0, "timeout": 60, "repeat": 1, "loop_epochs": [100]}
 
@@ -77,7 +81,8 @@ def backlog(epochs: int, workers: int, rows: int, before_install: bool = False) 
         eng.wait(v, timeout=3600)
         t2 = time.perf_counter()
         got = v.to_pandas()["count"].tolist()
-        assert got == [epochs * rows], got
+        if got != [epochs * rows]:
+            raise WrongAnswer(f"backlog count: wrong answer: {got}, expected [{epochs * rows}]")
         return {"epochs": epochs, "workers": workers, "rows": rows, "before_install": before_install,
                 "total_s": t2 - t0, "wait_s": t2 - t1, "work": _reduce_work(v)}
     finally:
@@ -89,9 +94,22 @@ def _flat(a, b):
     return {"a": a[idx], "b": np.where(np.arange(len(idx)) % 2 == 0, b[idx], (b[idx] + 1) % 6)}, idx
 
 
+def loop_reference(a, b, rounds: int = 6) -> dict:
+    """The loop's answer computed with NumPy: x = A, then ``rounds`` times x = distinct(A + flat(b = count
+    of x's rows per a, mod 6)) (``iterate(max_rounds=rounds)`` applies the body that many times)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    xa, xb = a, b
+    for _ in range(rounds):
+        ka, cnt = np.unique(xa, return_counts=True)
+        fa, fb = np.repeat(ka, 2), np.stack([cnt % 6, (cnt % 6 + 1) % 6], axis=1).ravel()
+        rows = np.unique(np.stack([np.concatenate([a, fa]), np.concatenate([b, fb])], axis=1), axis=0)
+        xa, xb = rows[:, 0], rows[:, 1]
+    return {"a": xa, "b": xb}
+
+
 def loop(epochs: int, workers: int, rows: int = 3) -> dict:
     """A backlog of epochs into a loop whose body counts a key: the reduce sees (epoch, round) times,
-    which are only partially ordered."""
+    which are only partially ordered. The answer is checked against ``loop_reference`` after the clock."""
     import kpgnb as kp
     rng = np.random.default_rng(0)
     eng = kp.Engine(workers=workers)
@@ -103,15 +121,21 @@ def loop(epochs: int, workers: int, rows: int = 3) -> dict:
             v = a.iterate(lambda x: a.concat(x.count(by="a").map(lambda a, count: {"a": a, "b": count % 6})
                                              .flat_map(_flat)).distinct(), max_rounds=6).view("out")
         eng.wait(v)
+        sent = []
         t0 = time.perf_counter()
         for e in range(1, epochs + 1):
-            a_in.insert([(int(rng.integers(2)), int(rng.integers(40))) for _ in range(rows)])
+            batch = [(int(rng.integers(2)), int(rng.integers(40))) for _ in range(rows)]
+            a_in.insert(batch)
             a_in.advance_to(e + 1)
+            sent.append(batch)
         t1 = time.perf_counter()
         eng.wait(v, timeout=3600)
         t2 = time.perf_counter()
+        got = v.to_pandas()
+        sent = np.asarray(sent, np.int64).reshape(-1, 2)
+        check_rows(got, loop_reference(sent[:, 0], sent[:, 1]), "loop")
         return {"epochs": epochs, "workers": workers, "rows": rows, "total_s": t2 - t0, "wait_s": t2 - t1,
-                "out_rows": len(v.to_pandas())}
+                "out_rows": len(got)}
     finally:
         eng.close()
 
@@ -212,12 +236,12 @@ def main(argv=None):
     p.add_argument("--case", help=argparse.SUPPRESS)  # internal: one measurement, in a subprocess
     if argv is None and "--case" in sys.argv:
         return _case(sys.argv[sys.argv.index("--case") + 1])
-    a = parse_args(p, argv, QUICK)
-    results, rows, stopped = [], [], set()
+    a = parse_args(p, argv, QUICK, positive=("epochs", "rows", "repeat", "loop_epochs"))
+    results, rows, stopped = [], [], {}  # worker count -> why its larger cases are skipped
     for w in a.workers:
         for n in a.epochs:
             if w in stopped:
-                r = {"epochs": n, "workers": w, "rows": a.rows, "skipped": "a smaller case timed out"}
+                r = {"epochs": n, "workers": w, "rows": a.rows, "skipped": stopped[w]}
             else:
                 runs = []
                 for _ in range(a.repeat):
@@ -229,14 +253,18 @@ def main(argv=None):
                     r = {**runs[len(runs) // 2], "runs_total_s": [x["total_s"] for x in runs]}
                 else:
                     r = runs[-1]
-                    stopped.add(w)
+                    if r.get("timed_out"):
+                        stopped[w] = f"a smaller case ({n:,} epochs) timed out"
+                    else:
+                        err = str(r.get("error") or "no result").strip().splitlines() or ["no result"]
+                        stopped[w] = f"a smaller case ({n:,} epochs) failed: {err[-1][:200]}"
             floor = bounded(a.timeout, case="backlog", epochs=n, workers=w, rows=a.rows, before_install=True)
             r["history_then_install_s"] = floor.get("total_s")
             results.append(r)
             work = r.get("work") or {}
             rows.append({"workers": w, "epochs": n,
                          "total s": r.get("total_s") if r.get("total_s") is not None else
-                         (f"> {a.timeout:.0f}" if r.get("timed_out") else "-"),
+                         (f"> {a.timeout:.0f}" if r.get("timed_out") else "failed" if r.get("error") else "-"),
                          "wait s": r.get("wait_s"), "history first s": r["history_then_install_s"],
                          "phase 1 work": work.get("times"), "phase 3 work": work.get("diff")})
             print(table(rows[-1:], list(rows[-1])), flush=True)

@@ -766,6 +766,9 @@ def ccdf(xs, points: int = 200) -> list:
     return [(round(float(g), 3), round(float(1 - np.searchsorted(xs, g, "right") / len(xs)), 6)) for g in grid]
 
 
+MODES = ("shared", "unshared", "kuzu")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=1_000_000)
@@ -784,7 +787,7 @@ def main(argv=None):
     p.add_argument("--checks", type=int, default=4, help="answer snapshots checked during the stream")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--modes", default="shared,unshared,kuzu")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated, from " + ",".join(MODES))
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed to each engine mode")
     p.add_argument("--peer-timeout", type=float, default=900.0, help="seconds allowed to kuzu")
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: one mode, in a subprocess
@@ -795,7 +798,12 @@ def main(argv=None):
            "live": a.live, "closed_queries": a.closed_queries, "kuzu_queries": a.kuzu_queries,
            "checks": a.checks, "workers": a.workers, "seed": a.seed, "graph_share": a.graph_share,
            "inflight": a.inflight}
-    modes = [m for m in a.modes.split(",") if m]
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        p.error(f"--modes: unknown mode(s) {', '.join(map(repr, unknown))}; choose from {','.join(MODES)}"
+                if unknown else f"--modes: none given; choose from {','.join(MODES)}")
+    modes = list(dict.fromkeys(modes))  # each mode once
     runs = {}
     for m in modes:
         print(f"running {m} ...", flush=True)
