@@ -356,7 +356,7 @@ class Follower:
         if last is not None:
             epoch = max(last - 1, 0)
         else:  # every input closed: the contents are final from the last time anything changed on (noted
-            epoch = max(self.view.op.changed, born)  # as it came: compaction may have cancelled it since)
+            epoch = max(self.view.op.last_change(), born)  # as it came: compaction may cancel it)
         self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
 
     def deliver(self, batches, lower, upper):

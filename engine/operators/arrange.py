@@ -242,11 +242,22 @@ class ViewOp(SinkOp):
         self.changed = 0  # the last epoch an update reached the view at (compaction may cancel it later)
 
     def note(self, msgs):
-        for m in msgs:
-            for shard in m.shards:
-                for b in shard:
-                    if len(b):
-                        self.changed = max(self.changed, b.time_range[1][0])
+        self.changed = _last_time(msgs, self.changed)
+
+    def last_change(self) -> int:
+        """The last epoch an update reached the view at, counting the batches queued for its next step
+        (its arrangement has them already: a reader between two steps sees them in its snapshot)."""
+        return _last_time(self.queues[0], self.changed)
+
+
+def _last_time(msgs, since: int) -> int:
+    """The greatest epoch of an update in these messages' batches, or ``since`` if greater."""
+    for m in msgs:
+        for shard in m.shards:
+            for b in shard:
+                if len(b):
+                    since = max(since, b.time_range[1][0])
+    return since
 
 
 class ExportOp(SinkOp):
