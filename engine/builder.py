@@ -9,7 +9,7 @@ from __future__ import annotations
 import weakref
 
 from .collection import Arranged
-from .columns import SchemaError
+from .columns import SchemaError, check_name
 from .dataflow import Graph, Site
 from .errors import UnknownNameError
 from .operators.arrange import ImportOp
@@ -74,6 +74,8 @@ class DataflowBuilder:
         """Engine inputs made for this dataflow alone (a Datalog program's facts, a goal's bindings): the
         engine drops them once the dataflow is gone (dropped, and no longer kept for its exports' readers).
         Recorded with the install, so no drop can come between."""
+        for n in names:
+            check_name(n, "df.own_inputs", "an input")
         inputs = self.engine.inputs()
         missing = [n for n in names if n not in inputs]
         if missing:

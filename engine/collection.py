@@ -608,6 +608,10 @@ class Collection:
         """Maintain this collection for reading from the notebook (``to_pandas``); ``history`` epochs
         before the frontier stay readable with ``at=``."""
         self._live()
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"a view's name is a non-empty str, not {type(name).__name__} {name!r}")
+        if not name:
+            raise UsageError("a view's name is a non-empty str, not ''")
         if self.scope.parent is not None:
             raise SchemaError("views must be defined at the top level of a dataflow (leave() the loop first)")
         if name in self.builder.views:

@@ -39,6 +39,19 @@ def check_timeout(timeout, who: str):
         raise ArgumentTypeError(f"{who}: timeout is NaN; give a number of seconds or None")
 
 
+def check_name(name, call: str, of: str):
+    """Refuse a name argument that is not a str, saying which name the object given would have meant (a
+    view's dataflow, an input session's name)."""
+    if isinstance(name, str):
+        return
+    hint = ""
+    if hasattr(name, "dataflow") and hasattr(name, "to_pandas"):
+        hint = f" (that view belongs to dataflow {name.dataflow!r})"
+    elif hasattr(name, "advance_to") and hasattr(name, "name"):
+        hint = f" (that input session is named {name.name!r})"
+    raise ArgumentTypeError(f"{call} takes the name of {of}, a str, not a {type(name).__name__}{hint}")
+
+
 def normalize_dtype(dtype) -> str:
     if dtype in (int, np.int64):
         return "int64"

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import latency
 from .builder import DataflowBuilder
-from .columns import Schema, SymbolTable, check_timeout, is_int
+from .columns import Schema, SymbolTable, check_name, check_timeout, is_int
 from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle, Own
 from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
@@ -32,18 +32,6 @@ from .trace import live_records, trace_stats
 from .view import View, raise_failure
 
 
-def _a_name(name, call: str, of: str):
-    """Refuse a name argument that is not a str, saying which name the object it is would have given."""
-    if isinstance(name, str):
-        return
-    hint = ""
-    if isinstance(name, View):
-        hint = f" (that view belongs to dataflow {name.dataflow!r})"
-    elif isinstance(name, InputSession):
-        hint = f" (that input session is named {name.name!r})"
-    raise ArgumentTypeError(f"{call} takes the name of {of}, a str, not a {type(name).__name__}{hint}")
-
-
 class Engine:
     """A differential dataflow engine with W key-sharded workers (default: the number of cores)."""
 
@@ -52,7 +40,9 @@ class Engine:
             raise UsageError(f"effort must be one of {sorted(EFFORT)}")
         if workers is None:
             workers = os.cpu_count() or 1
-        if not is_int(workers) or workers < 1:
+        if not is_int(workers):
+            raise ArgumentTypeError(f"workers must be an int, at least 1 (None: one per core), got {workers!r}")
+        if workers < 1:
             raise UsageError(f"workers must be an int, at least 1 (None: one per core), got {workers!r}")
         self.workers = int(workers)
         self.effort = effort
@@ -71,7 +61,9 @@ class Engine:
         ``key``, its leading columns (default: all of them): a dataflow that joins on those columns reads
         that arrangement itself, instead of indexing the rows a second time."""
         self._live()
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"an input's name must be a non-empty str, got {type(name).__name__} {name!r}")
+        if not name:
             raise UsageError(f"an input's name must be a non-empty str, got {name!r}")
         if isinstance(columns, str):
             columns = [columns]
@@ -137,7 +129,7 @@ class Engine:
         only the operators feeding those are kept running. ``cascade=True`` drops the dataflows that
         import its exports as well."""
         self._live()
-        _a_name(name, "eng.drop", "a dataflow")
+        check_name(name, "eng.drop", "a dataflow")
         self._scheduler.call(Drop(name, cascade))
 
     def own_inputs(self, dataflow: str, *inputs: str):
@@ -145,6 +137,9 @@ class Engine:
         readers of its exports), whichever way it goes: inputs made for it alone. (A builder's
         ``own_inputs`` records them with the install itself.)"""
         self._live()
+        check_name(dataflow, "eng.own_inputs", "a dataflow")
+        for n in inputs:
+            check_name(n, "eng.own_inputs", "an input")
         with self._lock:
             sessions = [self._inputs.get(n) for n in inputs]
         missing = [n for n, s in zip(inputs, sessions) if s is None or s.dropped]
@@ -159,7 +154,7 @@ class Engine:
         for the cleanup of a cell interrupted before its dataflow was installed (nothing reads the input;
         were something to, the drop would be refused with nobody to tell)."""
         self._live()
-        _a_name(name, "eng.drop_input", "an input")
+        check_name(name, "eng.drop_input", "an input")
         with self._lock:
             session = self._inputs.get(name)
         if session is None or session.dropped:
@@ -176,7 +171,7 @@ class Engine:
         read right after says ``cancelled``); Ctrl-C stops that wait, not the cancel. From inside a dataflow
         (a user function that stops its own dataflow) it returns at once: the cancel runs after the step."""
         self._live()
-        _a_name(name, "eng.cancel", "a dataflow")
+        check_name(name, "eng.cancel", "a dataflow")
         if name not in self.snapshot().dataflows:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.snapshot().dataflows)}")
         seq = self._scheduler.submit(Cancel(name, reason))
@@ -220,7 +215,7 @@ class Engine:
         """A TraceHandle on a named arrangement, for reading it directly (cursors, ``accumulate``). It keeps
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
         self._live()
-        _a_name(name, "eng.trace", "an exported arrangement")
+        check_name(name, "eng.trace", "an exported arrangement")
         return self._scheduler.call(OpenHandle(name, self._handle_closed))
 
     def _handle_closed(self):
@@ -322,7 +317,7 @@ class Engine:
         errors, e.g. ``bfs: min#12``; ``kind``; ``busy_s``, seconds its steps took; ``steps``), busiest
         first. Read while the engine runs: each figure is at most one step old."""
         self._live()
-        _a_name(name, "eng.operator_stats", "a dataflow")
+        check_name(name, "eng.operator_stats", "a dataflow")
         df = self._scheduler.dataflows.get(name)
         if df is None:  # a replaced or dropped dataflow kept (as NAME~k) while others read its exports
             df = next((d for d in list(self._scheduler.retired) if d.name == name), None)
@@ -346,7 +341,7 @@ class Engine:
         [edges[i-1], edges[i]), the last at or above edges[-1]); ``latency.ccdf(counts)`` gives its
         complementary CDF. Raises UnknownNameError for a dataflow that is not installed."""
         self._live()
-        _a_name(name, "eng.latency_histogram", "a dataflow")
+        check_name(name, "eng.latency_histogram", "a dataflow")
         snap = self.snapshot()
         info = snap.dataflows.get(name) or snap.retired.get(name)
         if info is None:
@@ -424,9 +419,8 @@ class Engine:
             if target not in snap.dataflows:
                 raise UsageError(f"eng.wait({target!r}): no dataflow named {target!r} is installed "
                                  f"(dataflows: {', '.join(sorted(snap.dataflows)) or 'none'})")
-            info = self._check_dataflow(snap, target)
-            goal = self._goal_of(info)
-            done = lambda snap: _past(self._check_dataflow(snap, target).frontier, goal)  # noqa: E731
+            goals = self._view_goals(self._check_dataflow(snap, target))
+            done = lambda snap: self._dataflow_done(snap, target, goals)  # noqa: E731
         elif target is None:
             seq = self._scheduler.submitted
             done = lambda snap: self._idle(snap, seq)  # noqa: E731
@@ -458,6 +452,20 @@ class Engine:
     def _view_goal(self, view: View):
         info = self._view_info(self.snapshot(), view)
         return self._goal_of(info, dict(info.view_sources).get(view.name))
+
+    def _view_goals(self, info) -> dict:
+        """Each view's goal (``_goal_of`` the inputs it reads); for a dataflow without views, its own under
+        None."""
+        goals = {n: self._goal_of(info, srcs) for n, srcs in info.view_sources}
+        return goals or {None: self._goal_of(info)}
+
+    def _dataflow_done(self, snap, name: str, goals: dict) -> bool:
+        """Every view of dataflow ``name`` has reached its goal (a dataflow without views: its frontier)."""
+        info = self._check_dataflow(snap, name)
+        if None in goals:
+            return _past(info.frontier, goals[None])
+        uppers = dict(info.view_uppers)
+        return all(_past(uppers[n], g) for n, g in goals.items() if n in uppers)
 
     def _view_info(self, snap, view: View):
         """The view's install in ``snap``; raises what the view's reads raise once it is gone (another
@@ -510,8 +518,11 @@ class Engine:
                                                                                     target.serial)) or \
                     (isinstance(target, str) and name != target):
                 continue
-            goal = target if isinstance(target, (int, np.integer)) else self._goal_of(info)
-            if any(ref() is not None and not _past(ref().snapshot.upper, goal) for _, ref in info.views):
+            goals = dict.fromkeys((n for n, _ in info.views), target) if isinstance(target, (int, np.integer)) \
+                else self._view_goals(info)
+            behind = [n for n, ref in info.views for t in [ref()] if t is not None and n in goals
+                      and (not isinstance(target, View) or n == target.name) and not _past(t.snapshot.upper, goals[n])]
+            if behind:
                 self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)"))
 
     def _goal_of(self, info, sources=None):

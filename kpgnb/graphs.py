@@ -179,8 +179,8 @@ def _path_length(dist, w):
 def _non_negative_weights(src, dst, w):
     bad = ~(np.asarray(w) >= 0)  # (NaN too)
     if bad.any():
-        raise ValueError(f"sssp: edge weights must be non-negative numbers, got {w[bad][0]!r} on the edge "
-                         f"{src[bad][0]!r} -> {dst[bad][0]!r}")
+        raise ValueError(f"sssp: edge weights must be non-negative numbers, got {w[bad][0].item()!r} on the edge "
+                         f"{src[bad][0].item()!r} -> {dst[bad][0].item()!r}")
     return np.ones(len(w), bool)
 
 

@@ -10,7 +10,7 @@ import os
 import threading
 
 from .engine.columns import is_int
-from .engine.errors import UsageError
+from .engine.errors import ArgumentTypeError, UsageError
 
 _lock = threading.Lock()
 _engine = None
@@ -37,7 +37,9 @@ def configured_workers() -> int:
 
 
 def _check_workers(workers):
-    if workers is not None and not (is_int(workers) and workers >= 1):
+    if workers is not None and not is_int(workers):
+        raise ArgumentTypeError(f"workers must be an int, at least 1 (None: the configured count), got {workers!r}")
+    if workers is not None and workers < 1:
         raise UsageError(f"workers must be an int, at least 1 (None: the configured count), got {workers!r}")
 
 
