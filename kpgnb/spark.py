@@ -109,10 +109,10 @@ def dtypes_of(df) -> dict:
         raise ArgumentTypeError(f"a Spark DataFrame or an Arrow table is needed here, not {type(df).__name__}; "
                                 f"load pandas frames and rows with eng.input(name, rows=...)")
     names = [f.name for f in fields]
-    twice = next((c for c in names if names.count(c) > 1), None)
-    if twice is not None:
-        raise SchemaError(f"the DataFrame has two columns named {twice!r} (what a join of two frames gives); "
-                          f"rename or drop one first")
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if dup:
+        raise SchemaError(f"the DataFrame has several columns named {', '.join(map(repr, dup))} (what a join of "
+                          f"two frames gives); rename or drop the extra ones first")
     if is_arrow_table(df):
         return {f.name: arrow_dtype(f.name, f.type) for f in fields}
     out = {}
