@@ -613,9 +613,15 @@ class _ScopeRun:
         c = _consolidate(df, n_in)
         if spec.op in (rk.SUM, rk.MIN, rk.MAX):
             v = F.col(_c(kk))
-            if spec.op == rk.SUM:
-                v = v * F.col(D).cast("double") if spec.float_out else v.cast("long") * F.col(D)  # bools: 0/1
-                agg = g(c).agg(F.sum(v).alias(_c(kk)))
+            if spec.op == rk.SUM and spec.float_out:
+                agg = g(c).agg(F.sum(v * F.col(D).cast("double")).alias(_c(kk)))
+            elif spec.op == rk.SUM:  # exact, as the engine's: summed wide, a total outside int64 an error
+                wide = F.sum(v.cast("long").cast("decimal(38,0)") * F.col(D).cast("decimal(38,0)"))  # bools: 0/1
+                over = F.raise_error(F.concat(F.lit(f"{MARK}{_label(op)}: an int64 sum overflows: a group's total "
+                                                    f"is "), wide.cast("string"),
+                                              F.lit(", outside int64; sum a float64 column for such totals")))
+                agg = g(c).agg(F.when((wide > 2**63 - 1) | (wide < -2**63), over.cast("long"))
+                               .otherwise(wide.cast("long")).alias(_c(kk)))
             else:
                 fn = F.min if spec.op == rk.MIN else F.max
                 agg = g(c.filter(F.col(D) > 0)).agg(fn(v).alias(_c(kk)))

@@ -32,11 +32,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
     if inputs is not None and not isinstance(inputs, dict):
         raise UsageError(f"inputs= maps predicates to what they read (an engine input's name, an exported "
                          f"arrangement's name, an input session or a DataFrame), got a {type(inputs).__name__}")
-    read = {lit.pred for r in program.rules for lit in r.body if isinstance(lit, Atom)}
-    for pred in inputs or {}:
-        if not isinstance(pred, str) or pred not in read:
-            raise UsageError(f"inputs= binds {pred!r}, which no rule reads; the predicates rules read are "
-                             f"{sorted(read)}")
+    _check_bindings(program, inputs)
     bound, created = {}, []   # pred -> Source
     try:
         catalog = eng.snapshot().catalog
@@ -429,6 +425,15 @@ class Goal:
         return f"<goal {self.pattern} of {self.program.name!r}: dataflow {self.name!r}>"
 
 
+def _check_bindings(program, inputs):
+    """``inputs=`` binds only predicates some rule reads (a typo or a stale binding is an error)."""
+    read = {lit.pred for r in program.rules for lit in r.body if isinstance(lit, Atom)}
+    for pred in inputs or {}:
+        if not isinstance(pred, str) or pred not in read:
+            raise UsageError(f"inputs= binds {pred!r}, which no rule reads; the predicates rules read are "
+                             f"{sorted(read)}")
+
+
 def fact_rows(a) -> dict:
     """Derived predicate -> the rows of its ground facts (rules with no body), for those that have some."""
     out = {}
@@ -467,9 +472,16 @@ def run_on_spark(text: str, inputs: dict, spark=None, diffs: bool = False) -> di
     from ..engine.columns import Schema
     from ..spark_backend import arrow_input
     program = parse(text)
+    if inputs is not None and not isinstance(inputs, dict):
+        raise UsageError(f"inputs= maps input predicates to Spark (or pandas) DataFrames, got a "
+                         f"{type(inputs).__name__}")
+    _check_bindings(program, inputs)
     frames = dict(inputs or {})
     if spark is None:
         spark = next((f.sparkSession for f in frames.values() if hasattr(f, "sparkSession")), None)
+    if spark is None:  # (facts, a unit input and pandas inputs need one to become DataFrames)
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
     schemas = {}
     for pred, f in frames.items():
         if not hasattr(f, "sparkSession"):
@@ -480,10 +492,15 @@ def run_on_spark(text: str, inputs: dict, spark=None, diffs: bool = False) -> di
         schemas[pred] = (list(dt), list(dt.values()))
     a = analyze(program, schemas.get, set(frames))
     facts = fact_rows(a)
+    if spark is None and (facts or needs_unit(a)):
+        raise UsageError("no SparkSession: pass spark= (kpgnb.spark.session() makes a local one)")
     for pred, rows in facts.items():
         schema = Schema.of(a.columns[pred], a.dtypes[pred])
-        frames[f"#facts.{pred}"] = spark.createDataFrame(pd.DataFrame(rows, columns=list(schema.names)),
-                                                         _spark_schema(schema))
+        frame = pd.DataFrame(rows, columns=list(schema.names))
+        for n, d in zip(schema.names, schema.dtypes):  # (an int fact in a column widened to float: as a float)
+            if d != "str":
+                frame[n] = frame[n].astype(d)
+        frames[f"#facts.{pred}"] = spark.createDataFrame(frame, _spark_schema(schema))
     unit = needs_unit(a)
     if unit:
         frames["#unit"] = spark.createDataFrame(pd.DataFrame({"unit": [0]}))
