@@ -316,7 +316,6 @@ class Engine:
         """Where dataflow ``name`` spends its time: one dict per operator (``operator``, its label as in
         errors, e.g. ``bfs: min#12``; ``kind``; ``busy_s``, seconds its steps took; ``steps``), busiest
         first. Read while the engine runs: each figure is at most one step old."""
-        self._live()
         check_name(name, "eng.operator_stats", "a dataflow")
         df = self._scheduler.dataflows.get(name)
         if df is None:  # a replaced or dropped dataflow kept (as NAME~k) while others read its exports
@@ -340,7 +339,6 @@ class Engine:
         log-spaced buckets (``kpgnb.engine.latency``: counts[0] is below edges[0], counts[i] in
         [edges[i-1], edges[i]), the last at or above edges[-1]); ``latency.ccdf(counts)`` gives its
         complementary CDF. Raises UnknownNameError for a dataflow that is not installed."""
-        self._live()
         check_name(name, "eng.latency_histogram", "a dataflow")
         snap = self.snapshot()
         info = snap.dataflows.get(name) or snap.retired.get(name)
@@ -454,18 +452,16 @@ class Engine:
         return self._goal_of(info, dict(info.view_sources).get(view.name))
 
     def _view_goals(self, info) -> dict:
-        """Each view's goal (``_goal_of`` the inputs it reads); for a dataflow without views, its own under
-        None."""
-        goals = {n: self._goal_of(info, srcs) for n, srcs in info.view_sources}
-        return goals or {None: self._goal_of(info)}
+        """Each view's goal (``_goal_of`` the inputs it reads), and the dataflow's own under None."""
+        return {None: self._goal_of(info), **{n: self._goal_of(info, srcs) for n, srcs in info.view_sources}}
 
     def _dataflow_done(self, snap, name: str, goals: dict) -> bool:
-        """Every view of dataflow ``name`` has reached its goal (a dataflow without views: its frontier)."""
+        """Dataflow ``name``'s frontier has reached its goal, and every view its own."""
         info = self._check_dataflow(snap, name)
-        if None in goals:
-            return _past(info.frontier, goals[None])
+        if not _past(info.frontier, goals[None]):
+            return False
         uppers = dict(info.view_uppers)
-        return all(_past(uppers[n], g) for n, g in goals.items() if n in uppers)
+        return all(_past(uppers[n], g) for n, g in goals.items() if n is not None and n in uppers)
 
     def _view_info(self, snap, view: View):
         """The view's install in ``snap``; raises what the view's reads raise once it is gone (another

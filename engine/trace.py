@@ -468,8 +468,7 @@ class TraceHandle:
 
     def accumulate(self, at=None, snapshot: TraceSnapshot | None = None):
         """The collection as of time ``at`` (default: everything recorded so far), consolidated:
-        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot. A time
-        the trace is not complete for (at or beyond its upper) is refused: its answer could still change."""
+        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot."""
         trace = self.trace
         snap = snapshot if snapshot is not None else trace.snapshot
         if at is not None:
@@ -486,7 +485,4 @@ class TraceHandle:
             if at[0] < trace.start:  # a producer installed late has no answer for the epochs before its start
                 raise CompactedError(f"time {at} is before epoch {trace.start}, the first this trace's dataflow "
                                      f"computed (it was installed when its inputs were there)")
-            if snap.upper.dominates(at):
-                raise UsageError(f"time {at} is not final yet in this trace (its upper is {snap.upper}): wait for "
-                                 f"its dataflow, or read an earlier time")
         return accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)

@@ -95,27 +95,6 @@ def test_cancel_from_inside_its_own_dataflow_takes_effect():
         assert eng.dataflows()["d"] == "cancelled"
 
 
-def test_trace_handle_refuses_a_time_it_is_not_complete_for():
-    """``TraceHandle.accumulate(at)`` at or beyond the trace's upper could still change: refused, as a view's
-    read of an epoch that is not final is; earlier epochs answer."""
-    with kp.Engine(workers=2) as eng:
-        x = eng.input("x", ["k", "v"], rows=[(1, 10), (2, 20)])
-        with eng.dataflow("d") as df:
-            df.input("x").arrange_by("k").export("xk")
-        x.advance_to(1)
-        eng.wait("d")
-        h = eng.trace("xk")
-        try:
-            keys, vals, cnt = h.accumulate(0)
-            assert sorted(keys[0].tolist()) == [1, 2] and cnt.tolist() == [1, 1]
-            with pytest.raises(kp.UsageError, match="not final"):
-                h.accumulate(1)
-            with pytest.raises(kp.UsageError, match="not final"):
-                h.accumulate(5)
-        finally:
-            h.close()
-
-
 def test_a_nan_timeout_is_refused():
     with kp.Engine(workers=1) as eng:
         eng.input("x", ["a"])
