@@ -751,11 +751,15 @@ class Variable(Collection):
 
     def set(self, result: Collection, max_rounds: int | None = None) -> Collection:
         """Define the variable's next-round value (once). ``max_rounds`` stops the loop after that many
-        rounds even if it has not converged."""
+        rounds even if it has not converged (at least 1: round 0 is ``result`` of the initial value, so a
+        loop of no rounds is the initial collection itself, which ``iterate(body, max_rounds=0)`` gives)."""
         self._live()
         if self.result is not None:
             raise SchemaError("this Variable has been set already")
         max_rounds = _rounds(max_rounds)
+        if max_rounds == 0:
+            raise UsageError("Variable.set(max_rounds=0): a loop runs at least round 0, which already applies "
+                             "the body once; use the initial collection itself for no rounds")
         result = self._coerce(result)
         delta = result.concat(self.initial.negate())
         fb = FeedbackOp(self.scope, delta._stream(), Site.capture(), max_rounds)
