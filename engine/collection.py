@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Schema, SchemaError, infer_dtype, is_int
+from .columns import Schema, SchemaError, as_column, infer_dtype, is_int
 from .dataflow import Site
 from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
@@ -786,13 +786,16 @@ def _out_schema_of(result, who, site, n_rows: int) -> Schema:
                           f"got {type(result).__name__}")
     names, dtypes = [], []
     for n, v in result.items():
-        arr = np.asarray(v)
+        arr = as_column(v)
         if arr.ndim == 0:
             raise SchemaError(f"the {who} function at {site} returned a scalar ({v!r}) for column {n!r}; "
                               f"expected a column array with one value per row (called on a trial batch of "
                               f"{n_rows} rows); for a constant use np.full(len(<a column>), value)")
         names.append(n)
-        dtypes.append(infer_dtype(arr))
+        try:
+            dtypes.append(infer_dtype(arr))
+        except SchemaError as e:
+            raise SchemaError(f"the {who} function at {site} returned column {n!r}: {e}") from None
     return Schema(tuple(names), tuple(dtypes))
 
 

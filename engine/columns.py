@@ -7,6 +7,7 @@ strings as ids from one engine-wide :class:`SymbolTable`.
 from __future__ import annotations
 
 import threading
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,10 @@ class Schema:
         for n in self.names:
             if not isinstance(n, str) or not n.isidentifier():
                 raise SchemaError(f"column name {n!r} must be a Python identifier")
+            if unicodedata.normalize("NFKC", n) != n:  # what Python makes of a parameter of that name
+                raise SchemaError(f"column name {n!r} is not in the form Python gives identifiers (NFKC), so "
+                                  f"no map/filter parameter could name it; rename it to "
+                                  f"{unicodedata.normalize('NFKC', n)!r} (unicodedata.normalize('NFKC', name))")
 
     @classmethod
     def of(cls, names, dtypes=None) -> "Schema":
@@ -250,6 +255,20 @@ def text_problem(v) -> str | None:
     if not _utf8(v):
         return f"{v!r}, text with a lone surrogate, which UTF-8 (and so Arrow, Spark and files) cannot hold"
     return None
+
+
+def as_column(values) -> np.ndarray:
+    """A user's column as an array. A Python sequence keeps its values exactly where NumPy would not: str
+    values as objects (a NumPy str array drops trailing NULs), and ints NumPy would make floats (one beyond
+    int64 among negatives) as objects, which the encoding then refuses by row instead of rounding."""
+    if isinstance(values, np.ndarray):
+        return values
+    arr = np.asarray(values)
+    if arr.dtype.kind == "U" or (arr.dtype.kind == "f" and arr.ndim == 1 and
+                                 all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                     for v in values)):
+        return np.asarray(values, dtype=object)
+    return arr
 
 
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
@@ -460,7 +479,7 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
         if col.__class__ is np.ndarray and col.dtype == np.int64 and dtype == "int64" and col.shape == (n,):
             data[i] = col  # (the common case, with nothing to check or convert)
             continue
-        arr = col if isinstance(col, np.ma.MaskedArray) else np.asarray(col)  # (encode_column refuses nulls)
+        arr = as_column(col)  # (a masked array stays one: encode_column refuses its nulls)
         if arr.ndim == 0:
             raise SchemaError(f"{who} returned a scalar ({col!r}) for column {name!r}; expected a column array "
                               f"of length {n} (one value per row); for a constant use np.full({n}, value)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import form_arrays, may_meet
+from .errors import ArgumentTypeError
 from .kernels import multiplicity_overflow
 from .kernels.merge import normalize_groups
 from .kernels import sort as sortk
@@ -152,7 +153,12 @@ class Cursor:
     def seek_keys(self, keys) -> Histories:
         """Histories of arbitrary keys (hashed, sorted and deduplicated first): ``kk x n`` key columns, or
         for a one-column key a 1-D array of n keys."""
-        keys = np.asarray(keys, np.int64)
+        arr = np.asarray(keys)
+        if arr.size and arr.dtype.kind not in "iub":
+            raise ArgumentTypeError(f"seek_keys takes keys in the engine's int64 encoding, got {arr.dtype} "
+                                    f"values; a str or float key column is stored encoded (str interned, "
+                                    f"floats by their bits): read such an arrangement with accumulate()")
+        keys = arr.astype(np.int64, copy=False)
         kk = self.batches[0].kk if self.batches else None
         if keys.ndim == 1 and kk in (None, 1):
             keys = keys.reshape(1, -1)

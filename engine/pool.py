@@ -22,9 +22,15 @@ class WorkerPool:
 
     def __init__(self, workers: int):
         self.workers = workers
-        self._pool = ThreadPoolExecutor(max_workers=max(1, workers - 1), thread_name_prefix="kpgnb-worker") \
+        self._threads: set = set()  # the pool threads' idents (``on_pool``)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers - 1), thread_name_prefix="kpgnb-worker",
+                                        initializer=lambda: self._threads.add(threading.get_ident())) \
             if workers > 1 else None
         self.busy = np.zeros(workers)  # seconds of work per shard index
+
+    def on_pool(self) -> bool:
+        """Whether the caller is one of the pool's threads (a user function running in a shard)."""
+        return threading.get_ident() in self._threads
 
     def run(self, fn, items, rows: int | None = None) -> list:
         items = list(items)

@@ -257,8 +257,9 @@ class Scheduler:
         return seq
 
     def inside(self) -> bool:
-        """Whether the caller is the scheduler's thread (a user function running in an operator step)."""
-        return threading.current_thread() is self.thread
+        """Whether the caller is the scheduler's thread or one of its pool's (a user function running in an
+        operator step, on any shard)."""
+        return threading.current_thread() is self.thread or self.pool.on_pool()
 
     def refuse_inside(self):
         if self.inside():

@@ -188,7 +188,7 @@ def _schema_of(obj, kind: str):
     inserted instead of turning the column into floats."""
     import numpy as np
 
-    from .engine.columns import infer_dtype
+    from .engine.columns import as_column, infer_dtype
     if kind == "pandas":
         names = list(obj.columns)
         for c in names:
@@ -200,7 +200,7 @@ def _schema_of(obj, kind: str):
             raise SchemaError(f"duplicate column name {dup[0]!r} in the DataFrame")
         cols = {c: obj[c] for c in names}
     else:
-        cols = {n: np.asarray(v) for n, v in obj.items()}
+        cols = {n: as_column(v) for n, v in obj.items()}
     dtypes = {}
     for n, col in cols.items():
         ext = None
