@@ -179,8 +179,10 @@ class Engine:
             return
         while True:  # until a snapshot published after the cancel ran (not by name: it may be installed anew)
             snap = self.snapshot()
-            if snap.seq >= seq or self._closed:
+            if snap.seq >= seq:
                 return
+            if self._closed:
+                raise EngineError("the engine is closed")  # (before the cancel ran: as every call queued)
             self._scheduler.wait_published(snap, 0.5)
 
     def call(self, cmd):
@@ -331,6 +333,8 @@ class Engine:
         seconds; the current one if none came. For pollers that react to every change of the engine's state
         without spinning (benchmarks, dashboards)."""
         seen = self.snapshot() if seen is None else seen
+        if self._closed and seen is self.snapshot():
+            raise EngineError("the engine is closed")  # (a poller saw the last snapshot: none will follow)
         self._scheduler.wait_published(seen, timeout)
         return self.snapshot()
 

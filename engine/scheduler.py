@@ -291,8 +291,8 @@ class Scheduler:
         with self._submit_lock:
             self._stop = True
         self._wake.set()
-        if threading.current_thread() is self.thread:
-            return  # (close() from a user function: the loop ends after this step)
+        if self.inside():
+            return  # (close() from a user function, on any shard: the loop ends after this step)
         self.thread.join(timeout=wait)
         if self.thread.is_alive():
             warnings.warn(f"kpgnb: the engine is closed, but its scheduler is still running a step (a user "

@@ -226,10 +226,13 @@ class View:
 
     HEAD = 20  # rows a notebook rendering shows
 
-    def summary(self) -> str:
-        """One line for a notebook: dataflow, frontier, rows and the latency of the last update."""
+    _UNREAD = object()
+
+    def summary(self, epoch=_UNREAD) -> str:
+        """One line for a notebook: dataflow, frontier, rows and the latency of the last update. ``epoch``:
+        the one the rows shown were read at (``df.attrs["epoch"]``), so the line says what they are."""
         info = self.engine.snapshot().dataflows.get(self.dataflow)
-        e = self.epoch
+        e = self.epoch if epoch is View._UNREAD else epoch
         state = "released (dropped, failed or cancelled)" if self.released else \
             "all inputs closed" if e is None else f"final before epoch {e}"
         parts = [f"view {self.name!r} of dataflow {self.dataflow!r}", state]
@@ -239,9 +242,12 @@ class View:
 
     def head(self, k: int | None = None) -> tuple:
         """(the first ``k`` rows in sorted order as a DataFrame, the row count): what a notebook shows
-        (``HEAD`` rows by default), the same for the same contents whatever the workers' order."""
+        (``HEAD`` rows by default), the same for the same contents whatever the workers' order. The head's
+        ``attrs["epoch"]`` is the epoch the rows were read at, as ``to_pandas`` says."""
         df = self.to_pandas()
-        return _sorted_head(df, self.HEAD if k is None else k), len(df)
+        head = _sorted_head(df, self.HEAD if k is None else k)
+        head.attrs["epoch"] = df.attrs.get("epoch")
+        return head, len(df)
 
     def _render(self):
         """(summary, the first rows in sorted order as a DataFrame, row count), or (summary, None, error
@@ -250,7 +256,7 @@ class View:
             head, n = self.head()
         except Exception as e:  # noqa: BLE001 - rendering must not raise
             return f"view {self.name!r}", None, f"{type(e).__name__}: {e}"
-        return f"{self.summary()} · {n} row{'' if n == 1 else 's'}", head, n
+        return f"{self.summary(head.attrs.get('epoch'))} · {n} row{'' if n == 1 else 's'}", head, n
 
     def _repr_pretty_(self, p, cycle):
         head, df, n = self._render()
