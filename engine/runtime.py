@@ -74,7 +74,8 @@ class Engine:
         nkey = input_key(schema, key)
         with self._lock:
             self._live()
-            if name in self._inputs and not self._inputs[name].dropped:  # (the engine may drop one itself)
+            self._forget_dropped()
+            if name in self._inputs:
                 raise UsageError(f"an input named {name!r} exists already")
             session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
                                    lambda: self._closed, nkey)
@@ -90,7 +91,13 @@ class Engine:
 
     def inputs(self) -> dict:
         with self._lock:
-            return {n: s for n, s in self._inputs.items() if not s.dropped}
+            self._forget_dropped()
+            return dict(self._inputs)
+
+    def _forget_dropped(self):
+        """Let go of sessions the engine dropped itself (inputs a dropped dataflow owned), under the lock."""
+        if any(s.dropped for s in self._inputs.values()):
+            self._inputs = {n: s for n, s in self._inputs.items() if not s.dropped}
 
     def dataflow(self, name: str, replace: bool = False) -> DataflowBuilder:
         """A builder for a new dataflow, installed atomically when its ``with`` block ends. With
@@ -131,6 +138,8 @@ class Engine:
         self._live()
         check_name(name, "eng.drop", "a dataflow")
         self._scheduler.call(Drop(name, cascade))
+        with self._lock:
+            self._forget_dropped()  # (the inputs it owned)
 
     def own_inputs(self, dataflow: str, *inputs: str):
         """Drop ``inputs`` when the installed dataflow ``dataflow`` is gone (dropped, and no longer kept for

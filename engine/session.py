@@ -85,9 +85,9 @@ class InputSession:
         self._sent: deque = deque()  # (epoch advanced to or None, perf_counter): how long ago (``forget``)
         k = len(schema)
         self.nkey = k if nkey is None else nkey  # the leading columns its rows are arranged by
-        self.trace = Trace(self.nkey, k - self.nkey, 1, workers, at_epoch(0), effort, f"input:{name}")
+        self._shape = (workers, effort)
+        self.trace = self._new_trace()
         # scheduler side
-        self.trace.key_names = tuple(schema.names[:self.nkey])
         # keeps the trace compacted to the last epoch
         self._handle = self.trace.handle(logical=at_epoch(0), owner=f"input {name!r}")
         self._batcher = Batcher(self.nkey, k - self.nkey, 1, workers)
@@ -358,9 +358,18 @@ class InputSession:
                 if abs(sum(int(d) for d in h.diffs[group == g])) >= MAX_MULT:
                     raise multiplicity_overflow()
 
+    def _new_trace(self) -> Trace:
+        workers, effort = self._shape
+        k = len(self.schema)
+        trace = Trace(self.nkey, k - self.nkey, 1, workers, at_epoch(0), effort, f"input:{self.name}")
+        trace.key_names = tuple(self.schema.names[:self.nkey])
+        return trace
+
     def release(self):
-        """Dropped (scheduler side): let go of the rows."""
+        """Dropped (scheduler side): let go of the rows, the trace's too (the session may be kept: a
+        notebook variable, or a builder a kept view refers to), leaving an empty one for late readers."""
         self._handle.close()
+        self.trace = self._new_trace()
         self._incoming, self._buffer = [], []
         self._batcher = None
 

@@ -155,10 +155,20 @@ class Spine:
         r = self._records
         # the estimate is at least |balance| (each batch's |balance| is at most its records), so most
         # calls are answered without it (it is recomputed whenever the logical frontier moves)
-        if r <= BLOAT * abs(self._balance) or r <= BLOAT * self.live_estimate(logical):
+        if (r <= BLOAT * abs(self._balance) or r <= BLOAT * self.live_estimate(logical)) \
+                and not self._may_repeat():
             return False
         limit, hi = self._guard
         return r > limit or _passed(hi, logical)
+
+    def _may_repeat(self) -> bool:
+        """Whether an epoch-timed bag without retractions may hold the same rows in several batches (a click
+        stream's repeated rows, which the balance counts once per batch though merging adds them up): its
+        records exceed ``BLOAT`` times its largest batch, a lower bound of its live records. Tidying is
+        then worth a try; where the rows are all distinct a fold leaves one batch holding most records,
+        and the failed-tidy guard bounds the rest. (Not inside loops, whose rounds are distinct times.)"""
+        r = self._records
+        return self.depth == 1 and r == self._balance and r > BLOAT * max(map(len, self.batches()), default=0)
 
     def settled(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether maintenance has nothing to do at these frontiers: it last found no merge in progress
@@ -175,7 +185,7 @@ class Spine:
         frontier only holds merges back: once every batch's upper is at or before it, no other one lets
         more merges start. So a loop's trace stays settled while its readers' frontiers move every
         round, and inserting an empty batch there plans no merges at all."""
-        lo = ANY if self._records <= BLOAT * abs(self._balance) else logical.elements
+        lo = ANY if self._records <= BLOAT * abs(self._balance) and not self._may_repeat() else logical.elements
         # the batches' uppers advance along the spine: the last one's bounds them all
         ph = ANY if self._last_upper().less_equal(physical) else physical.elements
         self._settled = (lo, ph)
