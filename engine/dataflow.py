@@ -65,6 +65,20 @@ def no_site():
         _NO_SITE.reset(token)
 
 
+_GIVEN_SITE = contextvars.ContextVar("kpgnb_given_site", default=None)
+
+
+@contextlib.contextmanager
+def given_site(site):
+    """Operators defined inside are sited at ``site``: a front end's own location (a Datalog rule's
+    aggregate), for code whose Python line is the compiler's."""
+    token = _GIVEN_SITE.set(site)
+    try:
+        yield
+    finally:
+        _GIVEN_SITE.reset(token)
+
+
 class Site:
     """Where in the user's code an operator was defined (for error messages)."""
 
@@ -75,6 +89,9 @@ class Site:
 
     @classmethod
     def capture(cls) -> "Site | None":
+        given = _GIVEN_SITE.get()
+        if given is not None:
+            return given
         if _NO_SITE.get():
             return None
         f = sys._getframe(1)

@@ -313,6 +313,8 @@ class Engine:
                             if t is not None:
                                 behind.append(t)
                 goal = min(open_epochs) if open_epochs else max(all_epochs, default=None)
+                if at is None or goal is None or at >= goal:
+                    behind = []  # caught up: an input ahead of another it is joined with is not a lag
                 counts = d.latency_counts
                 out.append({"name": n, "status": d.status, "error": None if d.error is None else str(d.error),
                             "operators": d.operators, "busy_s": d.busy_s, "steps": d.steps,
@@ -392,11 +394,12 @@ class Engine:
         ``join_differences`` (records kept), ``dropped`` (dropped pairs remembered), ``dropped_total``,
         ``recomputed`` (states recomputed because their entry was dropped), and ``bytes`` of each
         structure (``state``, ``join``, ``dropped_tracker``). Any thread; each figure is at most one step
-        old. Only dataflows the (given, else current) snapshot lists are reported."""
+        old. Only dataflows the (given, else current) snapshot lists are reported, retired ones (dropped or
+        replaced, kept for readers of their exports: ``NAME~k``) included."""
         snap = snapshot or self.snapshot()
-        live = self._scheduler.dataflows
+        live = {df.name: df for df in list(self._scheduler.dataflows.values()) + list(self._scheduler.retired)}
         out = []
-        for name, info in snap.dataflows.items():
+        for name, info in list(snap.dataflows.items()) + list(snap.retired.items()):
             df = live.get(name)
             if df is None or df.serial != info.serial:
                 continue

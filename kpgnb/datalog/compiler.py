@@ -13,6 +13,7 @@ import keyword
 import numpy as np
 
 from ..engine.collection import Arranged, Variable
+from ..engine.dataflow import Site, given_site
 from ..graphs import bit_length_rounds
 from .analysis import Analysis, RulePlan, expr_dtype
 from .errors import at
@@ -130,12 +131,17 @@ class Compiler:
         for pos, func in aggs:
             col = cols[pos]
             u = union.select(group + [col])
-            parts.append(self._aggregate(u, func, group, col))
+            with given_site(self._site(plans, pred, pos)):  # (an int sum's overflow names the aggregate)
+                parts.append(self._aggregate(u, func, group, col))
         out = parts[0]
         for p in parts[1:]:
             out = self._join_on(out, p, group)
         if list(out.schema.names) != cols:
             out = out.select(cols)
+        want = dict(zip(cols, self.a.dtypes[pred]))  # a count or int sum declared float is a float
+        if any(out.schema.dtype(c) == "int64" and t == "float64" for c, t in want.items()):
+            out = out.map(lambda **c: {n: c[n].astype(np.float64) if t == "float64" else c[n]
+                                       for n, t in want.items()}, out=want)
         return out
 
     def _enter(self, o, scope, pred, by_size):
@@ -159,7 +165,30 @@ class Compiler:
         col = self.rel.cols(pred)[self.a.aggregates[pred][0][0]]
         return o.delay(_size_rounds(col)) if o.schema.dtype(col) == "int64" else o
 
+    def _site(self, plans, pred, pos):
+        """Where the aggregate at head position ``pos`` of ``pred`` is written (its first rule's)."""
+        node = next((p.rule.head.args[pos] for p in plans if p.rule.body), None)
+        span = getattr(node, "span", None)
+        if span is None:
+            return None
+        line = self.a.program.text.splitlines()[span.line - 1].strip()
+        return _ProgramSite(span.line, span.column, f"{node.func}<{node.var.name}> of {pred}", line)
+
     def _aggregate(self, u, func, group, col):
+        """``func`` of ``col`` per ``group``. Group columns named like the columns the engine's count
+        makes (``count``, and ``n_COL`` for avg) are renamed around it."""
+        clash = {g for g in group if g in ("count", "n_" + col)}
+        if clash:
+            taken = set(u.schema.names) | {"count", "n_" + col}
+            ren = {}
+            for g in sorted(clash):
+                k = 1
+                while f"{g}_{k}" in taken:
+                    k += 1
+                ren[g] = f"{g}_{k}"
+                taken.add(ren[g])
+            out = self._aggregate(u.rename(**ren), func, [ren.get(g, g) for g in group], col)
+            return out.rename(**{v: g for g, v in ren.items()})
         if func in ("min", "max"):
             return getattr(u, func)(by=group, col=col)
         if func == "sum":
@@ -593,3 +622,16 @@ def _condition(conds):
             mask = m if mask is None else mask & m
         return np.asarray(mask, dtype=bool)
     return keep
+
+
+class _ProgramSite(Site):
+    """A Datalog program's location, for the errors of the operators compiled from it."""
+
+    __slots__ = ("column", "what")
+
+    def __init__(self, line: int, column: int, what: str, text: str):
+        super().__init__("<datalog>", line, text)
+        self.column, self.what = column, what
+
+    def __str__(self):
+        return f"{self.what} (line {self.lineno}, column {self.column}): {self.line}"

@@ -264,4 +264,16 @@ def _transform(text: str, start: str):
         raise datalog_error(text, tok.line, tok.column, f"unexpected {str(tok)!r}" +
                             (f"; expected {exp}" if exp else "")) from None
     except VisitError as err:
+        if isinstance(err.orig_exc, RecursionError):
+            raise _too_deep(text) from None
         raise err.orig_exc from None
+    except RecursionError:
+        raise _too_deep(text) from None
+
+
+def _too_deep(text: str):
+    """The parser's (recursive) limit, located at the line with the most operators, the likely culprit."""
+    lines = text.splitlines() or [""]
+    worst = max(range(len(lines)), key=lambda i: sum(lines[i].count(c) for c in "+-*/%("))
+    return datalog_error(text, worst + 1, 1, "an expression nested too deeply to parse (hundreds of operators "
+                                             "in a row): split it into several assignments")

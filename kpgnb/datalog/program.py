@@ -85,6 +85,9 @@ def as_set(c):
     return c.distinct()
 
 
+_NAN = object()  # a NaN binding's stand-in in the set of bindings asked (NaN != NaN in a Python set)
+
+
 @dataclass(frozen=True)
 class Source:
     """Where an input predicate's rows come from: an engine input or an exported arrangement."""
@@ -318,7 +321,7 @@ class Goal:
         self._goal_program = gp
         self.view = gp.views[answer_pred]
         self._lock = threading.Lock()
-        self._asked: set = set()  # the bindings asked (as the rows of the bindings' input)
+        self._asked: set = set()  # the bindings asked (as the rows of the bindings' input, NaN as _NAN)
         self._leaders = self._upstream() if self._session is not None else []
         for s in self._leaders:  # the bindings' input keeps up with the inputs the goal reads, and
             self._session.follow(s, carry=True)  # bindings waiting for an input's changes go with them
@@ -389,14 +392,15 @@ class Goal:
         inputs advance with it (an empty epoch each), so the answer is complete at once, as K-Pg's
         interactive queries advance the graph and the query inputs together."""
         row = self._rows(values)[0]
+        key = tuple(_NAN if isinstance(v, float) and v != v else v for v in row)  # (NaN is one value here too)
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
-            if (row in self._asked) == ask:
+            if (key in self._asked) == ask:
                 return
             epoch = max([s.epoch for s in base] + [self._session.epoch])
             self._session.advance_to(epoch)
             (self._session.insert if ask else self._session.remove)([row])
-            (self._asked.add if ask else self._asked.discard)(row)
+            (self._asked.add if ask else self._asked.discard)(key)
             # an input's advance on another thread may have carried the bindings on (``follow``): then the
             # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
             epoch = self._session.epoch
