@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from .columns import SchemaError
+from .columns import SchemaError, is_int
 from .dataflow import Site
 from .dropping import Drop
 from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep
@@ -69,6 +69,9 @@ def _message_adapter(message, value, payload, who):
                               f"payload column {list(payload)} or 'degree'")
     wants = [p for p in payload if p in params]
     degree = "degree" in params
+    if degree and "degree" in (value, *payload):
+        raise SchemaError(f"{who}: message parameter 'degree' is both the sender's out-degree and the "
+                          f"{'state' if value == 'degree' else 'edge payload'} column 'degree': rename the column")
 
     def call(values, pay, deg):
         kw = {value: values} if value in params else {}
@@ -98,7 +101,7 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
         raise SchemaError(f"{who}: drop= applies to memory='drop' only (memory={memory!r})")
     if not isinstance(symmetric, bool):
         raise SchemaError(f"{who}: symmetric= takes True or False, got {symmetric!r}")
-    if rounds is not None and (not isinstance(rounds, (int, np.integer)) or rounds < 0):
+    if rounds is not None and (not is_int(rounds) or rounds < 0):
         raise SchemaError(f"{who}: rounds={rounds!r}; a number of rounds >= 0, or None for a fixed point")
     if agg == "sum" and rounds is None:
         raise SchemaError(f"{who}: a sum need not reach a fixed point; pass rounds=")
@@ -143,10 +146,11 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     # in-neighbours: the edges by destination, which for symmetric edges are the edges by source
     by_dst = by_src if symmetric else edges_.arrange_by(*dst, vals=src + payload)
     st = state.arrange_by(*key, vals=[value])
-    pay_float = [edges_.schema.dtype(p) == "float64" for p in payload]
+    pay_types = [edges_.schema.dtype(p) for p in payload]
 
-    def msg(values, pay, deg):
-        cols = [pay[i].view(np.float64) if f else pay[i] for i, f in enumerate(pay_float)]
+    def msg(values, pay, deg):  # (the payload as the message's columns, as memory="full" gives them)
+        cols = [pay[i].view(np.float64) if t == "float64" else pay[i] != 0 if t == "bool" else pay[i]
+                for i, t in enumerate(pay_types)]
         return call(values, cols, deg)
     spec = IfeSpec(len(groups), len(node), len(payload), agg, msg, vdt == "float64", degree, rounds, memory, drop)
     eng = start.builder.engine

@@ -94,9 +94,11 @@ def wcc(edges, memory: str = "full", drop=None):
     # the nodes are the keys of the one arrangement of the edges (a reduce over it re-sorts nothing)
     nodes = sym.min(by="src", col="dst").map(lambda src: {"node": src, "label": src})
     if edges.schema.dtype("src") not in ("int64", "float64"):
-        if memory != "full" or drop is not None:
+        if memory != "full":
             raise SchemaError(f"wcc: memory={memory!r} keeps numeric labels; node ids of type "
                               f"{edges.schema.dtype('src')} take memory='full'")
+        if drop is not None:
+            raise SchemaError("wcc: drop= applies to memory='drop' only (memory='full')")
         return propagate_min_label(sym, nodes)
     return nodes.ife(sym, key="node", node="node", value="label", message=lambda label: label, agg="min",
                      memory=memory, drop=drop, symmetric=True, name="wcc",
@@ -215,6 +217,9 @@ def pagerank(edges, iterations: int = 10, alpha: float = 0.85, memory: str = "fu
                     memory=memory, drop=drop, name="pagerank")
 
 
+_NAN = object()  # rpq's key for a NaN transition label
+
+
 def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str = "full", drop=None):
     """A regular path query as a search of the product of the graph with an automaton: ``edges`` (src,
     label, dst), ``sources`` (source), ``transitions`` a list of (state, label, next state) with int
@@ -234,8 +239,10 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     for q in [start_state, *accept]:
         if not is_int(q):
             raise SchemaError(f"rpq: automaton states are ints, got {q!r} (start_state or accept)")
-    labels = sorted({lab for _, lab, _ in trans}, key=str)
-    table = {lab: [(q, q2) for q, l2, q2 in trans if l2 == lab] for lab in labels}
+    table = {}  # label -> its (state, next state) pairs; a NaN label as _NAN (it matches NaN, as a join does)
+    for q, lab, q2 in trans:
+        table.setdefault(_NAN if isinstance(lab, (float, np.floating)) and lab != lab else lab, []).append((q, q2))
+    labels = [lab for _, lab, _ in trans]
     accept = np.asarray(sorted(int(q) for q in accept), np.int64)
     start_state = int(start_state)
 
@@ -243,7 +250,7 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
         # each edge once per automaton transition on its label: (state, next state) pairs
         idx, qs, q2s = [], [], []
         for lab, pairs in table.items():
-            hit = np.flatnonzero(label == lab)
+            hit = np.flatnonzero(np.isnan(label) if lab is _NAN else label == lab)
             for q, q2 in pairs:
                 idx.append(hit)
                 qs.append(np.full(len(hit), q, np.int64))
@@ -256,6 +263,8 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     elif label_dtype == "float64":
         labels_ok = all(isinstance(lab, (int, float, np.integer, np.floating)) and not isinstance(lab, bool)
                         for lab in labels)
+    elif label_dtype == "bool":
+        labels_ok = all(isinstance(lab, (bool, np.bool_)) for lab in labels)
     else:
         labels_ok = all(is_int(lab) for lab in labels)
     if not labels_ok:

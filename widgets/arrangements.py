@@ -46,4 +46,4 @@ class ArrangementTable(w.HTML, Part):
                 self.value = value
 
     def show_error(self, error):
-        self.value = f"<pre>arrangement table: {type(error).__name__}: {error}</pre>"
+        self.value = f"<pre>{fmt.html.escape(f'arrangement table: {type(error).__name__}: {error}')}</pre>"

@@ -11,7 +11,7 @@ from .latency import LatencyCCDF
 from .memorymodes import MemoryModes
 from .progress import Progress
 from .tracesizes import TraceSizes
-from .updater import Part, Updater
+from .updater import Part, Updater, close_tree
 
 
 class Dashboard(w.VBox):
@@ -53,14 +53,8 @@ class Dashboard(w.VBox):
     def close(self):
         """Stop refreshing and close every widget; the updater thread ends if nothing else is live."""
         self.updater.remove(*self.parts)
-        _close_tree(self.children)  # the parts and the titles and boxes around them: ipywidgets keeps
+        close_tree(self.children)  # the parts and the titles and boxes around them: ipywidgets keeps
         super().close()             # every widget not closed (and a box keeps its plots' figures)
-
-
-def _close_tree(widgets):
-    for c in widgets:
-        _close_tree(getattr(c, "children", ()))
-        c.close()
 
 
 def dashboard(engine) -> Dashboard:
@@ -108,8 +102,20 @@ class _Behind(Progress):
         self._shown = None       # what the bar shows (nothing is sent while it stays the same)
 
     def refresh(self, reading):
-        if reading.closed:
+        if reading.closed:  # nothing is behind any more (nothing will run): say so, once
+            shown = ("dataflows", None, 0, "finished", "the engine is closed")
+        else:
+            shown = self._lagging(reading)
+        if shown == self._shown:
             return
+        self._shown = shown
+        with self._lock:
+            self.description, self.total, self.done, self.state, note = shown
+            self.unit = "epochs"
+            self._show(note, elapsed=False)
+
+    def _lagging(self, reading) -> tuple:
+        """What the bar shows for a reading of an open engine: (description, total, done, state, note)."""
         lagging = [d for d in reading.dataflows if d["error"] is None and d["lag_epochs"] > 0
                    and d["lag_s"] >= BEHIND_S]
         self._behind = {d["name"]: self._behind.get(d["name"], d["epoch"]) for d in lagging}
@@ -122,10 +128,4 @@ class _Behind(Progress):
             more = f" (and {len(lagging) - 1} more behind)" if len(lagging) > 1 else ""
             shown = (f"dataflow {d['name']!r}", max(1, goal - first), d["epoch"] - first, "running",
                      f"final before epoch {d['epoch']} of {goal}, {fmt.seconds(d['lag_s'])} behind{more}")
-        if shown == self._shown:
-            return
-        self._shown = shown
-        with self._lock:
-            self.description, self.total, self.done, self.state, note = shown
-            self.unit = "epochs"
-            self._show(note, elapsed=False)
+        return shown

@@ -47,4 +47,4 @@ class Frontiers(w.HTML, Part):
                 self.value = value
 
     def show_error(self, error):
-        self.value = f"<pre>frontiers: {type(error).__name__}: {error}</pre>"
+        self.value = f"<pre>{fmt.html.escape(f'frontiers: {type(error).__name__}: {error}')}</pre>"

@@ -32,6 +32,8 @@ class LatencyCCDF(w.Image, Part):
         self._redraw_by = 0.0  # redrawn by then even if nothing visible changed (the update count in the title)
 
     def refresh(self, reading):
+        if reading.closed:
+            return  # nothing more will be measured: keep showing what was
         hists = {n: c for n, c in reading.latency.items() if int(c.sum())}
         key = tuple(sorted((n, id(c)) for n, c in hists.items()))
         if key == self._drawn and self.value:

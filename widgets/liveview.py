@@ -20,7 +20,7 @@ import ipywidgets as w
 
 from ..engine.errors import KpgnbError
 from . import fmt
-from .updater import Part, Updater
+from .updater import Part, Updater, close_tree
 
 HEAD = 20          # rows shown, as the static rendering shows
 MAX_LIVE = 16      # live views refreshed at once per engine
@@ -70,13 +70,15 @@ class LiveView(w.VBox, Part):
             return
         if self.state == "paused":
             return
-        frontier = view.frontier
+        frontier = view.frontier  # (read before the rows: if it moves meanwhile, the next refresh reads again)
         if frontier == self.frontier:
             return  # nothing new is final: nothing to read
         head, n = view.head(HEAD)
         more = f"<div>&hellip; {n - len(head)} more rows</div>" if n > len(head) else ""
         table = (head.to_html(index=False) if len(head) else "<i>(empty)</i>") + more
-        header = (f"<b>{fmt.html.escape(view.summary())} · {n:,} row{'' if n == 1 else 's'}</b> · "
+        # the line says the epoch the rows were read at (one read), not the view's epoch now
+        summary = view.summary(head.attrs.get("epoch"))
+        header = (f"<b>{fmt.html.escape(summary)} · {n:,} row{'' if n == 1 else 's'}</b> · "
                   f"<i>live</i>")
         self.frontier, self.rows = frontier, n
         with self.hold_sync():
@@ -108,7 +110,9 @@ class LiveView(w.VBox, Part):
             self._end(why)
 
     def close(self):
+        """Stop refreshing and close the widget and every widget inside it (header, table, button, box)."""
         self.stop("closed")
+        close_tree(self.children)
         super().close()
 
     def show_error(self, error):

@@ -34,4 +34,4 @@ class MemoryModes(w.HTML, Part):
                 self.value = value
 
     def show_error(self, error):
-        self.value = f"<pre>memory modes: {type(error).__name__}: {error}</pre>"
+        self.value = f"<pre>{fmt.html.escape(f'memory modes: {type(error).__name__}: {error}')}</pre>"

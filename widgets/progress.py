@@ -11,14 +11,15 @@ Two ways to drive one:
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 
 import ipywidgets as w
 
-from ..engine.errors import UnknownNameError
+from ..engine.errors import EngineError, UnknownNameError
 from . import fmt
-from .updater import Part, Updater
+from .updater import Part, Updater, close_tree
 
 
 class Progress(w.HBox, Part):
@@ -77,10 +78,15 @@ class Progress(w.HBox, Part):
         return False
 
     def _show(self, note: str, elapsed: bool = True):
-        frac = min(1.0, self.done / self.total) if self.total else (1.0 if self.state == "finished" else 0.0)
+        if self.total:
+            frac = self.done / self.total if _finite(self.done) and _finite(self.total) else 0.0
+            frac = min(1.0, max(0.0, frac))
+        else:
+            frac = 1.0 if self.state == "finished" else 0.0
         amount = ""
         if self.total:
-            amount = f"{fmt.count(self.done)} / {fmt.count(self.total)}{' ' + self.unit if self.unit else ''} · "
+            amount = (f"{fmt.html.escape(_amount(self.done))} / {fmt.html.escape(_amount(self.total))}"
+                      f"{' ' + fmt.html.escape(self.unit) if self.unit else ''} · ")
         took = f" · {fmt.seconds(time.perf_counter() - self._start)}" if elapsed else ""
         text = f"<b>{fmt.html.escape(self.description)}</b> {amount}{fmt.html.escape(note)}{took}"
         style = {"running": "info", "finished": "success", "failed": "danger"}[self.state]
@@ -93,7 +99,9 @@ class Progress(w.HBox, Part):
     @classmethod
     def follow(cls, engine, name: str) -> "Progress":
         """A bar for dataflow ``name`` catching up with its inputs, refreshed by the engine's updater
-        until it has caught up (or failed, or was dropped)."""
+        until it has caught up (or failed, or was dropped). Raises EngineError if the engine is closed."""
+        if engine.closed:
+            raise EngineError("the engine is closed")
         stats = {d["name"]: d for d in engine.dataflow_stats()}.get(name)
         if stats is None:
             raise UnknownNameError(f"no dataflow named {name!r} is installed (dataflows: "
@@ -133,5 +141,32 @@ class Progress(w.HBox, Part):
             self._stopped = True
             Updater.of(self._follow[0]).remove(self, wait=0)
 
+    def close(self):
+        """Stop following (if it does) and close the bar and the label with it."""
+        self._stop()
+        close_tree(self.children)
+        super().close()
+
     def show_error(self, error):
-        self.label.value = f"progress: {type(error).__name__}: {error}"
+        self.label.value = fmt.html.escape(f"progress: {type(error).__name__}: {error}")
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(x)
+    except TypeError:
+        return False
+
+
+def _amount(x) -> str:
+    """An amount as a person reads it: whole numbers with thousands separators (``1,234``), others to
+    three significant digits (``0.5``, ``12.3``, ``0.00125``), ``?`` for nan and infinities."""
+    if x is None:
+        return "-"
+    if not _finite(x):
+        return "?"
+    if x == int(x):
+        return f"{int(x):,}"
+    digits = min(12, max(0, 2 - math.floor(math.log10(abs(x)))))
+    text = f"{x:,.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

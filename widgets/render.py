@@ -61,8 +61,9 @@ class Plot:
 
 def labels(names) -> list:
     """Names as legend labels drawn as written: ``$`` escaped (matplotlib reads text between two as
-    mathtext, which may not parse), and characters the plot's font lacks as ``?`` (matplotlib would warn
-    about each missing glyph from the widgets' thread, into whatever cell runs then)."""
+    mathtext, which may not parse), and control characters (a tab, a newline) and characters the plot's
+    font lacks as ``?`` (matplotlib would warn about each missing glyph from the widgets' thread, into
+    whatever cell runs then)."""
     return [_label(n) for n in names]
 
 
@@ -72,13 +73,20 @@ _shown: dict = {}  # name -> its label
 def _label(name: str) -> str:
     got = _shown.get(name)
     if got is None:
-        from matplotlib.font_manager import FontProperties, findfont, get_font
-        font = get_font(findfont(FontProperties()))  # (the legend's: the default family)
-        got = "".join(c if c.isascii() or font.get_char_index(ord(c)) else "?" for c in str(name))
-        got = _shown[name] = got.replace("$", r"\$")
+        got = _shown[name] = plain(name)
         if len(_shown) > 4096:  # (names come and go with dataflows: keep the cache bounded)
             _shown.clear()
     return got
+
+
+def plain(text) -> str:
+    """``text`` as matplotlib draws it as written, without warnings: ``$`` escaped, and control characters
+    (``str.isprintable`` is false for them) and characters the default font lacks as ``?``."""
+    from matplotlib.font_manager import FontProperties, findfont, get_font
+    font = get_font(findfont(FontProperties()))  # (the legend's: the default family)
+    got = "".join(c if c.isprintable() and (c.isascii() or font.get_char_index(ord(c))) else "?"
+                  for c in str(text))
+    return got.replace("$", r"\$")
 
 
 def log_axes(ax, x: bool = True, y: bool = True):
@@ -92,6 +100,7 @@ def log_axes(ax, x: bool = True, y: bool = True):
 
 
 def message(text: str, width_in: float = 4.6, height_in: float = 1.0) -> bytes:
-    """A PNG of one line of text (a widget that cannot draw says why)."""
+    """A PNG of one line of text (a widget that cannot draw says why), drawn as written (``plain``)."""
     p = Plot(width_in, height_in)
+    text = plain(text)
     return p.render(None, lambda fig: [fig.text(0.02, 0.5, text, fontsize=8, va="center")], lambda axes: [])

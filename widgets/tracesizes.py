@@ -21,7 +21,8 @@ SPANS = (30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)  # the x axis shows the shorte
 class TraceSizes(w.Image, Part):
     """A PNG of two panels, records and bytes per arrangement against time, over the last ``window_s``
     seconds (the largest ``SHOWN`` arrangements). Samples live in a ring buffer (``samples``: deque of
-    (time, {name: (records, bytes)}), bounded), so memory stays fixed however long it runs. The y axes
+    (time, {name: (records, bytes)}), bounded, at most one per ``SAMPLE_S`` however often it is refreshed),
+    so memory stays fixed however long it runs. The y axes
     step through 1-2-5 limits, so the static part is redrawn only when a trace outgrows one."""
 
     min_interval = SAMPLE_S
@@ -36,8 +37,11 @@ class TraceSizes(w.Image, Part):
     def refresh(self, reading):
         if reading.closed:
             return
-        self.samples.append((reading.at, {f"{r['name']} ({r['dataflow']})" if r["dataflow"] else r["name"]:
-                                          (r["records"], r["bytes"]) for r in reading.arrangements}))
+        # at most one sample per SAMPLE_S, however often it is refreshed (dash.refresh() by hand in a loop):
+        # the ring then spans WINDOW_S
+        if not self.samples or reading.at - self.samples[-1][0] >= SAMPLE_S:
+            self.samples.append((reading.at, {f"{r['name']} ({r['dataflow']})" if r["dataflow"] else r["name"]:
+                                              (r["records"], r["bytes"]) for r in reading.arrangements}))
         if reading.at < self._next_draw and self.value:
             return
         self._next_draw = reading.at + DRAW_S

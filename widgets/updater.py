@@ -169,6 +169,14 @@ class Updater:
         return time.perf_counter() - t0
 
 
+def close_tree(widgets):
+    """Close ``widgets`` and every widget inside them (ipywidgets keeps every widget not closed, with
+    its comm, and closing a box leaves its children open)."""
+    for c in widgets:
+        close_tree(getattr(c, "children", ()))
+        c.close()
+
+
 class Part:
     """What the updater refreshes: a widget with ``refresh(reading)`` (on the updater thread, setting
     traits under ``hold_sync``), ``min_interval`` seconds between refreshes, and ``alive`` while it

@@ -736,12 +736,15 @@ class IfeOp(Operator):
         np.add.at(self.hist, rounds, diffs)
 
     def _degree_threshold(self, e) -> float:
-        """The degree policy's tau_max: the given percentile of the vertices' out-degrees as of epoch e."""
+        """The degree policy's tau_max: the given percentile of the vertices' out-degrees as of epoch e
+        (of the vertices with out-edges then: a key whose edges were all removed is in the history still)."""
         side = self.sides[1]
         nodes = Cursor([b for s in range(self.workers) for b in side.history(s)], side.kv, 1).keys()[1]
-        if not nodes.shape[1]:
+        degrees = self._degrees(nodes, e) if nodes.shape[1] else np.zeros(0, np.int64)
+        degrees = degrees[degrees > 0]
+        if not len(degrees):
             return 0.0
-        return float(np.percentile(self._degrees(nodes, e), self.spec.drop.tau_max_percentile))
+        return float(np.percentile(degrees, self.spec.drop.tau_max_percentile))
 
     # -- statistics --------------------------------------------------------------------------------
     def report(self) -> dict:
