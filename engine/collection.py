@@ -394,6 +394,10 @@ class Collection:
         self._live()
         by = _names(by, "by")
         self._check(by, "by column")
+        clash = [n for n in out_vals if n in by]
+        if clash:
+            raise SchemaError(f"{name}(by={by}): its output column {clash[0]!r} is also a group column; rename "
+                              f"that column first (.rename({clash[0]}=...))")
         arr = self.arrange_by(*by, vals=vals)
         eng = self.builder.engine
         op = ReduceOp(arr.scope, arr.op, spec, len(by), eng.workers, eng.effort, Site.capture(), name)

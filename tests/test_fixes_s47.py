@@ -26,3 +26,13 @@ def test_variable_set_refuses_zero_rounds_and_iterate_zero_is_the_input():
         eng.wait("q", timeout=60)
         assert rows_of(one) == {(2,)}
         assert rows_of(zero) == {(1,)}
+
+
+def test_count_by_a_column_named_count_says_the_output_clashes():
+    """count(by="count") failed with only "duplicate column names: ['count']"; it names the clash now."""
+    with kp.Engine(workers=1) as eng:
+        eng.input("x", ["count"], rows=[(1,)])
+        with pytest.raises(kp.SchemaError, match="output column 'count' is also a group column"):
+            with eng.dataflow("q") as d:
+                d.input("x").count(by="count")
+        assert eng.dataflows() == {}
