@@ -283,7 +283,7 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
         except SchemaError:
             i, why = next((i, w) for i, w in enumerate(map(text_problem, arr.tolist())) if w is not None)
             raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
-    arr = np.asarray(values)
+    arr = as_column(values)  # (a list mixing numbers and str stays objects: the error names the row)
     if arr.dtype.kind in "MmSV":  # times, durations, bytes, raw records: not numbers, whatever NumPy casts
         what = {"M": "date/time", "m": "duration", "S": "bytes", "V": "raw"}[arr.dtype.kind]
         hint = "; convert them first (e.g. .astype('int64') for nanoseconds)" if arr.dtype.kind in "Mm" else ""

@@ -388,6 +388,9 @@ def diffs_array(diffs, n: int) -> np.ndarray:
     """The diffs of ``n`` rows as int64: one integer (every row) or one per row, each of magnitude
     below 2**62. Anything else (fractions, NaN, infinities, strings, None, out-of-range numbers) is
     refused with the row it concerns, before any row is taken."""
+    if isinstance(diffs, np.ma.MaskedArray) and np.ma.is_masked(diffs):  # (NumPy would read what is masked)
+        i = int(np.flatnonzero(np.ma.getmaskarray(diffs))[0])
+        raise SchemaError(f"diffs must be integers, but row {i} has a masked (null) diff")
     try:
         d = np.asarray(diffs)
     except (TypeError, ValueError, OverflowError) as e:

@@ -130,6 +130,9 @@ class InputSession:
 
     def update(self, rows, diffs):
         """Add rows with explicit multiplicity changes (negative retracts)."""
+        if _pandas(diffs) and _pandas(rows) and not diffs.index.equals(rows.index):
+            raise SchemaError("update: the diffs Series is indexed unlike the rows; rows and diffs are paired "
+                              "by position, not aligned by label: pass diffs.reindex(rows.index) or arrays")
         data = self._encode(rows)
         diffs = diffs_array(diffs, data.shape[1])
         self._append(data, diffs, float(np.abs(diffs).sum(dtype=np.float64)))  # (int64 could wrap)
@@ -382,3 +385,8 @@ class InputSession:
 
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"
+
+
+def _pandas(obj) -> bool:
+    """Whether ``obj`` is a pandas object (labelled by an index)."""
+    return type(obj).__module__.split(".")[0] == "pandas"
