@@ -88,8 +88,10 @@ class Collection:
 
     # -- scopes -------------------------------------------------------------------------------
     def enter(self, scope: Scope) -> "Collection":
-        """This collection inside ``scope`` (a loop nested, possibly deeply, in its own scope)."""
+        """This collection inside ``scope`` (a loop nested, possibly deeply, in its own scope; or a
+        collection of that loop, such as its variable, for its scope)."""
         self._live()
+        scope = _scope_of(scope, "enter")
         if scope is self.scope:
             return self
         if not self.scope.is_ancestor_of(scope):
@@ -105,6 +107,7 @@ class Collection:
         it (an int array, >= 0) instead of round 0. The loop's fixed point is the same; the order in which
         rows join it changes, which can save much work: kpgnb.graphs.wcc enters small labels first."""
         self._live()
+        scope = _scope_of(scope, "enter_at")
         if scope.parent is None or not self.scope.is_ancestor_of(scope) or scope is self.scope:
             raise SchemaError("enter_at() takes a loop scope nested inside this collection's scope")
         if scope.parent is not self.scope:
@@ -770,6 +773,16 @@ class Variable(Collection):
         self.op.connect(fb)
         self.result = result
         return result
+
+
+def _scope_of(scope, who: str) -> Scope:
+    """A loop scope argument: a Scope (``df.loop()``, ``v.scope``) or a collection living in it."""
+    if isinstance(scope, Collection):
+        return scope.scope
+    if not isinstance(scope, Scope):
+        raise ArgumentTypeError(f"{who}() takes a loop scope (df.loop(), or a loop variable or collection of "
+                                f"the loop), got {type(scope).__name__}")
+    return scope
 
 
 def _rounds(max_rounds) -> int | None:

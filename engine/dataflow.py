@@ -545,9 +545,8 @@ class Graph:
                     try:
                         faults.point("operator_step")
                         op.step(rt)
-                    except DataflowError:
-                        raise
-                    except BaseException as e:  # noqa: BLE001 - re-raised with the operator named
+                    except BaseException as e:  # noqa: BLE001 - re-raised with the operator named (a user
+                        # function's own DataflowError too: it read a view of a dataflow that failed)
                         raise DataflowError(f"{op.describe()} failed: {type(e).__name__}: {e}") from e
                     finally:
                         op._stale = True

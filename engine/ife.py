@@ -20,7 +20,7 @@ import numpy as np
 from .columns import SchemaError, is_int
 from .dataflow import Site
 from .dropping import Drop
-from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep
+from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep, message_values
 
 MODES = ("full", "jod", "drop")
 
@@ -211,7 +211,7 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
             if isinstance(res, tuple):
                 res, keep = res
             n = len(c[value])
-            res = np.broadcast_to(np.asarray(res), (n,))
+            res = message_values(res, n)
             rows = np.flatnonzero(message_keep(keep, n)) if keep is not None else np.arange(n)
 
             def kept(col):  # (every row kept: the column as it is, no copy)

@@ -847,7 +847,8 @@ class Scheduler:
         if entry.has_handles():
             return True
         readers = list(self.dataflows.values()) + self.retired + [d for d in (self._successor,) if d is not None]
-        return any(d is not besides and export in d.uses for d in readers)
+        # (a failed or cancelled dataflow has released its imports: it reads nothing any more)
+        return any(d is not besides and d.error is None and export in d.uses for d in readers)
 
     def _collect(self):
         """Release dropped dataflows whose exports nobody reads; prune the others to the operators that

@@ -236,6 +236,11 @@ class InputSession:
         return None
 
     @property
+    def engine_closed(self) -> bool:
+        """Whether the engine this input belongs to was closed (every call then refuses)."""
+        return self._engine_closed()
+
+    @property
     def buffered(self) -> bool:
         """Whether rows were inserted since the last advance (they are not sealed yet)."""
         with self._lock:

@@ -3,8 +3,8 @@ the dataflow installed atomically, its first results waited for, its views bound
 
 A cell that fails at any of these steps leaves the engine as it was: the body's builder is discarded
 (nothing installed), a dataflow whose first computation fails (a user function that raises on its first
-batch) is dropped again, and the inputs the cell loaded from DataFrames are dropped with it, so a
-corrected cell loads them afresh.
+batch) is dropped again, and the inputs the cell loaded from DataFrames (or its body created) are dropped
+with it, so a corrected cell loads (or creates) them afresh.
 """
 from __future__ import annotations
 
@@ -93,10 +93,20 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
             raise UsageError(f"{flag}: {var} is input {obj.name!r}, which was dropped; make it again "
                              f"(kp.engine().input(...))")
         if eng.inputs().get(obj.name) is not obj:
+            if obj.engine_closed:  # (the kernel's engine before %dataflow config --restart, say)
+                raise UsageError(f"{flag}: {var} is input {obj.name!r} of an engine that was closed (as the "
+                                 f"kernel's is by %dataflow config --restart or %unload_ext kpgnb), its rows gone "
+                                 f"with it; make it again in the kernel's engine (kp.engine().input(...))")
             raise UsageError(f"{flag}: {var} is an input of another engine; use kp.engine().input(...)")
         return obj.name, None
     from .engine.view import View
     if isinstance(obj, View):
+        same = sorted(e for e, entry in eng.catalog().items()  # (a Datalog relation's view: NAME.pred)
+                      if entry["dataflow"] == obj.dataflow and e in (obj.name, f"{obj.dataflow}.{obj.name}"))
+        if same:
+            how = f"inputs={{{var!r}: {same[0]!r}}}" if flag == "inputs=" else f"df.use({same[0]!r})"
+            raise UsageError(f"{flag}: {var} is a view; its dataflow exports it as {same[0]!r}: read that "
+                             f"arrangement ({how})")
         raise UsageError(f"{flag}: {var} is a view; export the arrangement in its dataflow "
                          f"(.export('name')) and import it here with df.use('name')")
     kind = _frame_kind(obj)
@@ -168,6 +178,24 @@ def drop_loaded(eng, created: list):
             eng.drop_input(session.name, wait=False)
         except KpgnbError:
             pass
+
+
+def _inputs_of(eng) -> dict:
+    try:
+        return eng.inputs()
+    except KpgnbError:  # (a closed engine)
+        return {}
+
+
+def _made_by_body(eng, before: dict) -> list:
+    """The inputs created since ``before`` (by the cell's body: ``kp.engine().input(...)``) that no
+    installed dataflow reads, for a failed cell to drop again."""
+    try:
+        snap = eng.snapshot()
+        read = {src for info in [*snap.dataflows.values(), *snap.retired.values()] for src in info.sources}
+    except KpgnbError:
+        return []
+    return [sess for name, sess in _inputs_of(eng).items() if before.get(name) is not sess and name not in read]
 
 
 def _frame_kind(obj) -> str | None:
@@ -265,6 +293,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     saved = dict(ns)
     bound = _names_bound(source, filename)
     injected = {"df": builder}
+    inputs_before = _inputs_of(eng)  # (inputs the body itself creates go again if the cell fails)
     try:
         with builder:
             for name, src in sources.items():
@@ -277,7 +306,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             t0 = time.perf_counter()
     except BaseException as e:
         _restore(ns, saved, bound)
-        drop_loaded(eng, created)
+        drop_loaded(eng, created + _made_by_body(eng, inputs_before))
         if isinstance(e, KeyboardInterrupt):
             raise
         raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
@@ -292,7 +321,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             _bind(ns, handle, spec.output)
         else:
             _restore(ns, saved, bound)
-            drop_loaded(eng, created)  # its dataflow was dropped again
+            drop_loaded(eng, created + _made_by_body(eng, inputs_before))  # its dataflow was dropped again
         raise
     _bind(ns, handle, spec.output)
     return handle

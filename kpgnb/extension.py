@@ -7,19 +7,25 @@ cell). Unloading stops the warm-up, closes the engine (its threads end) and unre
 """
 from __future__ import annotations
 
+import weakref
+
 from . import cellerror, kernel
 
-_state: dict = {}   # what load() set up, for unload(): magics, warmer, the previous custom exception handler
+# per shell (a process may hold several: a kernel restarting in-process, an embedded shell), what load()
+# set up for unload(): magics, warmer, the previous custom exception handler, the events registered
+_state: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def load(ip):
-    if _state:
+    if ip in _state:
         return
     from .engine.warmup import Warmer
     from .magics import DataflowMagics
 
-    warmer = Warmer()
-    warmer.start()
+    warmer = next((st["warmer"] for st in list(_state.values())), None)  # (one warm-up for the process)
+    if warmer is None:
+        warmer = Warmer()
+        warmer.start()
     magics = DataflowMagics(ip, warmer)
     ip.register_magics(magics)
     previous = (ip.custom_exceptions, getattr(ip, "CustomTB", None))
@@ -38,32 +44,37 @@ def load(ip):
     events = (("pre_execute", CELL_NUMBER.pre_execute), ("pre_run_cell", CELL_NUMBER.pre_run_cell))
     for event, fn in events:  # (a failing cell's traceback names it by its number)
         ip.events.register(event, fn)
-    _state.update(ip=ip, magics=magics, warmer=warmer, previous=previous, events=events)
+    _state[ip] = dict(magics=magics, warmer=warmer, previous=previous, events=events)
     print("kpgnb: %%dataflow, %%datalog and %dataflow are ready (%dataflow? for help); the engine starts on first use, "
           "its kernels compile in the background")
 
 
 def unload(ip):
-    if not _state:
+    state = _state.pop(ip, None)
+    if state is None:
         return
-    _state["warmer"].stop()
-    kernel.close()
-    for event, fn in _state["events"]:
+    if not any(st["warmer"] is state["warmer"] for st in list(_state.values())):  # (no other shell's)
+        state["warmer"].stop()
+    kernel.close()  # (another shell's next cell starts a fresh one)
+    for event, fn in state["events"]:
         ip.events.unregister(event, fn)
-    for kind, names in _state["magics"].magics.items():  # every magic the class registered
+    for kind, names in state["magics"].magics.items():  # every magic the class registered
         for name in names:
             ip.magics_manager.magics[kind].pop(name, None)
-    ip.magics_manager.registry.pop(type(_state["magics"]).__name__, None)
-    if _state["magics"] in ip.configurables:  # (IPython's Magics.__init__ put it there)
-        ip.configurables.remove(_state["magics"])
-    exc, custom_tb = _state["previous"]
+    ip.magics_manager.registry.pop(type(state["magics"]).__name__, None)
+    if state["magics"] in ip.configurables:  # (IPython's Magics.__init__ put it there)
+        ip.configurables.remove(state["magics"])
+    exc, custom_tb = state["previous"]
     if exc:
         ip.custom_exceptions, ip.CustomTB = exc, custom_tb
     else:
         ip.set_custom_exc((), None)
-    _state.clear()
 
 
 def warmer():
     """The background warm-up of the loaded extension (None when not loaded)."""
-    return _state.get("warmer")
+    from IPython import get_ipython
+    state = _state.get(get_ipython()) if get_ipython() is not None else None
+    if state is None:
+        state = next(iter(list(_state.values())), None)
+    return None if state is None else state["warmer"]

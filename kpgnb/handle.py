@@ -61,10 +61,10 @@ class DataflowHandle:
                 from None
 
     def wait(self, timeout: float | None = None):
-        """Block until every view is current (see ``Engine.wait``)."""
+        """Block until the dataflow is current: every view and export reflects every epoch its inputs were
+        advanced to (``Engine.wait`` of its name). Raises what the dataflow failed with."""
         self._current("wait for")
-        for v in self.views.values():
-            self.engine.wait(v, timeout=timeout)
+        self.engine.wait(self.name, timeout=timeout)
         return self
 
     def cancel(self):

@@ -24,9 +24,10 @@ class Listing:
         from .engine.scope import epoch_of
         flows = [{"dataflow": n, "status": d.status, "frontier": _epoch(epoch_of(d.frontier)),
                   "views": ", ".join(v for v, _ in d.views), "exports": ", ".join(d.exports),
-                  "imports": ", ".join(d.uses)} for n, d in sorted(snap.dataflows.items()) if not snap.gone(d)]
+                  "imports": ", ".join(d.uses), "error": _error(d.error)}
+                 for n, d in sorted(snap.dataflows.items()) if not snap.gone(d)]
         flows += [{"dataflow": n, "status": d.status, "frontier": _epoch(epoch_of(d.frontier)), "views": "",
-                   "exports": ", ".join(d.exports), "imports": ", ".join(d.uses)}
+                   "exports": ", ".join(d.exports), "imports": ", ".join(d.uses), "error": _error(d.error)}
                   for n, d in sorted(snap.retired.items()) if not snap.gone(d)]
         inputs = [{"input": n, "columns": ", ".join(f"{c}: {t}" for c, t in zip(s.schema.names, s.schema.dtypes)),
                    "epoch": s.epoch, "closed": s.closed, "records": s.trace.stats()["records"]}
@@ -34,7 +35,10 @@ class Listing:
         arrs = [{"arrangement": n, "dataflow": a["dataflow"], "key": ", ".join(a["key"]),
                  "values": ", ".join(a["values"]), "records": a["records"], "readers": a["readers"]}
                 for n, a in sorted(eng.catalog(snap).items())]
-        return cls(pd.DataFrame(flows, columns=["dataflow", "status", "frontier", "views", "exports", "imports"]),
+        flow_cols = ["dataflow", "status", "frontier", "views", "exports", "imports"]
+        if any(f["error"] for f in flows):  # (why a dataflow failed or was cancelled; no column while none did)
+            flow_cols.append("error")
+        return cls(pd.DataFrame(flows, columns=flow_cols),
                    pd.DataFrame(inputs, columns=["input", "columns", "epoch", "closed", "records"]),
                    pd.DataFrame(arrs, columns=["arrangement", "dataflow", "key", "values", "records", "readers"]))
 
@@ -42,7 +46,7 @@ class Listing:
         return (("Dataflows", self.dataflows), ("Inputs", self.inputs), ("Arrangements", self.arrangements))
 
     def _repr_html_(self):
-        return "".join(f"<b>{title}</b>" + (t.to_html(index=False) if len(t) else "<div>none</div>")
+        return "".join(f"<b>{title}</b>" + (t.to_html(index=False, escape=True) if len(t) else "<div>none</div>")
                        for title, t in self._parts())
 
     def _repr_pretty_(self, p, cycle):
@@ -52,3 +56,11 @@ class Listing:
 
 def _epoch(e):
     return "closed" if e is None else e
+
+
+def _error(e) -> str:
+    """What a dataflow failed (or was cancelled) with, on one line; "" when it did not."""
+    if e is None:
+        return ""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

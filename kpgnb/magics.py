@@ -5,7 +5,7 @@ Parsing lives here (``magic_arguments``, so ``%%dataflow?`` shows the options); 
 """
 from __future__ import annotations
 
-import re
+import argparse
 import shlex
 import time
 
@@ -16,7 +16,27 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from . import cell, kernel
 from .engine.errors import KpgnbError
 
-_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+def _name_ok(name: str) -> bool:
+    """A dataflow or program name: one word of letters and digits (any script's, as ``str.isalnum``
+    says), '_', '.' and '-'."""
+    return bool(name) and all(c.isalnum() or c in "_.-" for c in name)
+
+
+class _Once(argparse.Action):
+    """An option given at most once (a second ``-o`` would silently win over the first)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{'/'.join(self.option_strings)} given twice ({getattr(namespace, self.dest)} and "
+                         f"{values}); give it once")
+        setattr(namespace, self.dest, values)
+
+
+def _inputs_text(values) -> str | None:
+    """The bindings of every ``--inputs``/``-i`` (the option may be repeated: ``-i a=x -i b=y``)."""
+    return None if values is None else ",".join(values)
+
+
 SUBCOMMANDS = ("list", "drop", "cancel", "wait", "stats", "config", "dashboard")
 
 
@@ -28,13 +48,14 @@ class DataflowMagics(Magics):
 
     @magic_arguments("%dataflow")  # (the usage line puts one "%" before it: a cell magic's "%%")
     @argument("name", help="the dataflow's name (views and exports are named inside the cell)")
-    @argument("--inputs", "-i", default=None, metavar="a=x,b=y",
+    @argument("--inputs", "-i", default=None, action="append", metavar="a=x,b=y",
               help="bind collections in the cell: a is the engine input for x, a pandas or Spark DataFrame, "
                    "Arrow table, dict of arrays or input session in the notebook (a DataFrame becomes an "
-                   "engine input named x, kept for later cells)")
+                   "engine input named x, kept for later cells); may be repeated (-i a=x -i b=y)")
     @argument("--replace", action="store_true",
               help="swap out an installed dataflow of this name (dataflows reading its exports keep them)")
-    @argument("-o", "--output", default=None, metavar="VAR", help="bind a handle on the dataflow to VAR")
+    @argument("-o", "--output", default=None, action=_Once, metavar="VAR",
+              help="bind a handle on the dataflow to VAR")
     @argument("--no-wait", action="store_true", help="return once installed, without waiting for results")
     @cell_magic
     def dataflow(self, line, body):
@@ -53,13 +74,13 @@ class DataflowMagics(Magics):
                                               .select("dst").rename(dst="node").concat(r).distinct()).view("reach")
         """
         args = parse_argstring(self.dataflow, line)
-        if not _NAME.fullmatch(args.name):
+        if not _name_ok(args.name):
             raise IPyUsageError(f"%%dataflow {args.name}: a dataflow name is one word of letters, digits, "
                                 f"'_', '.' and '-'")
         _check_output("%%dataflow", args.output)
         try:
-            spec = cell.CellSpec(args.name, cell.parse_inputs(args.inputs), args.replace, args.output,
-                                 not args.no_wait)
+            spec = cell.CellSpec(args.name, cell.parse_inputs(_inputs_text(args.inputs)), args.replace,
+                                 args.output, not args.no_wait)
         except KpgnbError as e:
             raise IPyUsageError(str(e)) from None
         if not body.strip():
@@ -69,11 +90,12 @@ class DataflowMagics(Magics):
 
     @magic_arguments("%datalog")
     @argument("name", help="the program's name: its dataflow, and the prefix of its exports (NAME.pred)")
-    @argument("--inputs", "-i", default=None, metavar="edge=x,...",
+    @argument("--inputs", "-i", default=None, action="append", metavar="edge=x,...",
               help="bind input predicates: edge is read from x, a pandas or Spark DataFrame, Arrow table, "
                    "dict of arrays or input session in the notebook (a DataFrame becomes an engine input "
-                   "named x); by default a predicate reads the engine input of its own name")
-    @argument("-o", "--output", default=None, metavar="VAR", help="bind the Program (prog.goal(...)) to VAR")
+                   "named x); by default a predicate reads the engine input of its own name; may be repeated")
+    @argument("-o", "--output", default=None, action=_Once, metavar="VAR",
+              help="bind the Program (prog.goal(...)) to VAR")
     @argument("--no-wait", action="store_true", help="return once installed, without waiting for results")
     @cell_magic
     def datalog(self, line, body):
@@ -91,14 +113,14 @@ class DataflowMagics(Magics):
             sp(y, min<d>) :- sp(x, d1), edge(x, y), d = d1 + 1.
         """
         args = parse_argstring(self.datalog, line)
-        if not _NAME.fullmatch(args.name):
+        if not _name_ok(args.name):
             raise IPyUsageError(f"%%datalog {args.name}: a program name is one word of letters, digits, "
                                 f"'_', '.' and '-'")
         _check_output("%%datalog", args.output)
         if not body.strip():
             raise IPyUsageError(f"%%datalog {args.name}: the cell is empty; write the program's rules in it")
         try:
-            inputs = cell.parse_inputs(args.inputs)
+            inputs = cell.parse_inputs(_inputs_text(args.inputs))
         except KpgnbError as e:
             raise IPyUsageError(str(e)) from None
         from .datalog import cell as datalog_cell

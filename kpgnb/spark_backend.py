@@ -338,10 +338,12 @@ class _ScopeRun:
                     if d is not None and not d.materialized:
                         d = self.r.materialize(d.df, len(_dtypes(op)), op)
                     self.fed[id(op)] = d
-            pending = any(d is not None for d in self.fed.values()) or \
-                any(last >= nxt for _, last in self.tagged.values()) or self.held_for(nxt)
-            if not pending:
-                return
+            if not any(d is not None for d in self.fed.values()):
+                # nothing fed back: the next round with work is the first holding rows entered or delayed
+                # to it (rounds between are empty: skipping them saves a job each, as the engine skips them)
+                nxt = self.next_held(nxt)
+                if nxt is None:
+                    return
             self.round = nxt
 
     # -- values -------------------------------------------------------------------------------------------
@@ -467,9 +469,15 @@ class _ScopeRun:
                 self.held[id(op)].append((later, int(last), d.positive))
         return _union(out)
 
-    def held_for(self, rnd: int) -> bool:
-        """Whether a delay holds rows for round ``rnd`` or later (the loop goes on for them)."""
-        return any(last >= rnd for held in self.held.values() for _, last, _ in held)
+    def next_held(self, rnd: int) -> int | None:
+        """The first round at or after ``rnd`` for which an ``enter_at`` or a ``delay`` holds rows (one
+        small job per such source), or None."""
+        from pyspark.sql import functions as F
+        frames = [t for t, last in self.tagged.values() if t is not None and last >= rnd] + \
+            [t for held in self.held.values() for t, last, _ in held if last >= rnd]
+        firsts = [t.filter(F.col(RND) >= rnd).agg(F.min(RND)).first()[0] for t in frames]
+        firsts = [int(f) for f in firsts if f is not None]
+        return min(firsts) if firsts else None
 
     def leave(self, op) -> Delta | None:
         child_scope = op.inputs[0].scope

@@ -258,8 +258,6 @@ def test_sum_overflow_names_the_aggregate_and_its_line():
         assert "line 2" in msg, msg
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: inputs= given a program's view is refused with advice for "
-                                       "dataflows (export it, df.use it) instead of naming its export")
 def test_binding_a_programs_view_points_at_its_export():
     with kp.Engine(workers=1) as eng:
         e = eng.input("edge", ["src", "dst"], rows=[(1, 2)])

@@ -122,6 +122,16 @@ def message_keep(keep, n: int) -> np.ndarray:
     return np.broadcast_to(keep.astype(bool, copy=False), (n,))
 
 
+def message_values(res, n: int) -> np.ndarray:
+    """A message function's values as n of them (one value stands for every message); any other shape is
+    an error, not NumPy's broadcast failure or a silent spreading of the first candidate."""
+    res = np.asarray(res)
+    if res.shape not in ((), (n,)):
+        raise SchemaError(f"the message function must return {n} values (one per message) or one value, got "
+                          f"shape {res.shape}")
+    return np.broadcast_to(res, (n,))
+
+
 def message_ints(res: np.ndarray) -> np.ndarray:
     """A message's values for an int64 state: integers (floats with no fractional part too); anything
     else is an error, not a silent truncation."""
@@ -389,9 +399,7 @@ class IfeOp(Operator):
         if isinstance(res, tuple):
             res, keep = res
             keep = message_keep(keep, len(sv))
-        res = np.asarray(res)
-        if res.shape != sv.shape:
-            res = np.broadcast_to(res, sv.shape)
+        res = message_values(res, len(sv))
         if fl:
             return float_bits(res), keep  # (canonical, as full mode's columns are: one NaN, no -0.0)
         return message_ints(res), keep
