@@ -107,6 +107,7 @@ class DataflowBuilder:
     def use(self, name: str) -> Arranged:
         """An exported arrangement, imported without re-indexing (milliseconds, whatever its size)."""
         self.check_building()
+        check_name(name, "df.use", "an exported arrangement")
         if name not in self._used:
             catalog = self.engine.snapshot().catalog
             entry = catalog.get(name)

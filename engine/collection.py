@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Schema, SchemaError, as_column, infer_dtype, is_int
+from .columns import Schema, SchemaError, as_column, check_name, infer_dtype, is_int
 from .dataflow import Site
 from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
@@ -691,7 +691,8 @@ class Arranged(Collection):
         self._live()
         if self.scope.parent is not None:
             raise SchemaError("only top-level arrangements can be exported (leave() the loop first)")
-        if not isinstance(name, str) or not name:
+        check_name(name, "export", "the arrangement in the catalog")
+        if not name:
             raise SchemaError("export needs a non-empty name")
         holder = self.builder.export_holder(name)
         if holder is not None:

@@ -97,8 +97,10 @@ class Cursor:
     """Navigates the union of some batches: for a sorted set of keys, gathers their histories with
     work proportional to the keys sought (galloping seeks), not to the size of the batches."""
 
-    def __init__(self, batches, kv: int, depth: int, lens: TimeLens = IDENTITY, exact: bool = False):
+    def __init__(self, batches, kv: int, depth: int, lens: TimeLens = IDENTITY, exact: bool = False,
+                 kk: int | None = None):
         self.batches = [b for b in batches if len(b)]
+        self.kk = kk if kk is not None or not self.batches else self.batches[0].kk  # (None: not known)
         self.kv = kv
         self.depth = depth
         self.lens = lens
@@ -159,7 +161,7 @@ class Cursor:
                                     f"values; a str or float key column is stored encoded (str interned, "
                                     f"floats by their bits): read such an arrangement with accumulate()")
         keys = arr.astype(np.int64, copy=False)
-        kk = self.batches[0].kk if self.batches else None
+        kk = self.kk
         if keys.ndim == 1 and kk in (None, 1):
             keys = keys.reshape(1, -1)
         if keys.ndim != 2 or (kk is not None and keys.shape[0] != kk):

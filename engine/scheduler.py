@@ -704,16 +704,24 @@ class Scheduler:
         self._drop(cmd.name, cmd.cascade)
 
     def _drop(self, name: str, cascade: bool):
-        if name not in self.dataflows:
+        kept = next((d for d in self.retired if d.name == name), None) if name not in self.dataflows else None
+        if name not in self.dataflows and kept is None:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows)}")
-        order = [name]  # with cascade, the dataflows reading its exports, and theirs, ...
+        if kept is not None and not cascade:
+            raise UsageError(f"{self._holders(kept, set())}; eng.drop({name!r}, cascade=True) drops those "
+                             f"readers too")
+        # with cascade, the dataflows reading its exports, and theirs, ... also through dropped ones kept for
+        # their readers (those go once nothing reads them)
+        found = [self.dataflows[name] if kept is None else kept]
         more = cascade
         while more:
-            more = [d.name for d in self.dataflows.values() if d.name not in order
-                    and any(d.uses & set(self.dataflows[n].exports) for n in order)]
-            order += more
-        for n in reversed(order):  # (readers first) all retired before anything is collected: a dropped
-            self._retire(self.dataflows.pop(n))  # dataflow kept for a trace handle keeps what it reads
+            exports = {e for d in found for e in d.exports}
+            more = [d for d in list(self.dataflows.values()) + self.retired
+                    if not any(d is f for f in found) and d.uses & exports]
+            found += more
+        for df in reversed(found):  # (readers first) all retired before anything is collected: a dropped
+            if self.dataflows.get(df.name) is df:  # dataflow kept for a trace handle keeps what it reads
+                self._retire(self.dataflows.pop(df.name))
         self._collect()
 
     def _retire(self, df: Dataflow):

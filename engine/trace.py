@@ -464,7 +464,7 @@ class TraceHandle:
         return self.trace.snapshot.batches(shard, through)
 
     def cursor(self, shard: int = 0, through: Antichain | None = None, lens: TimeLens = IDENTITY) -> Cursor:
-        return Cursor(self.batches(shard, through), self.trace.kv, self.trace.depth, lens)
+        return Cursor(self.batches(shard, through), self.trace.kv, self.trace.depth, lens, kk=self.trace.kk)
 
     def accumulate(self, at=None, snapshot: TraceSnapshot | None = None):
         """The collection as of time ``at`` (default: everything recorded so far), consolidated:

@@ -8,6 +8,7 @@ arrives.
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
 from collections import deque
 
@@ -132,7 +133,7 @@ class View:
                                  f"started from its inputs as of epoch {self.op.born} and has no answer for "
                                  f"earlier epochs")
         try:
-            keys, vals, cnt = self._accumulate(at, snap)
+            keys, vals, cnt = self._counted(at, snap)
         except CompactedError as e:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: {e}. Keep more history "
                                  f"with .view(name, history=...)") from None
@@ -197,11 +198,25 @@ class View:
         snap = self._snapshot()
         if self._unborn(snap):
             return 0
-        cnt = self._accumulate(None, snap)[2]
+        cnt = self._counted(None, snap)[2]
         if (cnt < 0).any():
             raise UsageError(f"view {self.name!r} holds rows with negative multiplicity, so it has no number of "
                              f"rows; count them with view.to_pandas(diffs=True)")
-        return int(cnt.sum())
+        if cnt.sum(dtype=np.float64) < 2.0 ** 62:
+            return int(cnt.sum())
+        total = int(cnt.astype(object).sum())  # (exact: an int64 sum would wrap)
+        if total > sys.maxsize:
+            raise OverflowError(f"view {self.name!r} holds {total} rows (counting multiplicities), more than "
+                                f"len() can return; read them with view.to_pandas(diffs=True)")
+        return total
+
+    def _counted(self, at, snap):
+        """``_accumulate``, a multiplicity summed over the epochs to 2**62 or more failing as the dataflow
+        would (a DataflowError with the OverflowError cause), not as a bare error of the read."""
+        try:
+            return self._accumulate(at, snap)
+        except OverflowError as e:
+            raise DataflowError(f"view {self.name!r} of dataflow {self.dataflow!r}: {e}") from e
 
     # -- following ------------------------------------------------------------------------------------
     def follow(self, timeout: float | None = None) -> "Follower":
@@ -244,10 +259,18 @@ class View:
         """(the first ``k`` rows in sorted order as a DataFrame, the row count): what a notebook shows
         (``HEAD`` rows by default), the same for the same contents whatever the workers' order. The head's
         ``attrs["epoch"]`` is the epoch the rows were read at, as ``to_pandas`` says."""
-        df = self.to_pandas()
-        head = _sorted_head(df, self.HEAD if k is None else k)
+        k = self.HEAD if k is None else k
+        df = self.to_pandas(diffs=True)  # (distinct rows: a multiplicity of 2**61 is not repeated)
+        diff = self.schema.free("diff")
+        cnt = df[diff].to_numpy()
+        if (cnt < 0).any():
+            self.to_pandas()  # (raises as to_pandas does: rows of negative multiplicity)
+        head = _sorted_head(df, k)
+        head = head.loc[head.index.repeat(np.minimum(head[diff].to_numpy(), k))].head(k).drop(columns=[diff])
+        head = head.reset_index(drop=True)
         head.attrs["epoch"] = df.attrs.get("epoch")
-        return head, len(df)
+        n = int(cnt.sum()) if cnt.sum(dtype=np.float64) < 2.0 ** 62 else int(cnt.astype(object).sum())
+        return head, n
 
     def _render(self):
         """(summary, the first rows in sorted order as a DataFrame, row count), or (summary, None, error
