@@ -500,6 +500,30 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
     return data
 
 
+def flat_map_how(how) -> np.ndarray:
+    """A flat_map function's index or repeat counts as int64 (floats only when whole), else an error: the
+    engine's and kp.spark.run's workers' one check."""
+    how = np.asarray(how).reshape(-1)
+    if how.dtype.kind not in "iub" and len(how) and not (how.dtype.kind == "f" and whole(how).all()):
+        raise SchemaError(f"the flat_map function's index or repeat counts must be integers, got "
+                          f"{how.dtype} values such as {how[:3].tolist()}")
+    return how.astype(np.int64)
+
+
+def threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
+    """What a threshold function gives ``counts``: integers of their shape, each a multiplicity below 2**62
+    (the engine's and kp.spark.run's workers' one check)."""
+    out = np.asarray(fn(counts.copy()))
+    if out.shape != counts.shape or out.dtype.kind not in "iub":
+        raise ValueError(f"the threshold function must map an int64 array of counts to integers of the same "
+                         f"shape; got dtype {out.dtype} and shape {out.shape}")
+    if out.size and (out.max() >= 2 ** 62 or (out.dtype.kind == "i" and out.min() <= -2 ** 62)):
+        # (a multiplicity the output could not hold, nor sums of it: as kernels.multiplicity_overflow says)
+        raise OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
+                            "multiplicities would wrap")
+    return out.astype(np.int64)
+
+
 def flat_map_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> tuple:
     """(the input row of each output row, what ``how`` turned out to be when ``repeat`` left it open: True
     for repeat counts, False for an index, None when nothing told) from the function's index or counts."""

@@ -130,9 +130,11 @@ class InputSession:
 
     def update(self, rows, diffs):
         """Add rows with explicit multiplicity changes (negative retracts)."""
-        if _pandas(diffs) and _pandas(rows) and not diffs.index.equals(rows.index):
-            raise SchemaError("update: the diffs Series is indexed unlike the rows; rows and diffs are paired "
-                              "by position, not aligned by label: pass diffs.reindex(rows.index) or arrays")
+        if _pandas(diffs) and _pandas(rows) and _reordered(diffs.index, rows.index):
+            # (diffs are paired with rows by position, whatever their index; labels that are the rows' own in
+            # another order look like an alignment by label that would not happen)
+            raise SchemaError("update: the diffs Series holds the rows' labels in another order; rows and diffs "
+                              "are paired by position, not aligned by label: pass diffs.reindex(rows.index)")
         data = self._encode(rows)
         diffs = diffs_array(diffs, data.shape[1])
         self._append(data, diffs, float(np.abs(diffs).sum(dtype=np.float64)))  # (int64 could wrap)
@@ -395,3 +397,13 @@ class InputSession:
 def _pandas(obj) -> bool:
     """Whether ``obj`` is a pandas object (labelled by an index)."""
     return type(obj).__module__.split(".")[0] == "pandas"
+
+
+def _reordered(a, b) -> bool:
+    """Whether pandas index ``a`` holds ``b``'s labels in another order."""
+    if len(a) != len(b) or a.equals(b):
+        return False
+    try:
+        return a.sort_values().equals(b.sort_values())
+    except TypeError:  # (labels that do not compare)
+        return False

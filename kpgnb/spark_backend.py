@@ -222,10 +222,22 @@ def _checkpointed(df, rows: int, width: int, keys: int = 0, partitions: int = 0)
         return df
 
 
-def _consolidate(df, n):
+def _consolidate(df, n, label: str = "kp.spark.run"):
     from pyspark.sql import functions as F
     g = df.groupBy(*_cols(n)) if n else df.groupBy()
-    return g.agg(F.sum(D).alias(D)).filter(F.col(D) != 0)
+    return g.agg(_multiplicity(F.sum(F.col(D).cast(_WIDE)), label).alias(D)).filter(F.col(D) != 0)
+
+
+_WIDE = "decimal(38,0)"  # multiplicities summed or multiplied exactly, whatever spark.sql.ansi.enabled says
+
+
+def _multiplicity(wide, label: str):
+    """A multiplicity computed wide (a sum or a product) as a long, or the engine's error where it reaches
+    2**62: Spark's long arithmetic would wrap (ANSI mode off) or pass values the engine refuses."""
+    from pyspark.sql import functions as F
+    over = F.raise_error(F.lit(f"{MARK}{label}: OverflowError: a row's multiplicity reaches 2**62 or more "
+                               f"(equal updates summed, or a join's product); int64 multiplicities would wrap"))
+    return F.when(F.abs(wide) >= F.lit(2 ** 62).cast(_WIDE), over.cast("long")).otherwise(wide.cast("long"))
 
 
 class _Runner:
@@ -547,7 +559,8 @@ class _ScopeRun:
         else:
             j = L.crossJoin(R)
         out = [F.col(f"l{i}") for i in range(na)] + [F.col(f"r{i}") for i in range(kk, nb)]
-        j = j.select(*[c.alias(_c(k)) for k, c in enumerate(out)], (F.col("ld") * F.col("rd")).alias(D))
+        prod = _multiplicity(F.col("ld").cast(_WIDE) * F.col("rd").cast(_WIDE), _label(op))
+        j = j.select(*[c.alias(_c(k)) for k, c in enumerate(out)], prod.alias(D))
         return Delta(j, left.positive and right.positive)
 
     def restricted(self, op, keys_df) -> Delta | None:
@@ -611,14 +624,14 @@ class _ScopeRun:
         one = F.lit(1).cast("long").alias(D)
         g = (lambda x: x.groupBy(*keys)) if kk else (lambda x: x.groupBy())
         if spec.op == rk.COUNT:
-            c = g(df).agg(F.sum(D).alias("n")).filter(F.col("n") != 0)
+            c = g(df).agg(_multiplicity(F.sum(F.col(D).cast(_WIDE)), _label(op)).alias("n")).filter(F.col("n") != 0)
             return c.select(*keys, F.col("n").alias(_c(kk)), one)
         if spec.op == rk.DISTINCT:
-            return _consolidate(df, n_in).filter(F.col(D) > 0).select(*_cols(n_in), one)
+            return _consolidate(df, n_in, _label(op)).filter(F.col(D) > 0).select(*_cols(n_in), one)
         if spec.op == rk.THRESHOLD:
-            c = _consolidate(df, n_in)
+            c = _consolidate(df, n_in, _label(op))
             return c.mapInArrow(Threshold(op.spec.fn, _label(op)), _struct(in_dt)).filter(F.col(D) != 0)
-        c = _consolidate(df, n_in)
+        c = _consolidate(df, n_in, _label(op))
         if spec.op in (rk.SUM, rk.MIN, rk.MAX):
             v = F.col(_c(kk))
             if spec.op == rk.SUM and spec.float_out:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine.columns import Schema, SymbolTable, decode_column, encode_outputs, flat_map_rows
+from .engine.columns import (Schema, SymbolTable, decode_column, encode_outputs, flat_map_how, flat_map_rows,
+                             threshold_counts)
 from .engine.errors import KpgnbError, SchemaError
 
 D = "_d"           # the multiplicity column
@@ -103,7 +104,7 @@ class UserBatches:
                     if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
                         raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
                     cols_out, how = res
-                    how = np.asarray(how, dtype=np.int64).reshape(-1)
+                    how = flat_map_how(how)
                     lengths = {len(np.atleast_1d(v)) for v in cols_out.values()}
                     idx, learned = flat_map_rows(self.repeat, how, n, max(lengths) if lengths else 0)
                     if learned is not None:
@@ -131,11 +132,8 @@ class Threshold:
         for rb in batches:
             try:
                 cnt = rb.column(rb.num_columns - 1).to_numpy()
-                out = np.asarray(self.fn(cnt))
-                if out.shape != cnt.shape:
-                    raise SchemaError(f"the threshold function must return one count per input count "
-                                      f"({cnt.shape}), got shape {out.shape}")
-                yield pa.RecordBatch.from_arrays(list(rb.columns[:-1]) + [pa.array(out.astype(np.int64))],
+                out = threshold_counts(self.fn, cnt)
+                yield pa.RecordBatch.from_arrays(list(rb.columns[:-1]) + [pa.array(out)],
                                                  names=list(rb.schema.names))
             except Exception as err:  # noqa: BLE001
                 _fail(self.label, err)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch, form_arrays, may_meet, merge_arrays
-from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_rows, whole
+from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_how, flat_map_rows
 from ..dataflow import Batches, Operator, Updates
 from ..kernels.rows import is_identity
 from ..lattice import Antichain
@@ -28,6 +28,8 @@ def _per_shard(rt, fn, shards):
     for i, r in zip(work, res):
         out[i] = r
     return out
+
+
 
 
 class UserFunctionOp(Operator):
@@ -135,11 +137,7 @@ class FlatMapOp(UserFunctionOp):
                 if not (isinstance(res, tuple) and len(res) == 2) or not isinstance(res[0], dict):
                     raise SchemaError("the flat_map function must return (dict of columns, index or counts)")
                 cols, how = res
-                how = np.asarray(how).reshape(-1)
-                if how.dtype.kind not in "iub" and len(how) and not (how.dtype.kind == "f" and whole(how).all()):
-                    raise SchemaError(f"the flat_map function's index or repeat counts must be integers, got "
-                                      f"{how.dtype} values such as {how[:3].tolist()}")
-                how = how.astype(np.int64)
+                how = flat_map_how(how)
                 lengths = {len(np.atleast_1d(v)) for v in cols.values()}
                 n_out = max(lengths) if lengths else 0
                 idx, learned = flat_map_rows(self.repeat, how, len(b), n_out)

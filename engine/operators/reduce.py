@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..batch import Batch, form_arrays
-from ..columns import float_bits
+from ..columns import float_bits, threshold_counts
 from ..dataflow import Batches, Operator
-from ..kernels import MAX_MULT, multiplicity_overflow
+from ..kernels import multiplicity_overflow
 from ..kernels import reduce as rk
 from ..kernels.seek import merge_key_lists, seek_keys
 from ..cursor import Cursor, Histories
@@ -365,7 +365,7 @@ class ReduceOp(Operator):
         if spec.float_out:
             des_vals = _canonical_floats(des_vals)
         if spec.op == rk.THRESHOLD:
-            des_cnt = _threshold_counts(spec.fn, des_cnt)
+            des_cnt = threshold_counts(spec.fn, des_cnt)
         return des_off, des_cnt, np.ascontiguousarray(des_vals)
 
     def _add_pending(self, s, kh, keys, times):
@@ -465,15 +465,6 @@ def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec):
 def _canonical_floats(bits: np.ndarray) -> np.ndarray:
     return float_bits(bits.view(np.float64))
 
-
-def _threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
-    out = np.asarray(fn(counts.copy()))
-    if out.shape != counts.shape or out.dtype.kind not in "iub":
-        raise ValueError(f"the threshold function must map an int64 array of counts to integers of the same "
-                         f"shape; got dtype {out.dtype} and shape {out.shape}")
-    if out.size and (out.max() >= MAX_MULT or (out.dtype.kind == "i" and out.min() <= -MAX_MULT)):
-        raise multiplicity_overflow()  # (a multiplicity the output could not hold, nor sums of it)
-    return out.astype(np.int64)
 
 
 def _exact_int_sums(g_off, acc_row, acc_cnt, vals):
