@@ -397,11 +397,12 @@ class Engine:
         old. Only dataflows the (given, else current) snapshot lists are reported, retired ones (dropped or
         replaced, kept for readers of their exports: ``NAME~k``) included."""
         snap = snapshot or self.snapshot()
-        live = {df.name: df for df in list(self._scheduler.dataflows.values()) + list(self._scheduler.retired)}
+        live = {(df.name, df.serial): df
+                for df in list(self._scheduler.dataflows.values()) + list(self._scheduler.retired)}
         out = []
         for name, info in list(snap.dataflows.items()) + list(snap.retired.items()):
-            df = live.get(name)
-            if df is None or df.serial != info.serial:
+            df = live.get((name, info.serial))
+            if df is None:
                 continue
             graph = df.graph
             builder = getattr(graph, "builder", None)

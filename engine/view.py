@@ -202,9 +202,7 @@ class View:
         if (cnt < 0).any():
             raise UsageError(f"view {self.name!r} holds rows with negative multiplicity, so it has no number of "
                              f"rows; count them with view.to_pandas(diffs=True)")
-        if cnt.sum(dtype=np.float64) < 2.0 ** 62:
-            return int(cnt.sum())
-        total = int(cnt.astype(object).sum())  # (exact: an int64 sum would wrap)
+        total = _total(cnt)
         if total > sys.maxsize:
             raise OverflowError(f"view {self.name!r} holds {total} rows (counting multiplicities), more than "
                                 f"len() can return; read them with view.to_pandas(diffs=True)")
@@ -264,13 +262,12 @@ class View:
         diff = self.schema.free("diff")
         cnt = df[diff].to_numpy()
         if (cnt < 0).any():
-            self.to_pandas()  # (raises as to_pandas does: rows of negative multiplicity)
+            raise UsageError(f"view {self.name!r} holds rows with negative multiplicity; read it with diffs=True")
         head = _sorted_head(df, k)
         head = head.loc[head.index.repeat(np.minimum(head[diff].to_numpy(), k))].head(k).drop(columns=[diff])
         head = head.reset_index(drop=True)
         head.attrs["epoch"] = df.attrs.get("epoch")
-        n = int(cnt.sum()) if cnt.sum(dtype=np.float64) < 2.0 ** 62 else int(cnt.astype(object).sum())
-        return head, n
+        return head, _total(cnt)
 
     def _render(self):
         """(summary, the first rows in sorted order as a DataFrame, row count), or (summary, None, error
@@ -296,6 +293,11 @@ class View:
             return f"<div><b>{html.escape(head)}</b>: {html.escape(n)}</div>"
         more = f"<div>&hellip; {n - len(df)} more rows</div>" if n > len(df) else ""
         return f"<div><b>{html.escape(head)}</b></div>" + df.to_html(index=False) + more
+
+
+def _total(cnt: np.ndarray) -> int:
+    """The multiplicities summed exactly (an int64 sum of a few near 2**62 would wrap)."""
+    return int(cnt.sum()) if cnt.sum(dtype=np.float64) < 2.0 ** 62 else int(cnt.astype(object).sum())
 
 
 def _sorted_head(df, k: int):
