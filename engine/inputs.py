@@ -305,6 +305,11 @@ def _check_names(names, schema: Schema, what: str):
         raise SchemaError(f"{what} does not match the schema {list(schema.names)}: " + "; ".join(parts))
 
 
+def is_pandas(obj) -> bool:
+    """Whether ``obj`` is a pandas object (or of a subclass of one): labelled by an index."""
+    return any(k.__module__.startswith("pandas") for k in type(obj).__mro__)
+
+
 def _mapping_column(c, name: str, dtype: str):
     """One column of a mapping as ``encode_column`` takes it. Lists stay lists, so that Python ints are
     converted exactly (NumPy would make floats of a list mixing ints beyond int64 with negative ones); a
@@ -314,7 +319,7 @@ def _mapping_column(c, name: str, dtype: str):
         return c
     if _is_arrow_array(c):  # (its nulls refused, not read as the NaN NumPy makes of them)
         return _arrow_column(c, name, dtype, "the dict")
-    if any(k.__module__.startswith("pandas") for k in type(c).__mro__):  # a pandas object, or a subclass
+    if is_pandas(c):
         # (imported here, not read from sys.modules: another thread, such as the kernel warm-up's, may be
         # importing pandas right now, and the module it lists then is half made)
         import pandas as pd

@@ -29,7 +29,7 @@ from .columns import Schema
 from .commands import Chunk, Seal
 from .errors import ArgumentTypeError, EngineError, SchemaError, UsageError
 from .cursor import Cursor
-from .inputs import diffs_array, rows_to_columns
+from .inputs import diffs_array, is_pandas, rows_to_columns
 from .kernels import MAX_MULT, multiplicity_overflow
 from .lattice import Antichain
 from .scope import at_epoch, epoch_of, last_complete
@@ -130,7 +130,7 @@ class InputSession:
 
     def update(self, rows, diffs):
         """Add rows with explicit multiplicity changes (negative retracts)."""
-        if _pandas(diffs) and _pandas(rows) and _reordered(diffs.index, rows.index):
+        if is_pandas(diffs) and is_pandas(rows) and _reordered(diffs.index, rows.index):
             # (diffs are paired with rows by position, whatever their index; labels that are the rows' own in
             # another order look like an alignment by label that would not happen)
             raise SchemaError("update: the diffs Series holds the rows' labels in another order; rows and diffs "
@@ -392,11 +392,6 @@ class InputSession:
 
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"
-
-
-def _pandas(obj) -> bool:
-    """Whether ``obj`` is a pandas object (labelled by an index)."""
-    return type(obj).__module__.split(".")[0] == "pandas"
 
 
 def _reordered(a, b) -> bool:
