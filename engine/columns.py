@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ArgumentTypeError, SchemaError
+from .errors import MAX_MULT, ArgumentTypeError, SchemaError, multiplicity_overflow
 
 DTYPES = ("int64", "float64", "bool", "str")
 _DTYPE_ALIASES = {
@@ -517,10 +517,8 @@ def threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
     if out.shape != counts.shape or out.dtype.kind not in "iub":
         raise ValueError(f"the threshold function must map an int64 array of counts to integers of the same "
                          f"shape; got dtype {out.dtype} and shape {out.shape}")
-    if out.size and (out.max() >= 2 ** 62 or (out.dtype.kind == "i" and out.min() <= -2 ** 62)):
-        # (a multiplicity the output could not hold, nor sums of it: as kernels.multiplicity_overflow says)
-        raise OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
-                            "multiplicities would wrap")
+    if out.size and (out.max() >= MAX_MULT or (out.dtype.kind == "i" and out.min() <= -MAX_MULT)):
+        raise multiplicity_overflow()
     return out.astype(np.int64)
 
 

@@ -47,3 +47,13 @@ class UnknownNameError(KpgnbError, KeyError):
 
 class DatalogError(KpgnbError, ValueError):
     """A Datalog program that cannot be parsed or compiled; the message names the rule."""
+
+
+MAX_MULT = 1 << 62  # a multiplicity's bound: diffs, and sums of equal updates, reaching it are refused
+
+
+def multiplicity_overflow() -> OverflowError:
+    """The error of every path that sums multiplicities (formation, merges, reduce, join on demand, a
+    threshold function's counts) when a sum reaches ``MAX_MULT``."""
+    return OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
+                         "multiplicities would wrap")

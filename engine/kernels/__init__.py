@@ -10,14 +10,7 @@ from numba import njit, types
 from numba.core import config
 from numba.core.registry import CPUDispatcher
 
-MAX_MULT = 1 << 62  # a multiplicity's bound: diffs, and sums of equal updates, reaching it are refused
-
-
-def multiplicity_overflow() -> OverflowError:
-    """The error of every path that sums multiplicities (formation, merges, reduce, join on demand) when a
-    sum reaches ``MAX_MULT``."""
-    return OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
-                         "multiplicities would wrap")
+from ..errors import MAX_MULT, multiplicity_overflow  # noqa: F401  (the kernels' bound and its error)
 
 
 class KernelDispatcher(CPUDispatcher):
