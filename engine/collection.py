@@ -595,7 +595,9 @@ class Collection:
         to a fixed point or for ``rounds`` rounds. ``agg`` is min, max or sum; ``message`` names its
         arguments by column (the state's ``value``, edge payload columns, ``degree`` for the sender's
         out-degree) and returns the candidates, or (candidates, keep mask: one boolean per candidate,
-        or one for all; another shape is an error). ``memory`` is "full"
+        or one for all; another shape is an error); edge columns it does not name are not read, and edges
+        arranged by ``src`` with the columns it reads first among the values (a keyed input) are read in
+        place, not arranged again. ``memory`` is "full"
         (join + reduce in ``iterate``), "jod" (join on demand: no join output kept) or "drop" (also drops
         state differences as ``drop=kp.Drop(...)`` says); every mode gives the same collection.
         ``symmetric=True`` promises that every edge u -> v comes with v -> u and the same payload (as

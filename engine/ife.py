@@ -73,11 +73,10 @@ def _message_adapter(message, value, payload, who):
         raise SchemaError(f"{who}: message parameter 'degree' is both the sender's out-degree and the "
                           f"{'state' if value == 'degree' else 'edge payload'} column 'degree': rename the column")
 
-    def call(values, pay, deg):
+    def call(values, pay, deg):  # (pay: the columns of ``wants``, in order)
         kw = {value: values} if value in params else {}
-        for i, p in enumerate(payload):
-            if p in params:
-                kw[p] = pay[i]
+        for i, p in enumerate(wants):
+            kw[p] = pay[i]
         if degree:
             kw["degree"] = deg
         return message(**kw)
@@ -87,7 +86,7 @@ def _message_adapter(message, value, payload, who):
 def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, agg="min", rounds=None,
         memory="full", drop=None, start_rounds=None, symmetric=False, name="ife"):
     """See ``Collection.ife``."""
-    from .collection import Collection, _names
+    from .collection import Arranged, Collection, _names
     who = f"ife({name!r})"
     if memory not in MODES:
         raise SchemaError(f"{who}: memory={memory!r}; choose one of {list(MODES)}")
@@ -123,15 +122,21 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     if vdt not in ("int64", "float64"):
         raise SchemaError(f"{who}: the state column {value!r} must be int64 or float64, not {vdt}")
     groups = key[:len(key) - len(node)]
-    payload = [c for c in edges.schema.names if c not in src + dst]
+    # the payload: the edge columns the message reads (the others are never gathered)
+    call, degree, payload = _message_adapter(message, value, [c for c in edges.schema.names if c not in src + dst],
+                                             who)
     for c in payload:
         if edges.schema.dtype(c) == "str":
             raise SchemaError(f"{who}: edge payload column {c!r} is str; messages compute on numbers "
                               f"(int64, float64, bool)")
-    call, degree, _ = _message_adapter(message, value, payload, who)
     name = _unique_name(start.builder, name)
     state = start.select(*key, value) if list(start.schema.names) != key + [value] else start
-    edges_ = edges.select(*(src + dst + payload)) if list(edges.schema.names) != src + dst + payload else edges
+    edges_ = edges
+    if not (isinstance(edges, Arranged) and edges.key_names == src and edges.val_names[:len(dst + payload)]
+            == dst + payload) and list(edges.schema.names) != src + dst + payload:
+        edges_ = edges.select(*(src + dst + payload))
+    # (else the edges' own arrangement by src, read in place: a keyed input's further value columns come
+    # after the ones read, and the operators read the leading ones)
     if start_rounds is not None and rounds:
         start_rounds = _undelayed(start_rounds, who, rounds)
     if memory == "full":

@@ -28,7 +28,7 @@ def bfs(edges, roots, memory: str = "full", drop=None):
     _collections("bfs", edges=edges, roots=roots)
     start = roots.map(lambda node: {"node": node, "dist": np.zeros(len(node), np.int64)})  # (any node type)
     if memory != "full" or drop is not None:
-        return start.ife(edges.select("src", "dst"), key="node", node="node", value="dist",
+        return start.ife(edges, key="node", node="node", value="dist",
                          message=lambda dist: dist + 1, agg="min", memory=memory, drop=drop, name="bfs")
 
     def step(d):
@@ -46,7 +46,7 @@ def reachable(edges, roots, memory: str = "full", drop=None):
     roots = roots.select("node")
     if memory != "full" or drop is not None:
         start = roots.map(lambda node: {"node": node, "seen": np.zeros(len(node), np.int64)})
-        return start.ife(edges.select("src", "dst"), key="node", node="node", value="seen",
+        return start.ife(edges, key="node", node="node", value="seen",
                          message=lambda seen: seen, agg="min", memory=memory, drop=drop,
                          name="reachable").select("node")
     return roots.iterate(lambda r: r.join(edges, left_on="node", right_on="src")
@@ -150,12 +150,14 @@ def sssp(edges, sources, memory: str = "full", drop=None):
                                         "dist": np.zeros(len(source), dist_dtype)})
     # weights are data: each one is checked as it arrives (a negative cycle would never settle), by a
     # filter that keeps every row (so that the Spark backend runs it too)
-    edges = edges.select("src", "dst", "w")
-    checked = edges.filter(_non_negative_weights)
-    if isinstance(edges, Arranged) and edges.key_names == ["src"]:
-        # the edges' own arrangement by src (a keyed input, an export): the query reads it, and the check
-        # runs beside it (read by nothing, built first so it runs first), not on a copy arranged again
+    if isinstance(edges, Arranged) and edges.key_names == ["src"] and edges.val_names[:2] == ["dst", "w"]:
+        # the edges' own arrangement by src (a keyed input, an export; further columns after w): the query
+        # reads it, and the check runs beside it (read by nothing, built first so it runs first), not on a
+        # copy arranged again
+        edges.filter(_non_negative_weights)
         checked = edges
+    else:
+        checked = edges.select("src", "dst", "w").filter(_non_negative_weights)
     return start.ife(checked, key=["source", "node"], node="node", value="dist",
                      message=_path_length if wt == "int64" else _float_path_length, agg="min",
                      memory=memory, drop=drop, name="sssp")
@@ -193,7 +195,7 @@ def khop(edges, sources, k: int, memory: str = "full", drop=None):
     if not is_int(k) or k < 0:
         raise SchemaError(f"khop needs k >= 0 hops (an int), got {k!r}")
     start = sources.map(lambda source: {"source": source, "node": source, "hops": np.zeros(len(source), np.int64)})
-    return start.ife(edges.select("src", "dst"), key=["source", "node"], node="node", value="hops",
+    return start.ife(edges, key=["source", "node"], node="node", value="hops",
                      message=lambda hops: (hops + 1, hops < k), agg="min", memory=memory, drop=drop, name="khop")
 
 

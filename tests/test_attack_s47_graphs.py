@@ -406,8 +406,6 @@ def test_two_column_keyed_edges_are_read_in_place(query, memory):
     assert _by_src_copies(query, memory, cols) == []
 
 
-@pytest.mark.xfail(strict=True, reason="khop, sssp, and bfs/reachable in jod/drop, index edges keyed by src "
-                                       "again when the input has a column they do not read (a weight, a label)")
 @pytest.mark.parametrize("query,memory,cols", [("khop", "full", 3), ("khop", "jod", 3), ("bfs", "jod", 3),
                                                ("reachable", "drop", 3), ("sssp", "full", 4), ("sssp", "jod", 4)])
 def test_weighted_keyed_edges_are_not_indexed_again_by_unweighted_queries(query, memory, cols):

@@ -246,9 +246,12 @@ class IfeOp(Operator):
         are the probe as they are and the rows come out in their order without a gather."""
         side = self.sides[port]
         kv = side.kv
+        # the edges' value columns read: the neighbours and the payload (edges arranged in place, a keyed
+        # input's, may carry further columns after them, which no message reads: left out, rows consolidate)
+        width = kv if port == 0 else self.spec.nn + self.spec.npay
         n = keys.shape[1]
         if not n:
-            return _Rows(np.zeros(0, np.int64), np.zeros((kv, 0), np.int64), np.zeros(0, np.int64))
+            return _Rows(np.zeros(0, np.int64), np.zeros((width, 0), np.int64), np.zeros(0, np.int64))
         pkh, pkeys, inv = (kh, keys, None) if kh is not None else key_index(keys)
         batches = [b for s in range(self.workers) for b in side.history(s)]
         h = Cursor(batches, kv, 1).seek(pkh, pkeys)
@@ -256,7 +259,7 @@ class IfeOp(Operator):
         kept = np.zeros(len(sel) + 1, np.int64)
         np.cumsum(sel, out=kept[1:])
         poff = kept[h.off]  # each probe's rows as of ``at``, in its run
-        vals, diffs = h.vals[:, sel], h.diffs[sel]  # (copies: consolidated in place)
+        vals, diffs = np.ascontiguousarray(h.vals[:width, sel]), h.diffs[sel]  # (copies: consolidated in place)
         # consolidate each probe's rows per value (the batches' runs, each in value order, are merged
         # by a kernel: a NumPy lexsort of every row was most of a first load's time)
         if normalize_groups(poff, vals, np.zeros((len(diffs), 0), np.int64), diffs) < 0:
