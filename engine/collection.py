@@ -277,7 +277,7 @@ class Collection:
         op = ProjectOp(self.scope, self._stream(), self.schema.indices(names), Site.capture())
         return self._derive(op, self.schema.select(names))
 
-    def rename(self, **mapping) -> "Collection":
+    def rename(self, /, **mapping) -> "Collection":
         """Rename columns: rename(old=new, ...)."""
         self._live()
         self._check(mapping)
@@ -669,7 +669,7 @@ class Arranged(Collection):
         self._live()
         return Collection(self.builder, self._stream(), self.schema, self.scope)
 
-    def rename(self, **mapping) -> "Arranged":
+    def rename(self, /, **mapping) -> "Arranged":
         """Rename columns: rename(old=new, ...). The same arrangement under the new names (renaming
         moves no row, so a join on the renamed key still reads this index)."""
         self._live()

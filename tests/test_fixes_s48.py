@@ -82,3 +82,20 @@ def test_symmetric_ife_over_keyed_edges_nets_the_columns_it_reads(workers):
         for v in outs.values():
             eng.wait(v, timeout=WAIT)
             assert _rows(v) == [(0, 0), (1, 1)]
+
+
+def test_a_column_named_self_can_be_renamed_on_plain_and_arranged_collections():
+    """rename(**mapping) took ``self`` as its own first parameter: a column named self could not be
+    renamed (TypeError: got multiple values for argument 'self'), so Datalog could not read it."""
+    with kp.Engine(workers=1) as eng:
+        S = eng.input("s", ["self", "b"], rows=[(1, 2)])
+        with eng.dataflow("q") as df:
+            a = df.input("s").rename(self="x").view("a")
+            b = df.input("s").arrange_by("self").rename(self="y").view("b")
+            c = df.input("s").map(lambda self, b: {"self": self + b}).rename(self="z").view("c")
+        S.advance_to(1)
+        for v in (a, b, c):
+            eng.wait(v, timeout=WAIT)
+        assert list(a.to_pandas().columns) == ["x", "b"] and _rows(a) == [(1, 2)]
+        assert list(b.to_pandas().columns) == ["y", "b"] and _rows(b) == [(1, 2)]
+        assert _rows(c) == [(3,)]
