@@ -49,6 +49,12 @@ class Reply:
             if self.state in ("pending", "taken"):
                 self.state = "abandoned"
 
+    def took_effect(self) -> bool:
+        """Whether the command ran to success: also where the caller was interrupted as it finished (the
+        interrupt lands when the finished reply wakes it), too late for ``abandon`` to undo it."""
+        with self._lock:
+            return self.state == "done" and self.error is None
+
     def wait(self, timeout: float | None = None):
         """Block until done; return the result or raise the error. Interruptible (KeyboardInterrupt
         abandons the command first)."""
@@ -109,6 +115,14 @@ class DropInput:
     name: str
     session: object
     reply: Reply = field(default_factory=Reply)
+
+
+@dataclass
+class Discard:
+    """Remove the dataflow an install made (``serial``), whose caller was interrupted as the install
+    finished: as an install abandoned sooner, it leaves nothing behind (no reply: Ctrl-C must not wait)."""
+    name: str
+    serial: int
 
 
 @dataclass

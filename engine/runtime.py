@@ -19,7 +19,7 @@ import numpy as np
 from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable, check_name, check_timeout, is_int
-from .commands import Cancel, Collect, Drop, DropInput, Install, OpenHandle, Own
+from .commands import Cancel, Collect, Discard, Drop, DropInput, Install, OpenHandle, Own
 from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .pool import WorkerPool
@@ -128,7 +128,18 @@ class Engine:
 
     def _install(self, builder, replace: bool = False):
         self._live()
-        return self._scheduler.call(Install(builder, replace, contextvars.copy_context()))
+        cmd = Install(builder, replace, contextvars.copy_context())
+        try:
+            return self._scheduler.call(cmd)
+        except BaseException:
+            if cmd.reply.took_effect() and not cmd.replaced:
+                # interrupted as it finished: undone, as one abandoned before it finished is (one that
+                # replaced a dataflow keeps the new one: the old one is gone already)
+                try:
+                    self._scheduler.submit(Discard(builder.name, builder.serial))
+                except EngineError:
+                    pass  # (closed meanwhile: nothing is left anyway)
+            raise
 
     def drop(self, name: str, cascade: bool = False):
         """Uninstall a dataflow, stopping any computation in flight: its views go at once. Arrangements it
@@ -169,7 +180,11 @@ class Engine:
         if session is None or session.dropped:
             raise UnknownNameError(f"no input named {name!r}; inputs are {sorted(self.inputs())}")
         cmd = DropInput(name, session)
-        self._scheduler.submit(cmd) if not wait else self._scheduler.call(cmd)
+        if wait:
+            self._scheduler.call(cmd)
+        else:
+            session.let_go()
+            self._scheduler.submit(cmd)
         with self._lock:
             if self._inputs.get(name) is session:
                 del self._inputs[name]
@@ -524,17 +539,24 @@ class Engine:
         return snap.seq >= seq and snap.quiet
 
     def _cancel_behind(self, target):
-        """Ctrl-C in wait: cancel the computations the caller was waiting for that have not caught up."""
+        """Ctrl-C in wait: cancel the computations the caller was waiting for that have not caught up with
+        their inputs (a wait for an epoch the inputs have not reached spares those that have: they are
+        not computing)."""
         snap = self.snapshot()
         for name, info in snap.dataflows.items():
             if info.error is not None or (isinstance(target, View) and (name, info.serial) != (target.dataflow,
                                                                                     target.serial)) or \
                     (isinstance(target, str) and name != target):
                 continue
-            goals = dict.fromkeys((n for n, _ in info.views), target) if isinstance(target, (int, np.integer)) \
-                else self._view_goals(info)
-            behind = [n for n, ref in info.views for t in [ref()] if t is not None and n in goals
-                      and (not isinstance(target, View) or n == target.name) and not _past(t.snapshot.upper, goals[n])]
+            goals = self._view_goals(info)  # (None under None: the dataflow's own frontier, exports too)
+            if isinstance(target, (int, np.integer)):
+                goals = {n: int(target) if g is None else min(g, int(target)) for n, g in goals.items()}
+            uppers = dict(info.view_uppers)
+            if isinstance(target, View):
+                behind = target.name in uppers and not _past(uppers[target.name], goals.get(target.name))
+            else:
+                behind = not _past(info.frontier, goals[None]) or any(
+                    not _past(uppers[n], g) for n, g in goals.items() if n is not None and n in uppers)
             if behind:
                 self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)"))
 

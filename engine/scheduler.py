@@ -27,7 +27,7 @@ from collections import Counter, deque
 
 from . import faults
 from .catalog import Catalog, CatalogEntry
-from .commands import Cancel, Collect, Drop, DropInput, Follow, Install, OpenHandle, Own, Seal
+from .commands import Cancel, Collect, Discard, Drop, DropInput, Follow, Install, OpenHandle, Own, Seal
 from .errors import Cancelled, DataflowError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .lattice import Antichain
 from .latency import LatencyHistogram
@@ -441,6 +441,13 @@ class Scheduler:
             return
         if isinstance(cmd, Collect):
             self._collect()
+            return
+        if isinstance(cmd, Discard):
+            df = self.dataflows.get(cmd.name)
+            if df is not None and df.serial == cmd.serial and not any(
+                    set(df.exports) & d.uses for d in list(self.dataflows.values()) + self.retired if d is not df):
+                self._discard(df)  # (a dataflow that reads its exports already keeps it: it is in use)
+                self._publish(False)
             return
         handler = {Install: self._install, Drop: self._drop_cmd, DropInput: self._drop_input, Own: self._own,
                    OpenHandle: self._open_handle, Follow: self._follow}[type(cmd)]

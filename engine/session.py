@@ -76,6 +76,7 @@ class InputSession:
         self.epoch = 0
         self.closed = False
         self.dropped = False  # set by the scheduler (Engine.drop_input); every later call refuses
+        self._forgotten = False  # its drop is queued (drop_input(wait=False)): later calls refuse already
         self._buffer: list = []
         self._lock = threading.Lock()
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
@@ -148,11 +149,17 @@ class InputSession:
                 self._buffer.append((data, diffs))
                 self._mass += mass
 
+    def let_go(self):
+        """The engine let this input go (its drop is queued, its name free): every later call refuses now,
+        not only once the scheduler gets to the drop (rows taken meanwhile would be thrown away)."""
+        with self._lock:
+            self._forgotten = True
+
     def _open(self):
         """Refuse a call on a closed or dropped input. Called under ``_lock``, which ``close`` holds too, so
         nothing is buffered or sealed after the closing seal; ``dropped`` is set by the scheduler, which skips
         the seals of a dropped input anyway."""
-        if self.dropped:
+        if self.dropped or self._forgotten:
             raise UsageError(f"input {self.name!r} was dropped")
         if self.closed:
             raise UsageError(f"input {self.name!r} is closed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import sys
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -431,12 +432,15 @@ class Follower:
         return self
 
     def __next__(self):
+        # one deadline for the call: epochs that change nothing in the view wake the wait without a frame
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             item = None
             try:
                 with self._cond:
                     while not self._items and not self._ended and not self._closed:
-                        if not self._cond.wait(self.timeout):
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if (left is not None and left <= 0) or not self._cond.wait(left):
                             raise TimeoutError(f"no change of view {self.view.name!r} within {self.timeout} s")
                     if self._closed:
                         raise StopIteration

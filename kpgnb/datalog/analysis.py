@@ -97,8 +97,8 @@ class _Analyzer:
                     if lit.pred in decls:
                         for (cname, ctype, span), t in zip(decls[lit.pred].columns, types):
                             if TYPES[ctype] != t and not (TYPES[ctype] == "int64" and t == "bool"):
-                                raise self.err(decls[lit.pred], f"column {cname!r} of {lit.pred!r} is declared "
-                                                                f"{ctype}, but the input's column is {t}")
+                                raise self.err(_Spanned(span), f"column {cname!r} of {lit.pred!r} is declared "
+                                                               f"{ctype}, but the input's column is {t}")
                     inputs[lit.pred] = arity[lit.pred]
                     columns[lit.pred], dtypes[lit.pred] = names, types
         aggregates = self._aggregates(derived)
@@ -315,7 +315,7 @@ class _Analyzer:
                     if any(p not in dtypes for p in body_preds):
                         continue
                     head = self._rule_types(plan, dtypes)
-                    self._unify(plan.rule, head, dtypes)
+                    self._unify(plan.rule, head, dtypes, plan.rule.head.pred in decls)
                     todo.remove(plan)
                     progress = True
                 if not progress:
@@ -329,7 +329,7 @@ class _Analyzer:
             while changed:
                 before = {p: list(dtypes[p]) for p in s.preds}
                 for plan in s.rules:
-                    self._unify(plan.rule, self._rule_types(plan, dtypes), dtypes)
+                    self._unify(plan.rule, self._rule_types(plan, dtypes), dtypes, plan.rule.head.pred in decls)
                 changed = any(dtypes[p] != before[p] for p in s.preds)
 
     def _rule_types(self, plan: RulePlan, dtypes) -> list:
@@ -401,7 +401,10 @@ class _Analyzer:
         if t == "str":
             raise self.err(node, f"{show(node)} over strings; sum<> and avg<> need numbers")
 
-    def _unify(self, rule, head, dtypes):
+    def _unify(self, rule, head, dtypes, declared=False):
+        """The rule's head types into its predicate's column types. Rules of one predicate widen a column
+        along bool < int < float (whichever rule comes first: rule order has no meaning); a column
+        given by a .decl (``declared``) is never widened, only takes narrower rows."""
         pred = rule.head.pred
         if pred not in dtypes:
             dtypes[pred] = list(head)
@@ -410,11 +413,14 @@ class _Analyzer:
         for i, (k, t) in enumerate(zip(known, head)):
             if k == t or (k == "float64" and t in ("int64", "bool")) or (k == "int64" and t == "bool"):
                 continue
-            if k in ("int64", "bool") and t == "float64":
-                known[i] = "float64"  # int and float rules: the column is float
+            if not declared and k in ("int64", "bool") and t in ("int64", "float64"):
+                known[i] = t  # bool and int rules: the column is int; int (or bool) and float: float
                 continue
+            if declared:
+                raise self.err(rule.head.args[i], f"column {i + 1} of {pred!r} is declared {_show_t(k)} but "
+                                                  f"{_show_t(t)} here")
             raise self.err(rule.head.args[i], f"column {i + 1} of {pred!r} is {_show_t(k)} in another rule "
-                                              f"(or its .decl) but {_show_t(t)} here")
+                                              f"but {_show_t(t)} here")
 
 
 @dataclass(frozen=True)

@@ -439,15 +439,17 @@ def _check_bindings(program, inputs):
 
 
 def fact_rows(a) -> dict:
-    """Derived predicate -> the rows of its ground facts (rules with no body), for those that have some."""
+    """Derived predicate -> the rows of its ground facts (rules with no body), for those that have some
+    facts: possibly no rows, when every fact divides by zero (the predicate is then an empty relation,
+    not one without any rule to define it)."""
     out = {}
     for pred in a.derived:
+        facts = [r for r in a.program.rules if r.head.pred == pred and not r.body]
         try:
-            rows = [tuple(_constant(x) for x in r.head.args) for r in a.program.rules
-                    if r.head.pred == pred and not r.body and ground_defined(r.head.args)]
+            rows = [tuple(_constant(x) for x in r.head.args) for r in facts if ground_defined(r.head.args)]
         except IntOverflow as e:
             raise at(a.program.text, e.node, e.reason) from None
-        if rows:
+        if facts:
             out[pred] = rows
     return out
 
