@@ -179,7 +179,14 @@ class ExactTracker:
         return int(self.trace.stats()["bytes"])
 
     def close(self):
-        self.handle.close()
+        """Stop reading and free the pairs: an empty trace in their place (whoever still holds the
+        operator, a builder kept after its dataflow was dropped, keeps none of them)."""
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+            t = self.trace
+            self.trace = Trace(t.kk, t.kv, t.depth, t.workers, name=t.name)
+            self.markers = 0
 
 
 def _popcount(x: np.ndarray) -> np.ndarray:
@@ -201,6 +208,7 @@ class BloomTracker:
 
     def __init__(self, bits: int | None, hashes: int | None):
         self.bits = None if bits is None else _filter(bits)
+        self.size = None if bits is None else int(self.bits.shape[0] * 64)  # (kept once the bits are freed)
         self.hashes = None if hashes is None else int(hashes)
         self.markers = 0
 
@@ -225,6 +233,7 @@ class BloomTracker:
         optimal (ln 2 bits per pair per hash) for twice n pairs."""
         if self.bits is None:
             self.bits = _filter(max(MIN_BITS, BITS_PER_PAIR * n))
+            self.size = int(self.bits.shape[0] * 64)
         if self.hashes is None:
             m = self.bits.shape[0] * 64
             self.hashes = int(min(MAX_AUTO_HASHES, max(1, round(math.log(2) * m / (2 * n)))))
@@ -232,14 +241,17 @@ class BloomTracker:
     def describe(self) -> dict:
         """The filter's size and hash count (None until the first insertion fixes them). Other threads
         call this: ``_size`` sets the bits before the hashes, so hashes read first imply bits."""
-        hashes, bits = self.hashes, self.bits
-        return {"bits": None if bits is None else int(bits.shape[0] * 64), "hashes": hashes}
+        hashes = self.hashes
+        return {"bits": self.size, "hashes": hashes}
 
     def nbytes(self) -> int:
-        return 0 if self.bits is None else int(self.bits.nbytes)
+        bits = self.bits
+        return 0 if bits is None else int(bits.nbytes)
 
     def close(self):
-        pass
+        """Free the filter (nothing reads it again; ``describe`` still gives its size)."""
+        self.bits = None
+        self.markers = 0
 
 
 def _filter(bits: int) -> np.ndarray:

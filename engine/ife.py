@@ -144,7 +144,7 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
                      start_rounds, name)
     if start_rounds is not None:
         raise SchemaError(f"{who}: start_rounds= (delayed entry of the start states) is for memory='full' only")
-    if start.scope.parent is not None:
+    if start.scope.parent is not None or edges.scope.parent is not None:  # (either read inside a loop)
         raise SchemaError(f"{who}: memory={memory!r} runs on the top-level epochs (which it processes in "
                           f"order); inside a loop use memory='full'")
     by_src = edges_.arrange_by(*src)

@@ -11,6 +11,7 @@ import contextvars
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 
 import numpy as np
@@ -511,7 +512,9 @@ class _Later:
 
 class Subscription:
     """Calls a function with every item of a Follower, on a thread of its own. An exception in the
-    function stops the subscription and is kept in ``error``."""
+    function (or the view's dataflow failing) stops the subscription: it is kept in ``error`` and a
+    RuntimeWarning says so where the subscriber's output goes (in Jupyter, the cell that subscribed), as
+    nothing else would show it."""
 
     def __init__(self, follower: Follower, fn):
         self.follower = follower
@@ -528,6 +531,8 @@ class Subscription:
                 self.fn(item)
         except BaseException as e:  # noqa: BLE001 - kept for the owner to inspect
             self.error = e
+            warnings.warn(f"the subscription to view {self.follower.view.name!r} stopped: "
+                          f"{type(e).__name__}: {e} (kept in its .error)", RuntimeWarning, stacklevel=1)
         finally:
             self.follower.close()  # (stopped: its follower collects no more changes)
 

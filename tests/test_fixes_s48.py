@@ -99,3 +99,26 @@ def test_a_column_named_self_can_be_renamed_on_plain_and_arranged_collections():
         assert list(a.to_pandas().columns) == ["x", "b"] and _rows(a) == [(1, 2)]
         assert list(b.to_pandas().columns) == ["y", "b"] and _rows(b) == [(1, 2)]
         assert _rows(c) == [(3,)]
+
+
+def test_a_subscription_whose_callback_raises_warns_and_keeps_the_error():
+    """A subscription's thread swallowed the callback's exception (kept in ``sub.error`` only): nothing
+    showed it. It warns now, in the subscriber's context."""
+    import warnings as _w
+    with kp.Engine(workers=1) as eng:
+        x = eng.input("x", ["k"], rows=[(1,)])
+        with eng.dataflow("q") as df:
+            v = df.input("x").view("v")
+        x.advance_to(1)
+        eng.wait(v, timeout=WAIT)
+        with _w.catch_warnings(record=True) as caught:
+            _w.simplefilter("always")
+
+            def bad(changes):
+                raise ValueError("boom")
+            sub = v.subscribe(bad)
+            sub.thread.join(WAIT)
+        assert isinstance(sub.error, ValueError)
+        assert any(issubclass(w.category, RuntimeWarning) and "boom" in str(w.message) and "'v'" in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+        sub.close()

@@ -196,7 +196,7 @@ class IfeOp(Operator):
             t = self.timeline  # an empty one in its place: whoever holds this operator keeps no state
             self.timeline = Trace(t.kk, t.kv, t.depth, t.workers, name=t.name)
         if self.tracker is not None:
-            self.tracker.close()
+            self.tracker.close()  # (frees its pairs or filter too: a kept builder keeps none of them)
 
     def has_work(self):
         return self.job is not None or bool(self._ready()) or super().has_work()
@@ -238,6 +238,10 @@ class IfeOp(Operator):
                     side.compact(Antichain([(self.done,)]))
             if rt.interrupted():
                 break
+        if not self.frontier.elements and self.job is None and not self.pending:
+            # every input closed and every epoch processed: nothing reads the state again, so free it
+            # (the timeline, the drop tracker, the input handles), as a full-mode loop's traces are freed
+            self.release()
 
     # -- reading inputs and the timeline ------------------------------------------------------------
     def _rows(self, port: int, keys, at: int, kh=None) -> _Rows:
@@ -514,8 +518,9 @@ class IfeOp(Operator):
         if srcd is not None:
             self.edges += int(srcd[2].sum())
         if self.tracker is not None and spec.drop.policy == "degree" and self.edges and (
-                self.tau_max is None or not self.tau_edges / 2 <= self.edges <= 2 * self.tau_edges):
+                self.tau_max is None or not self.tau_edges / 2 < self.edges < 2 * self.tau_edges):
             # taken at the first epoch with edges, again once their number halved or doubled since
+            # (exactly half or twice included, as the README says)
             self.tau_max, self.tau_edges = self._degree_threshold(e), self.edges
         tl, marks = ([], [], []), ([], [], [])   # timeline and dropped-pair updates: (keys, values, diffs)
         parts = [(s_keys, self.hist)]
