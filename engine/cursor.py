@@ -160,6 +160,9 @@ class Cursor:
             raise ArgumentTypeError(f"seek_keys takes keys in the engine's int64 encoding, got {arr.dtype} "
                                     f"values; a str or float key column is stored encoded (str interned, "
                                     f"floats by their bits): read such an arrangement with accumulate()")
+        if arr.size and arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
+            raise ArgumentTypeError(f"seek_keys: key {int(arr.max())} is beyond int64, which no int64 key "
+                                    f"column holds (it would wrap around to another key)")
         keys = arr.astype(np.int64, copy=False)
         kk = self.kk
         if keys.ndim == 1 and kk in (None, 1):

@@ -57,3 +57,12 @@ def multiplicity_overflow() -> OverflowError:
     threshold function's counts) when a sum reaches ``MAX_MULT``."""
     return OverflowError("a row's multiplicity reaches 2**62 or more (equal updates summed); int64 "
                          "multiplicities would wrap")
+
+
+def not_copyable(obj) -> TypeError:
+    """What pickling or copying a live engine object raises (its ``__reduce__``): it stands for state the
+    engine's threads own, which a copy would share half of (a copied input's rows went in twice) and a
+    pickle cannot carry (Spark, multiprocessing and joblib pickle closures)."""
+    name = type(obj).__name__
+    return TypeError(f"a kpgnb {name} cannot be pickled or copied: it is a live handle on engine state; pass "
+                     f"what it holds instead (e.g. a view's to_pandas(), an input's name)")

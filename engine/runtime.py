@@ -20,7 +20,7 @@ from . import latency
 from .builder import DataflowBuilder
 from .columns import Schema, SymbolTable, check_name, check_timeout, is_int
 from .commands import Cancel, Collect, Discard, Drop, DropInput, Install, OpenHandle, Own
-from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError
+from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError, not_copyable
 from .lattice import Antichain
 from .pool import WorkerPool
 from .scheduler import Scheduler
@@ -34,6 +34,9 @@ from .view import View, raise_failure
 
 class Engine:
     """A differential dataflow engine with W key-sharded workers (default: the number of cores)."""
+
+    def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
+        raise not_copyable(self)
 
     def __init__(self, workers: int | None = None, effort: str = "default"):
         if effort not in EFFORT:

@@ -588,12 +588,12 @@ class Scheduler:
         entries = [self.catalog.get(e) for e in exports]
         for e in exports:
             self.catalog.remove(e)
-        if df in self.retired:
-            # a dropped dataflow kept for trace handles stays listed, failed, while they are open: the
-            # handles' upper stops moving, and the listing says why (``_collect`` lets it go after)
-            df.held = [en for en in entries if en is not None and en.has_handles()]
-            if not df.held:
-                self.retired.remove(df)
+        # a dropped dataflow kept for trace handles stays listed, failed, while they are open (and so does
+        # one dropped after it failed): the handles' upper stops moving, and the listing says why
+        # (``_collect`` lets it go after)
+        df.held = [en for en in entries if en is not None and en.has_handles()]
+        if df in self.retired and not df.held:
+            self.retired.remove(df)
         for other in list(self.dataflows.values()) + list(self.retired):
             if other.error is None and other.uses & exports:
                 err = DataflowError(f"dataflow {other.name!r} reads {sorted(other.uses & exports)} from dataflow "
@@ -735,9 +735,13 @@ class Scheduler:
         """A dataflow dropped: its views end; it stays (among ``retired``) while its exports are read."""
         for f in list(df.followers):
             f.end(None)
-        if df.error is not None:
-            self._gone(df)
-            return  # failed or cancelled: released already
+        if df.error is not None:  # failed or cancelled: released already
+            if any(en.has_handles() for en in df.held):
+                df.dropped = True
+                self.retired.append(df)  # listed while trace handles read what it exported
+            else:
+                self._gone(df)
+            return
         df.end_views(f"dataflow {df.name!r} has been dropped")
         for v in df.views.values():
             v.op.release()
@@ -838,7 +842,7 @@ class Scheduler:
                 raise UnknownNameError(f"no arrangement named {cmd.name!r} is exported: dataflow {ended.name!r}, "
                                        f"which exported it, {ended.ended}: {ended.error}") from ended.error
             raise UnknownNameError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
-        h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})")
+        h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})", final_only=True)
         entry.handles.add(h)
         return h
 

@@ -27,7 +27,7 @@ import numpy as np
 from .batcher import Batcher
 from .columns import Schema
 from .commands import Chunk, Seal
-from .errors import ArgumentTypeError, EngineError, SchemaError, UsageError
+from .errors import ArgumentTypeError, EngineError, SchemaError, UsageError, not_copyable
 from .cursor import Cursor
 from .inputs import diffs_array, is_pandas, rows_to_columns
 from .kernels import MAX_MULT, multiplicity_overflow
@@ -65,6 +65,9 @@ class InputSession:
     """Feeds rows into an engine input. Rows inserted since the last ``advance_to`` belong to the
     current epoch; ``advance_to(e)`` closes every epoch before ``e`` and makes them visible to the
     dataflows."""
+
+    def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
+        raise not_copyable(self)
 
     def __init__(self, name: str, schema: Schema, symbols, workers: int, effort: str, submit,
                  engine_closed=lambda: False, nkey: int | None = None):

@@ -24,7 +24,7 @@ import numpy as np
 from .batch import form_arrays
 from .cursor import Cursor, accumulate_batches
 from .columns import is_int
-from .errors import ArgumentTypeError, CompactedError, UsageError
+from .errors import ArgumentTypeError, CompactedError, UsageError, not_copyable
 from .lattice import Antichain, rep_matrix
 from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
@@ -106,9 +106,11 @@ class Trace:
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
-               on_close=None, owner: str | None = None) -> "TraceHandle":
-        """A new reader; ``owner`` names it in statistics (e.g. as the reader holding compaction back)."""
-        return TraceHandle(self, logical, physical, on_close, owner)
+               on_close=None, owner: str | None = None, final_only: bool = False) -> "TraceHandle":
+        """A new reader; ``owner`` names it in statistics (e.g. as the reader holding compaction back).
+        ``final_only``: its ``accumulate`` refuses times not final yet (a user's handle: what it would
+        answer there changes as the trace grows; operators and the trace's own tests read any time)."""
+        return TraceHandle(self, logical, physical, on_close, owner, final_only)
 
     def begins_at(self, epoch: int):
         """This trace's producer, a dataflow installed late, computes from its inputs as of ``epoch``: the
@@ -365,9 +367,13 @@ class TraceHandle:
     """A reader of a trace. Keeps it alive; its frontiers tell maintenance what it still needs. Reads
     go through the trace's published snapshot, so they are safe from any thread."""
 
+    def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
+        raise not_copyable(self)
+
     def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None,
-                 on_close=None, owner: str | None = None):
+                 on_close=None, owner: str | None = None, final_only: bool = False):
         self._trace = trace
+        self._final_only = final_only  # (eng.trace's: a time not final yet is refused, as views refuse it)
         self._key = next(_ids)
         self._logical = logical if logical is not None else trace.logical
         self._physical = physical if physical is not None else Antichain()
@@ -485,4 +491,7 @@ class TraceHandle:
             if at[0] < trace.start:  # a producer installed late has no answer for the epochs before its start
                 raise CompactedError(f"time {at} is before epoch {trace.start}, the first this trace's dataflow "
                                      f"computed (it was installed when its inputs were there)")
+            if self._final_only and snap.upper.dominates(at):
+                raise UsageError(f"time {at} is not final yet in this arrangement (its upper is {snap.upper}); "
+                                 f"wait for its dataflow, or read a time before the upper")
         return accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)

@@ -19,13 +19,16 @@ import numpy as np
 from .columns import check_timeout, decode_column, is_int
 from .commands import Follow
 from .cursor import accumulate_batches
-from .errors import ArgumentTypeError, CompactedError, DataflowError, EngineError, KpgnbError, UsageError
+from .errors import ArgumentTypeError, CompactedError, DataflowError, EngineError, KpgnbError, UsageError, not_copyable
 from .lattice import Antichain
 from .scope import epoch_of
 
 
 class View:
     """A maintained result, readable from the notebook while the engine keeps it current."""
+
+    def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
+        raise not_copyable(self)
 
     def __init__(self, engine, dataflow: str, name: str, op, schema):
         self.engine = engine

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import copy
 import os
+import re
 import symtable
 import sys
 import time
@@ -389,6 +390,20 @@ def notebook_name(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
 
 
+_HISTORY = re.compile(r"_{1,3}|_i{1,3}|_i?\d+|In|Out|_oh|_ih|_dh")
+
+
+def _ipython_owned(name: str) -> bool:
+    """Names IPython writes or reads itself: the input/output history (``In``, ``Out``, ``_oh``, ``_``,
+    ``_i3``...: written after every cell, so a view there breaks the next one), dunders (``__name__`` is the
+    module classes a cell defines belong to) and what the shell hides from ``%who``."""
+    if _HISTORY.fullmatch(name) or (name.startswith("__") and name.endswith("__")):
+        return True
+    from IPython import get_ipython
+    shell = get_ipython()
+    return shell is not None and name in getattr(shell, "user_ns_hidden", {})
+
+
 def bind_views(ns: dict, views: dict):
     """Views into the notebook by name (also the ``%%datalog`` cell's relations)."""
     import builtins
@@ -406,6 +421,9 @@ def bind_views(ns: dict, views: dict):
         elif vname not in ns and hasattr(builtins, vname):  # (len, print, sum, input...: not in user_ns)
             print(f"view {vname!r} is not bound: it would hide Python's builtin {vname!r}; run the cell with "
                   f"-o VAR and read it as VAR[{vname!r}]")
+        elif _ipython_owned(vname):
+            print(f"view {vname!r} is not bound: {vname!r} is IPython's own (its history, or the notebook "
+                  f"module's identity); run the cell with -o VAR and read it as VAR[{vname!r}]")
         else:
             ns[vname] = view
 
