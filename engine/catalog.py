@@ -14,7 +14,7 @@ from .snapshot import CatalogInfo
 class CatalogEntry:
     """A named arrangement: its trace, schema, and the dataflow that maintains it."""
 
-    def __init__(self, name, trace, schema, key_names, val_names, producer, op):
+    def __init__(self, name, trace, schema, key_names, val_names, producer, op, sources=frozenset()):
         self.name = name
         self.trace = trace
         self.schema = schema
@@ -22,6 +22,7 @@ class CatalogEntry:
         self.val_names = tuple(val_names)
         self.producer = producer      # the Dataflow maintaining it (possibly dropped, kept for readers)
         self.op = op                  # the ExportOp (pruning keeps what feeds it)
+        self.sources = frozenset(sources)  # the input sessions whose changes reach it (its importers read them)
         self.handles = weakref.WeakSet()  # handles given out by Engine.trace(name)
         self._info = None
 

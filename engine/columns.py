@@ -510,6 +510,25 @@ def flat_map_how(how) -> np.ndarray:
     return how.astype(np.int64)
 
 
+MAX_ROUND = 1 << 62  # rounds count up from here without wrapping (a loop's next round is r + 1)
+
+
+def check_rounds(rounds, n: int, kind: str) -> np.ndarray:
+    """The rounds an ``enter_at`` or ``delay`` function gave n rows as int64, checked before the cast (a
+    uint64 past int64 would wrap negative): the engine's and kp.spark.run's workers' one check."""
+    rounds = np.asarray(rounds)
+    if rounds.shape != (n,) or rounds.dtype.kind not in "iub":
+        raise SchemaError(f"the {kind} function must return an integer array of length {n} "
+                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
+    if n and rounds.max() >= MAX_ROUND:
+        raise SchemaError(f"the {kind} function returned the round {int(rounds.max())}; rounds must be below "
+                          f"2**62")
+    if kind == "enter_at" and n and rounds.min() < 0:  # (delay takes max(round, fn(row)): any round will do)
+        raise SchemaError(f"the enter_at function returned a negative round ({int(rounds.min())}); "
+                          f"rounds start at 0")
+    return rounds.astype(np.int64, copy=False)
+
+
 def threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
     """What a threshold function gives ``counts``: integers of their shape, each a multiplicity below 2**62
     (the engine's and kp.spark.run's workers' one check)."""

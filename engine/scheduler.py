@@ -47,8 +47,14 @@ _SERIALS = itertools.count(1)
 
 
 def _reads(op, inputs, imported: dict) -> frozenset:
-    """The names of the inputs whose changes reach ``op`` (a view's sink): the sessions behind the imports
-    upstream of it, an imported export's being its producer's (``imported``: export name -> sessions)."""
+    """The names of the inputs whose changes reach ``op`` (a view's sink)."""
+    return frozenset(s.name for s in _reaching(op, inputs, imported))
+
+
+def _reaching(op, inputs, imported: dict) -> set:
+    """The input sessions whose changes reach ``op``: the sessions behind the imports upstream of it, an
+    imported export's being those that reach it in its producer (``imported``: export name -> sessions),
+    not every input its producer reads."""
     by_trace = {id(s.trace): s for s in inputs}
     seen, todo, out = set(), [op], set()
     while todo:
@@ -60,7 +66,7 @@ def _reads(op, inputs, imported: dict) -> frozenset:
             session = by_trace.get(id(op.trace))
             out |= {session} if session is not None else imported.get(op.name, set())
         todo.extend(op.inputs)
-    return frozenset(s.name for s in out)
+    return out
 
 
 class Dataflow:
@@ -650,7 +656,7 @@ class Scheduler:
         b.graph.start_reads()
         b.graph.compute_frontiers()  # a dataflow's published frontier is valid from the start
         sources = set(b.sources)
-        imported = {uname: self.catalog.get(uname).producer.sources for uname in b.uses}
+        imported = {uname: self.catalog.get(uname).sources for uname in b.uses}
         for s_ in imported.values():
             sources |= s_
         df = Dataflow(name, b.graph, b.views, list(b.exports), set(b.uses), sources, cmd.context)
@@ -677,7 +683,8 @@ class Scheduler:
             finally:
                 self._successor = None
         for ename, ex in b.exports.items():
-            self.catalog.add(CatalogEntry(ename, ex.op.handle.trace, ex.schema, ex.keys, ex.vals, df, ex.op))
+            self.catalog.add(CatalogEntry(ename, ex.op.handle.trace, ex.schema, ex.keys, ex.vals, df, ex.op,
+                                          _reaching(ex.op, b.sources, imported)))
         self.dataflows[name] = df
         broken = [src for src in sorted(sources, key=lambda src: src.name) if src.broken is not None]
         if broken:  # it can never read the input's next epochs: failed as the input's readers were
@@ -907,6 +914,7 @@ class Scheduler:
                     else:
                         op.consumers = [(c, p) for c, p in op.consumers if c in keep]
                 df.graph.ops = [op for op in df.graph.ops if op in keep]
+                df.sources = set().union(*(self.catalog.get(e).sources for e in live))  # what it reads now
                 df.pruned = True
 
     # -- publishing -----------------------------------------------------------------------------------

@@ -332,7 +332,7 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
         query = writer.start()
     except BaseException:
         if made is not None:  # (a query that did not start leaves no input behind: a corrected retry may
-            engine.drop_input(made.name)  # make it with another schema)
+            engine.drop_input(made.name, wait=False)  # make it with another schema; queued: Ctrl-C)
         raise
     query.kpgnb_feeder = feeder
     return query

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine.columns import (Schema, SymbolTable, decode_column, encode_outputs, flat_map_how, flat_map_rows,
-                             threshold_counts)
+from .engine.columns import (Schema, SymbolTable, check_rounds, decode_column, encode_outputs, flat_map_how,
+                             flat_map_rows, threshold_counts)
 from .engine.errors import KpgnbError, SchemaError
 
 D = "_d"           # the multiplicity column
@@ -88,14 +88,8 @@ class UserBatches:
                                           f"got dtype {keep.dtype} and shape {keep.shape}")
                     yield rb.filter(pa.array(keep))
                 elif self.kind in ("enter_at", "delay"):
-                    rounds = np.asarray(res)
-                    if rounds.shape != (n,) or rounds.dtype.kind not in "iub":
-                        raise SchemaError(f"the {self.kind} function must return an integer array of length {n} "
-                                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
-                    if self.kind == "enter_at" and n and rounds.min() < 0:
-                        raise SchemaError(f"the enter_at function returned a negative round "
-                                          f"({int(rounds.min())}); rounds start at 0")
-                    yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds.astype(np.int64))],
+                    rounds = check_rounds(res, n, self.kind)  # the engine's check
+                    yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds)],
                                                      names=list(rb.schema.names) + [RND])
                 elif self.kind == "map":
                     out = _encode(res, self.out_schema, n, "the map function", self.inferred)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch, form_arrays, may_meet, merge_arrays
-from ..columns import SchemaError, UpdateBatch, decode_column, encode_outputs, flat_map_how, flat_map_rows
+from ..columns import (SchemaError, UpdateBatch, check_rounds, decode_column, encode_outputs, flat_map_how,
+                       flat_map_rows)
 from ..dataflow import Batches, Operator, Updates
 from ..kernels.rows import is_identity
 from ..lattice import Antichain
@@ -258,19 +259,9 @@ class EnterOp(Operator):
                                for b in msg.shards], enter(msg.lower)))
 
 
-MAX_ROUND = 1 << 62  # rounds count up from here without wrapping (a loop's next round is r + 1)
-
-
 def _rounds(op: UserFunctionOp, b: UpdateBatch) -> np.ndarray:
     """The rounds ``enter_at``'s or ``delay``'s function gives a batch's rows, as int64, checked."""
-    rounds = np.asarray(op.call(b))
-    if rounds.shape != (len(b),) or rounds.dtype.kind not in "iub":
-        raise SchemaError(f"the {op.kind} function must return an integer array of length {len(b)} "
-                          f"(a round per row), got dtype {rounds.dtype} and shape {rounds.shape}")
-    if len(b) and rounds.max() >= MAX_ROUND:
-        raise SchemaError(f"the {op.kind} function returned the round {int(rounds.max())}; rounds must be below "
-                          f"2**62")
-    return rounds.astype(np.int64, copy=False)
+    return check_rounds(op.call(b), len(b), op.kind)
 
 
 class EnterAtOp(UserFunctionOp):
@@ -285,11 +276,7 @@ class EnterAtOp(UserFunctionOp):
 
     def step(self, rt):
         def one(b):
-            rounds = _rounds(self, b)
-            if len(b) and rounds.min() < 0:
-                raise SchemaError(f"the enter_at function returned a negative round ({int(rounds.min())}); "
-                                  f"rounds start at 0")
-            return UpdateBatch(b.data, enter_at_times(b.times, rounds), b.diffs)
+            return UpdateBatch(b.data, enter_at_times(b.times, _rounds(self, b)), b.diffs)
         for msg in self.take():
             self.send(Updates(_per_shard(rt, one, msg.shards), enter(msg.lower)))
 

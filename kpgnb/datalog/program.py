@@ -208,9 +208,11 @@ class Program:
         return self._helper(f"{self.name}#unit", ["unit"], ["int64"], [(0,)])
 
     def _drop_helpers(self):
+        """Undo the helper inputs of a failed build. Queued, not waited for (as ``cell.drop_loaded``): a
+        build interrupted while the engine is busy returns at once, and a second Ctrl-C leaves nothing."""
         for s in self._helpers:
             try:
-                self.engine.drop_input(s.name)
+                self.engine.drop_input(s.name, wait=False)
             except KpgnbError:
                 pass
         self._helpers.clear()
@@ -315,8 +317,8 @@ class Goal:
                 return df.use(export) if export in eng.snapshot().catalog else None
             gp._build(source, view_preds=[answer_pred], export=False, shared=shared)
         except BaseException:
-            if self._session is not None:
-                eng.drop_input(self._session.name)
+            if self._session is not None:  # (queued: see Program._drop_helpers)
+                eng.drop_input(self._session.name, wait=False)
             raise
         self._goal_program = gp
         self.view = gp.views[answer_pred]
