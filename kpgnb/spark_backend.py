@@ -240,6 +240,30 @@ def _multiplicity(wide, label: str):
     return F.when(F.abs(wide) >= F.lit(2 ** 62).cast(_WIDE), over.cast("long")).otherwise(wide.cast("long"))
 
 
+def _exact_int_sum(v, label: str):
+    """The aggregate sum of a long column ``v`` times the multiplicities, exact as the engine's: a total
+    outside int64 fails the job (whatever spark.sql.ansi.enabled says), a total in range is exact whatever
+    its partial sums. A product (below 2**125) fits decimal(38,0) but sums of a few do not, so each value is
+    split as hi * 2**32 + lo (0 <= lo < 2**32): the sums of hi * d and lo * d (each below 2**94) fit
+    decimal(38,0) for up to 2**32 rows a group; the total is then top * 2**32 + r with 0 <= r < 2**32,
+    in int64 exactly when -2**31 <= top < 2**31. A part sum that overflows anyway (null with ANSI off)
+    fails too, never a group silently gone."""
+    from pyspark.sql import functions as F
+    b = F.lit(1 << 32).cast(_WIDE)
+    d = F.col(D).cast(_WIDE)
+    hi = F.sum(F.shiftright(v, 32).cast(_WIDE) * d)
+    lo = F.sum(v.bitwiseAND(F.lit((1 << 32) - 1)).cast(_WIDE) * d)
+    r = F.pmod(lo, b)
+    top = hi + ((lo - r) / b).cast(_WIDE)  # (an exact division)
+    about = hi.cast("double") * float(1 << 32) + lo.cast("double")
+    over = F.raise_error(F.concat(F.lit(f"{MARK}{label}: OverflowError: an int64 sum overflows: a group's total "
+                                        f"is about "), about.cast("string"),
+                                  F.lit(", outside int64; sum a float64 column for such totals")))
+    return (F.when(F.count(F.lit(1)) == 0, F.lit(None).cast("long"))  # no rows: no total (Spark's global agg)
+            .when(top.isNull() | (top < -(1 << 31)) | (top >= 1 << 31), over.cast("long"))
+            .otherwise((top * b + r).cast("long")))
+
+
 class _Runner:
     """Evaluates a Plan on a SparkSession."""
 
@@ -636,13 +660,8 @@ class _ScopeRun:
             v = F.col(_c(kk))
             if spec.op == rk.SUM and spec.float_out:
                 agg = g(c).agg(F.sum(v * F.col(D).cast("double")).alias(_c(kk)))
-            elif spec.op == rk.SUM:  # exact, as the engine's: summed wide, a total outside int64 an error
-                wide = F.sum(v.cast("long").cast("decimal(38,0)") * F.col(D).cast("decimal(38,0)"))  # bools: 0/1
-                over = F.raise_error(F.concat(F.lit(f"{MARK}{_label(op)}: an int64 sum overflows: a group's total "
-                                                    f"is "), wide.cast("string"),
-                                              F.lit(", outside int64; sum a float64 column for such totals")))
-                agg = g(c).agg(F.when((wide > 2**63 - 1) | (wide < -2**63), over.cast("long"))
-                               .otherwise(wide.cast("long")).alias(_c(kk)))
+            elif spec.op == rk.SUM:
+                agg = g(c).agg(_exact_int_sum(v.cast("long"), _label(op)).alias(_c(kk)))  # bools: 0/1
             else:
                 fn = F.min if spec.op == rk.MIN else F.max
                 agg = g(c.filter(F.col(D) > 0)).agg(fn(v).alias(_c(kk)))
@@ -657,10 +676,11 @@ class _ScopeRun:
             if spec.op != rk.TOPK:
                 return pos.withColumn("_rn", F.row_number().over(w)).filter(F.col("_rn") == 1) \
                     .select(*_cols(n_in), one)
-            run = F.sum(D).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-            m = F.least(F.col(D), F.lit(spec.k) - (F.col("_run") - F.col(D)))
+            # summed wide: a long running sum of multiplicities (each below 2**62) would overflow
+            run = F.sum(F.col(D).cast(_WIDE)).over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+            m = F.least(F.col(D).cast(_WIDE), F.lit(spec.k) - (F.col("_run") - F.col(D)))
             return pos.withColumn("_run", run).withColumn("_m", m).filter(F.col("_m") > 0) \
-                .select(*_cols(n_in), F.col("_m").alias(D))
+                .select(*_cols(n_in), F.col("_m").cast("long").alias(D))  # (at most the row's own)
         if spec.op == USER:
             out_dt = _dtypes(op)[kk:]
             fn = UserReduce(op.spec.fn, op.spec.user_float, kk, in_dt[kk:], out_dt, _label(op))
