@@ -245,7 +245,13 @@ class Engine:
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
         self._live()
         check_name(name, "eng.trace", "an exported arrangement")
-        return self._scheduler.call(OpenHandle(name, self._handle_closed))
+        cmd = OpenHandle(name, self._handle_closed)
+        try:
+            return self._scheduler.call(cmd)
+        except BaseException:
+            if cmd.reply.took_effect():  # interrupted as it opened: a handle nobody gets would hold compaction
+                cmd.reply.result.close()  # back for as long as the traceback lives (the scheduler closes one
+            raise                         # opened after the caller gave up)
 
     def _handle_closed(self):
         try:

@@ -465,11 +465,15 @@ class Scheduler:
             cmd.reply.finish(error=e)
             return
         self._publish(False)
-        if not cmd.reply.finish(result) and isinstance(cmd, Install) and not cmd.replaced:
+        if cmd.reply.finish(result):
+            return
+        if isinstance(cmd, Install) and not cmd.replaced:
             # interrupted install: leave nothing behind (one that replaced a dataflow keeps the new one: the
             # old one is gone already, and neither would be left)
             self._discard(self.dataflows[cmd.builder.name])
             self._publish(False)
+        elif isinstance(cmd, OpenHandle):
+            result.close()  # (nobody gets it)
 
     # -- running ------------------------------------------------------------------------------------
     def _run_dataflows(self) -> bool:

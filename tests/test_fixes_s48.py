@@ -122,3 +122,55 @@ def test_a_subscription_whose_callback_raises_warns_and_keeps_the_error():
         assert any(issubclass(w.category, RuntimeWarning) and "boom" in str(w.message) and "'v'" in str(w.message)
                    for w in caught), [str(w.message) for w in caught]
         sub.close()
+
+
+def test_a_trace_handle_opened_as_its_caller_was_interrupted_is_closed():
+    """Ctrl-C reaching ``eng.trace(name)`` while its command waits behind a busy step: the handle the
+    scheduler then opens (or opened just as the interrupt landed) is closed, not kept by the traceback,
+    where it held the arrangement's compaction back."""
+    import ctypes
+    import threading
+    import time
+    with kp.Engine(workers=1) as eng:
+        x = eng.input("x", ["k"], rows=[(1,)])
+        with eng.dataflow("p") as df:
+            df.input("x").arrange_by("k").export("xs")
+        gate, inside = threading.Event(), threading.Event()
+
+        def hold(k):
+            if (k == 7).any():
+                inside.set()
+                gate.wait(WAIT)
+            return {"k": k}
+        with eng.dataflow("busy") as df:
+            df.input("x").map(hold).view("b")
+        x.advance_to(1)
+        eng.wait(timeout=WAIT)
+        base = eng.catalog()["xs"]["readers"]
+        for _ in range(3):
+            gate.clear()
+            inside.clear()
+            x.insert([(7,)])
+            x.advance_to(x.epoch + 1)
+            assert inside.wait(WAIT)
+            got = {}
+
+            def opener(got=got):
+                try:
+                    got["h"] = eng.trace("xs")
+                except KeyboardInterrupt as e:
+                    got["r"] = "interrupted"
+                    got["e"] = e  # (kept, as IPython keeps sys.last_traceback: its frames hold the command)
+            t = threading.Thread(target=opener)
+            t.start()
+            time.sleep(0.1)
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(KeyboardInterrupt))
+            gate.set()
+            t.join(WAIT)
+            eng.wait(timeout=WAIT)
+            assert got.get("r") == "interrupted" or "h" in got
+            if "h" in got:  # (returned: the caller has it)
+                assert eng.catalog()["xs"]["readers"] == base + 1
+                got["h"].close()
+                eng.wait(timeout=WAIT)
+            assert eng.catalog()["xs"]["readers"] == base, eng.catalog()["xs"]
