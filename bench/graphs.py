@@ -26,7 +26,8 @@ with ``--networkx``), DuckDB (a table from Arrow, recursive CTEs), PySpark (Data
 local[2], semi-naive, localCheckpoint every 3 rounds; the session start is not counted), Pathway
 (``pw.iterate``, run as a batch from its fastest static input, a CSV file; and in streaming mode, the
 changes through a ``pw.io.python.ConnectorSubject`` in a closed loop). The batch peers igraph and DuckDB
-also report the time to apply one change and recompute BFS (median of ``--recomputes``). ``--quick``
+also report the time to apply one change and recompute BFS (median of ``--recomputes``; each recomputed
+answer is checked against the reference's BFS on a fresh build of that edited graph). ``--quick``
 (100,000 nodes, 1,000,000 edges) leaves out Pathway and PySpark unless ``--peers`` names them.
 
 Every answer is checked against igraph (networkx when igraph is missing); a mismatch is reported as
@@ -254,8 +255,9 @@ def latency_summary(lat_s) -> dict:
 def peer_side(emit, peer: str, spec: dict, queries, recomputes: int = 0, changes_n: int = 0,
               final_reference: bool = False):
     """One peer: emits ("import", {...}), ("setup", {...}), ("build", {...}), ("query", q, {...}, answer)
-    per query, ("recompute", {...}) (apply one change, recompute BFS; ``recomputes`` times) and, for the
-    reference peer, ("final", answer) (BFS on the graph after ``changes_n`` changes)."""
+    per query, ("recompute", {...}, answers) (apply one change, recompute BFS; ``recomputes`` times) and, for
+    the reference peer, ("recompute_ref", i, answer) (BFS on a fresh build after the first i + 1 of those
+    changes: the recomputes' check) and ("final", answer) (BFS on the graph after ``changes_n`` changes)."""
     p = P.PEERS[peer]
     t = time.perf_counter()
     importlib.import_module(p["module"])
@@ -283,16 +285,20 @@ def peer_side(emit, peer: str, spec: dict, queries, recomputes: int = 0, changes
     if recomputes and "apply" in p:
         if state is None:
             state = p["build"](src, dst, spec["nodes"], **extra)
-        times = []
+        times, answers = [], []
         for op, u, v, _ in make_changes(spec, src, dst, recomputes):
             t = time.perf_counter()
             p["apply"](state, (op, u, v))
-            p["bfs"](state, roots)
+            answers.append(p["bfs"](state, roots))
             times.append(time.perf_counter() - t)
-        emit("recompute", {"times_s": times, "median_s": float(np.median(times))})
+        emit("recompute", {"times_s": times, "median_s": float(np.median(times))}, answers)
     if state is not None and "cleanup" in p:
         p["cleanup"](state)
     if final_reference:
+        changes = make_changes(spec, src, dst, recomputes)
+        for i in range(recomputes):   # from scratch, not by "apply": the reference of each recompute
+            s2, d2 = final_edges(src, dst, changes[:i + 1])
+            emit("recompute_ref", i, p["bfs"](p["build"](s2, d2, spec["nodes"], **extra), roots))
         s2, d2 = final_edges(src, dst, make_changes(spec, src, dst, changes_n))
         emit("final", p["bfs"](p["build"](s2, d2, spec["nodes"], **extra), roots))
 
@@ -410,11 +416,19 @@ def run_steps(target, make_args, pending: list, timeout: float, env=None) -> tup
 # -- the program ------------------------------------------------------------------------------------------
 
 
-def _collect(msgs, failures, queries, reference_answers, spec, label):
-    """Timings and checks of one side's messages."""
+def _collect(msgs, failures, queries, reference_answers, spec, label, recompute_refs=()):
+    """Timings and checks of one side's messages (``recompute_refs``: the answer after each recompute)."""
     out = {"steps": {}, "queries": {}}
     for m in msgs:
-        if m[0] in ("warm", "import", "setup", "build", "index", "recompute"):
+        if m[0] == "recompute":   # each edit + BFS answer checked; a wrong one leaves no time (summarize_incremental)
+            got = m[2]
+            bad = (None if len(recompute_refs) == len(got) else "no reference") or next(
+                (f"recompute {i + 1}: {b}" for i, (g, w) in enumerate(zip(got, recompute_refs))
+                 if (b := check("bfs", g, w))), None)
+            out["steps"]["recompute"] = {**m[1], "answer": "ok" if not bad else "wrong answer", "detail": bad}
+            if bad:
+                print(f"  {label} edit + BFS: {bad}")
+        elif m[0] in ("warm", "import", "setup", "build", "index"):
             out["steps"][m[0]] = m[1]
         elif m[0] == "error":
             out["error"] = m[1]
@@ -494,7 +508,7 @@ def main(argv=None):
     # the reference (and the igraph peer): igraph when installed, else networkx in-process
     results = {"peers": {}, "kpgnb": {}}
     ref_peer = "igraph" if "igraph" in installed or importlib.util.find_spec("igraph") else "networkx"
-    ref_answers, final_ref = {}, None
+    ref_answers, final_ref, recompute_refs = {}, None, []
     t0 = time.perf_counter()
     msgs, fails = run_steps(peer_side, lambda qs: (ref_peer, spec, qs, a.recomputes if incremental else 0,
                                                    a.changes, incremental), queries, max(tmo, 60.0))
@@ -503,9 +517,11 @@ def main(argv=None):
             ref_answers[m[1]] = m[3]
         elif m[0] == "final":
             final_ref = m[1]
+        elif m[0] == "recompute_ref":
+            recompute_refs.append(m[2])
     print(f"  reference ({ref_peer}) done in {time.perf_counter() - t0:.1f} s", flush=True)
     if ref_peer in installed or a.peers is None:
-        results["peers"][ref_peer] = _collect(msgs, fails, queries, ref_answers, spec, ref_peer)
+        results["peers"][ref_peer] = _collect(msgs, fails, queries, ref_answers, spec, ref_peer, recompute_refs)
         results["peers"][ref_peer]["reference"] = True
         if ref_peer in notes:
             del notes[ref_peer]
@@ -537,7 +553,7 @@ def main(argv=None):
         env = {"PATHWAY_THREADS": os.environ.get("PATHWAY_THREADS", "1")} if name == "pathway" else None
         msgs, fails = run_steps(peer_side, lambda qs: (name, spec, qs, a.recomputes if incremental else 0),
                                 queries, tmo, env)
-        results["peers"][name] = _collect(msgs, fails, queries, ref_answers, spec, name)
+        results["peers"][name] = _collect(msgs, fails, queries, ref_answers, spec, name, recompute_refs)
         print(f"  {name} done in {time.perf_counter() - t0:.1f} s", flush=True)
         if name == "pathway" and incremental and not a.no_stream:
             t0 = time.perf_counter()
@@ -560,8 +576,9 @@ def main(argv=None):
     rows += [{"query": q, "system": "all", "note": why} for q, why in skipped_queries.items()]
     inc_rows = summarize_incremental(results, workers, notes) if incremental else []
     goals += goals_incremental(results, workers) if incremental else []
-    print(f"\nseconds, load to answer; x kpgnb W=2 = total / kpgnb {_base(results)}'s total (above 1: kpgnb faster)")
-    print(table(rows, ["query", "system", "build s", "query s", "total s", "x kpgnb W=2", "note"]))
+    ratio = _ratio_col(results)
+    print(f"\nseconds, load to answer; {ratio} = total / kpgnb {_base(results)}'s total (above 1: kpgnb faster)")
+    print(table(rows, ["query", "system", "build s", "query s", "total s", ratio, "note"]))
     if inc_rows:
         print()
         print(table(inc_rows, ["system", "p50 ms", "p99 ms", "max ms", "changes", "final answer", "note"]))
@@ -590,9 +607,14 @@ def _base(results):
     return max(ks, key=lambda k: int(k[2:])) if ks else None
 
 
+def _ratio_col(results):
+    """The ratio column's name, naming the run it is over (kpgnb W=1 when no W=2 ran)."""
+    return f"x kpgnb {_base(results)}"
+
+
 def summarize(results, queries, workers, notes):
     rows, goals = [], []
-    base = _base(results)
+    base, ratio = _base(results), _ratio_col(results)
     for q in queries:
         kq = results["kpgnb"].get(base, {}).get("queries", {}).get(q, {}) if base else {}
         ktot = kq.get("total_s") if kq.get("status") == "ok" else None
@@ -602,7 +624,7 @@ def summarize(results, queries, workers, notes):
             rows.append({"query": q, "system": f"kpgnb W={w}", "build s": r.get("build_s") if ok else None,
                          "query s": r.get("query_s") if ok else None,
                          "total s": r.get("total_s") if ok else None,
-                         "x kpgnb W=2": (r["total_s"] / ktot) if ok and ktot else None,
+                         ratio: (r["total_s"] / ktot) if ok and ktot else None,
                          "note": "" if ok else r.get("status")})
         for name, pr in results["peers"].items():
             r = pr["queries"].get(q, {})
@@ -616,7 +638,7 @@ def summarize(results, queries, workers, notes):
                 note = (note + "; " if note else "") + "reference"
             rows.append({"query": q, "system": name, "build s": r.get("build_s") if ok else None,
                          "query s": r.get("query_s") if ok else None, "total s": r.get("total_s") if ok else None,
-                         "x kpgnb W=2": (r["total_s"] / ktot) if ok and ktot else None, "note": note})
+                         ratio: (r["total_s"] / ktot) if ok and ktot else None, "note": note})
         for name, note in notes.items():
             rows.append({"query": q, "system": name, "note": note})
         # goals: kpgnb W=2 at most 0.5x (bfs, reach) / 1.0x (wcc) igraph's total; >= 10x faster than the others
@@ -663,9 +685,11 @@ def summarize_incremental(results, workers, notes):
         rows.append({"system": "pathway streaming", "note": notes["pathway"]})
     for name, pr in results["peers"].items():
         rc = pr["steps"].get("recompute")
-        if rc:
-            rows.append({"system": f"{name}: edit + BFS", "p50 ms": rc["median_s"] * 1e3,
-                         "changes": len(rc["times_s"]), "note": f"median of {len(rc['times_s'])} recomputes"})
+        if rc:   # a wrong (or unchecked) recomputed answer is a failure, never a time
+            ok = rc.get("answer") == "ok"
+            rows.append({"system": f"{name}: edit + BFS", "p50 ms": rc["median_s"] * 1e3 if ok else None,
+                         "changes": len(rc["times_s"]), "final answer": rc.get("answer", "unchecked"),
+                         "note": rc.get("detail") or f"median of {len(rc['times_s'])} recomputes"})
         bq = pr["queries"].get("bfs", {})
         if bq.get("status") == "ok" and name in ("igraph", "duckdb", "networkx"):
             rows.append({"system": f"{name}: rebuild + BFS", "p50 ms": bq["total_s"] * 1e3,

@@ -158,9 +158,10 @@ def _summary(runs: list) -> dict:
     for f in ("input_ms", "install_ms", "wait_ms", "total_ms", "read_ms", "answer_ms"):
         out[f] = float(np.median([r[f] for r in runs]))
     out["total_min_ms"] = float(min(r["total_ms"] for r in runs))
-    if bad:  # a wrong answer is a failure, never a number
-        for f in ("total_ms", "answer_ms", "total_min_ms"):
+    if bad:  # a wrong answer is a failure, never a number (no time of any part of it, nor of its runs)
+        for f in ("input_ms", "install_ms", "wait_ms", "total_ms", "read_ms", "answer_ms", "total_min_ms"):
             out[f] = None
+        out["runs"] = [{"answer": r["answer"], "rows": r["rows"]} for r in runs]
     return out
 
 

@@ -24,7 +24,8 @@ Live (--live SECONDS, 0 to skip): a writer thread inserts 10 rows per epoch ever
 ``count(by="g")`` (3 keys), a reader thread loops ``view.to_pandas()`` (and a read one epoch back), and
 every second for 4 seconds another dataflow ``map(...).count(by=[])`` is installed on the same input.
 Reported: how far each dataflow's frontier trails the input at the end, and how long they take to catch
-up once the writer stops (or that they did not within 60 s).
+up once the writer stops (or that they did not within 60 s); once caught up, every view's counts are
+checked against the rows the writer inserted (a wrong one: ``WrongAnswer``, reported as failed).
 
 The program uses only the public API (plus ``work_done()`` of the reduce operators where they have it),
 so the same file measures an older checkout: copy it there and run it with that checkout on PYTHONPATH.
@@ -41,7 +42,7 @@ import time
 
 import numpy as np
 
-from .common import WrongAnswer, check_rows, parse_args, table, write_result
+from .common import WrongAnswer, check_counts, check_rows, parse_args, table, write_result
 
 QUICK = {"epochs": [250, 500], "workers": [1], "live": 0, "timeout": 60, "repeat": 1, "loop_epochs": [100]}
 
@@ -176,6 +177,7 @@ def live(duration: float, workers: int, sleep: float = 0.01, sides: int = 4) -> 
             v = df.input("st").count(by="g").view("total")
         eng.wait(v)
         stop = threading.Event()
+        written = [0]   # batches of 10 rows inserted (and advanced past)
 
         def writer():
             e = 1
@@ -183,6 +185,7 @@ def live(duration: float, workers: int, sleep: float = 0.01, sides: int = 4) -> 
                 st.insert([(e * 10 + i, i % 3) for i in range(10)])
                 e += 1
                 st.advance_to(e)
+                written[0] += 1
                 time.sleep(sleep)
 
         def reader():
@@ -214,6 +217,13 @@ def live(duration: float, workers: int, sleep: float = 0.01, sides: int = 4) -> 
                 eng.wait(x, timeout=60)
         except TimeoutError:
             caught = False
+        if caught:   # the answers checked before any figure is reported
+            n = written[0]
+            check_counts(v, np.tile(np.arange(10) % 3, n), "live: count(by='g')", key="g")
+            for name in views.keys() - {"tot"}:   # map(...).count(by=[]): every row inserted
+                got = views[name].to_pandas()["count"].tolist()
+                if got != [10 * n]:
+                    raise WrongAnswer(f"live: {name}: wrong answer: {got}, expected [{10 * n}]")
         return {"workers": workers, "duration_s": duration, "input_epochs": st.epoch, "lag_epochs": lag,
                 "max_lag_epochs": max(lag.values()), "caught_up": caught,
                 "catch_up_s": time.perf_counter() - t1 if caught else None}
@@ -277,14 +287,16 @@ def main(argv=None):
             r = bounded(a.timeout, case="loop", epochs=n, workers=w)
             out["loop"].append(r)
             lrows.append({"workers": w, "epochs": n, "total s": r.get("total_s") if r.get("total_s") is not None
-                          else (f"> {a.timeout:.0f}" if r.get("timed_out") else "-"), "wait s": r.get("wait_s")})
+                          else (f"> {a.timeout:.0f}" if r.get("timed_out") else "failed" if r.get("error") else "-"),
+                          "wait s": r.get("wait_s")})
     if lrows:
         print(table(lrows, list(lrows[0])))
     if a.live:
         out["live"] = [bounded(a.live + 120, case="live", duration=a.live, workers=w) for w in a.workers]
         print(table([{"workers": x.get("workers"), "input epochs": x.get("input_epochs"),
                       "max lag (epochs)": x.get("max_lag_epochs"),
-                      "caught up": {True: "yes", False: "no within 60 s"}.get(x.get("caught_up"), "-"),
+                      "caught up": {True: "yes", False: "no within 60 s"}.get(
+                          x.get("caught_up"), "failed" if x.get("error") else "-"),
                       "catch-up s": x.get("catch_up_s")} for x in out["live"]],
                     ["workers", "input epochs", "max lag (epochs)", "caught up", "catch-up s"]))
     print("wrote", write_result(a.name, out, a.quick))

@@ -839,9 +839,13 @@ def summarize(P: dict) -> dict:
             row["speedup_vs_scratch"] = s["algo_p50_ms"] / r["p50_ms"]
         rows.append(row)
     goals = {}
-    # JOD: >= 2x less trace memory than full at <= 2x its update time
+    # JOD: >= 2x less trace memory than full at <= 2x its update time (a failed JOD or full run: not met)
     jod = []
     for q in P["parameters"]["queries"]:
+        bad = [(m, runs[(q, m)]) for m in ("jod", "full") if (q, m) in runs and not _ok(runs[(q, m)])]
+        if (q, "jod") in runs and bad:
+            jod.append({"query": q, "failure": f"{bad[0][0]}: {bad[0][1].get('failure')}", "met": False})
+            continue
         row = next((x for x in rows if x["query"] == q and x["mode"] == "jod" and "mem_ratio_vs_full" in x), None)
         if row:
             jod.append({"query": q, "mem_ratio": row["mem_ratio_vs_full"], "ife_ratio": row["ife_ratio_vs_full"],
@@ -889,7 +893,10 @@ def summarize(P: dict) -> dict:
     deg = []
     for q in P["parameters"]["queries"]:
         a, b = runs.get((q, "drop-degree-exact")), runs.get((q, "drop-random-exact"))
-        if not _ok(a) or b is None:
+        if a is None or b is None:
+            continue
+        if not _ok(a):   # a failed Degree run counts against the goal
+            deg.append({"query": q, "p": P["parameters"]["drop_p"], "degree_failure": a.get("failure")})
             continue
         x = {"query": q, "p": P["parameters"]["drop_p"], "degree_ms": a["p50_ms"],
              "degree_dropped": a["ife"].get("dropped_total"), "degree_recomputed": a["ife"].get("recomputed")}
@@ -901,7 +908,8 @@ def summarize(P: dict) -> dict:
         deg.append(x)
     pts = sweep_points(P)
     mt = matched(pts)
-    oom = [x["ratio"] >= 100 if "ratio" in x else x["random_failure"] != "wrong answer" for x in deg]
+    oom = [False if "degree_failure" in x else x["ratio"] >= 100 if "ratio" in x
+           else x["random_failure"] != "wrong answer" for x in deg]
     goals["degree_vs_random"] = {"same_p": deg, "matched_drops": mt,
                                  "status": _status(oom + [x["ratio"] >= 100 for x in mt])}
     return {"rows": rows, "goals": goals, "sweep_points": pts}
@@ -959,6 +967,9 @@ def report(P: dict):
                                           "largest_fitting_ife", "ife_capped"]))
     print()
     for q in g["jod"]["per_query"]:
+        if "failure" in q:
+            print(f"JOD {q['query']}: {q['failure']}: missed")
+            continue
         print(f"JOD {q['query']}: {q['mem_ratio']:.2f}x less trace memory ({q['ife_ratio']:.1f}x in the IFE's own "
               f"structures) at {q['time_ratio']:.2f}x the update time: {'met' if q['met'] else 'missed'}")
     b = g["budget"]
@@ -966,8 +977,10 @@ def report(P: dict):
     print(f"budget: full fits {b['full_fits']}, best drop mode {b['best_drop']}: {b['queries_ratio']}x as many "
           f"queries at {_fmt_x(b['speedup_vs_scratch'])} SCRATCH's speed per update: {b['status']}")
     for x in g["degree_vs_random"]["same_p"]:
-        print(f"Degree vs Random, {x['query']} at p={x['p']}: " + (f"Random {x['ratio']:.1f}x slower per update"
-              if "ratio" in x else f"Random {x['random_failure']}, Degree {x['degree_ms']:.1f} ms per update"))
+        print(f"Degree vs Random, {x['query']} at p={x['p']}: " + (
+              f"Degree {x['degree_failure']}" if "degree_failure" in x else
+              f"Random {x['ratio']:.1f}x slower per update" if "ratio" in x else
+              f"Random {x['random_failure']}, Degree {x['degree_ms']:.1f} ms per update"))
     for x in g["degree_vs_random"]["matched_drops"]:
         print(f"  K-hop at {x['dropped']:,} dropped (Degree p={x['p']}): Random {x['ratio']:.1f}x slower")
     print(f"Degree orders of magnitude faster than Random: {g['degree_vs_random']['status']}")
