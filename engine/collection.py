@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Schema, SchemaError, as_column, check_name, infer_dtype, is_int
+from .columns import Schema, SchemaError, as_column, check_name, infer_dtype, is_int, na_row
 from .dataflow import Site
 from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
@@ -522,6 +522,8 @@ class Collection:
         rows first (value order and tie-break as in ``argmin``)."""
         if order_by is None:
             raise SchemaError("top_k needs order_by=")
+        if not is_int(k) and not isinstance(k, (bool, np.bool_)):  # (a bool stays the SchemaError below)
+            raise ArgumentTypeError(f"top_k's k is a number of rows (an int >= 1), not {type(k).__name__} ({k!r})")
         if not is_int(k) or k < 1:
             raise SchemaError(f"top_k needs k >= 1, got {k!r}")
         k = min(int(k), np.iinfo(np.int64).max)  # (no group holds more rows: larger k keep them all too)
@@ -551,6 +553,9 @@ class Collection:
         if len(in_kinds) > 1 or len(out_kinds) > 1:
             raise SchemaError("reduce columns must all be float64 or all integer-like (int64, bool, str ids), "
                               "and so must its outputs")
+        if not callable(fn):
+            raise ArgumentTypeError(f"reduce's fn is a function (values, counts) -> (values, counts), numba "
+                                    f"@njit or plain Python, not {type(fn).__name__} ({fn!r})")
         if not isinstance(fn, Dispatcher):
             from numba import njit
             fn = njit(fn)
@@ -570,6 +575,9 @@ class Collection:
         is ``body`` applied n times to this collection (body(body(...(self)))), or the fixed point if the
         loop converges in fewer rounds: rounds from n on are dropped, whether or not it converged."""
         self._live()
+        if not callable(body):
+            raise ArgumentTypeError(f"iterate's body is a function of the loop variable returning a Collection, "
+                                    f"not {type(body).__name__} ({body!r})")
         max_rounds = _rounds(max_rounds)
         if max_rounds == 0:
             return self  # the body applied no times
@@ -723,6 +731,9 @@ class Variable(Collection):
                               "initial collection")
         if scope.parent is None:
             raise SchemaError("a Variable lives in a loop scope: use df.loop() (or the scope of an iterate body)")
+        if initial is not None and not isinstance(initial, Collection):
+            raise ArgumentTypeError(f"a Variable's initial value is a Collection (or None), not "
+                                    f"{type(initial).__name__} ({initial!r})")
         builder = scope.graph.builder
         builder.check_building()
         site = Site.capture()
@@ -743,6 +754,9 @@ class Variable(Collection):
         builder.variables.append(self)
 
     def _coerce(self, result: Collection) -> Collection:
+        if not isinstance(result, Collection):
+            raise ArgumentTypeError(f"Variable.set takes the Collection of the next round's value, not "
+                                    f"{type(result).__name__} ({result!r})")
         if result.builder is not self.builder:
             raise SchemaError("a Variable can only be set from the same dataflow")
         if result.scope is not self.scope:
@@ -806,6 +820,9 @@ def _out_schema_of(result, who, site, n_rows: int) -> Schema:
                           f"got {type(result).__name__}")
     names, dtypes = [], []
     for n, v in result.items():
+        if na_row(v) is not None:
+            raise SchemaError(f"the {who} function at {site} returned a null (NA) for column {n!r} (called on "
+                              f"a trial batch of {n_rows} rows); kpgnb columns cannot hold nulls")
         arr = as_column(v)
         if arr.ndim == 0:
             raise SchemaError(f"the {who} function at {site} returned a scalar ({v!r}) for column {n!r}; "
@@ -827,31 +844,55 @@ def _ambiguous(result) -> set:
 
 
 def _compile_user_reduce(spec: ReduceSpec, kv: int, site):
-    """Compile the user's reduce function now, so type errors point at the dataflow definition."""
+    """Compile the user's reduce function now, so type errors point at the dataflow definition: first on
+    its own (its errors and return type are the user's to read), then inside the engine's kernel."""
+    from numba import types
     g_off = np.zeros(1, np.int64)
     e = np.zeros(0, np.int64)
     uv = np.zeros((kv, 0), np.float64 if spec.user_float else np.int64)
     proto = np.empty((0, spec.out_kv), np.float64 if spec.out_float else np.int64)
+    takes = f"values {uv.dtype} (m x {kv}) and int64 counts"
+    ret = _user_return_type(spec.fn, uv.dtype, f"the reduce function at {site} does not compile for {takes}")
+    if ret is not None and not (isinstance(ret, types.BaseTuple) and len(ret) == 2
+                                and all(isinstance(t, types.Array) for t in ret)
+                                and ret[0].ndim == 2 and ret[1].ndim == 1):
+        # (the kernel would fail typing this, with a message about the engine's own source)
+        raise SchemaError(f"the reduce function at {site} must return (values, counts): a 2-D array of p "
+                          f"rows x {spec.out_kv} columns {spec.out_names} and a 1-D array of p counts; for "
+                          f"{takes} it returns {ret}")
     try:
         rk.reduce_apply_user(spec.fn, g_off, e, e, uv, proto)
     except Exception as err:  # noqa: BLE001 - reported with the definition site
-        raise SchemaError(f"the reduce function at {site} does not compile for "
-                          f"values {uv.dtype} (m x {kv}) and int64 counts: {err}") from err
-    got = _user_output_dtype(spec.fn, uv.dtype)
+        raise SchemaError(f"the reduce function at {site} does not compile for {takes}: {err}") from err
+    got = _user_output_dtype(ret)
     if got is not None and got.kind == "f" and not spec.out_float:
         raise SchemaError(f"the reduce function at {site} returns {got} values, and its output columns "
                           f"{spec.out_names} are {spec.out_dtypes[0]}: declare them with out= (e.g. "
                           f"out={{{spec.out_names[0]!r}: 'float64'}})")
 
 
-def _user_output_dtype(fn, vals_dtype):
-    """The dtype of the values a compiled user reduce function returns for (m x kv) values of
-    ``vals_dtype`` and int64 counts, from its numba signature (None where it cannot be told)."""
+def _user_return_type(fn, vals_dtype, failed: str):
+    """The numba return type of user reduce function ``fn`` for (m x kv) values of ``vals_dtype`` and
+    int64 counts, compiling it (None where it cannot be told: a function with explicit signatures). A
+    typing error of its own is a SchemaError starting with ``failed``, without numba's frames."""
     from numba import types
-    from numba.np.numpy_support import as_dtype, from_dtype
+    from numba.core.errors import NumbaError
+    from numba.np.numpy_support import from_dtype
     want = (types.Array(from_dtype(vals_dtype), 2, "C"), types.Array(types.int64, 1, "C"))
-    cres = fn.overloads.get(want)
-    ret = getattr(getattr(cres, "signature", None), "return_type", None)
+    try:
+        fn.compile(want)
+    except NumbaError as err:
+        raise SchemaError(f"{failed}: {err}") from None
+    except Exception:  # noqa: BLE001 - compilation disabled (explicit signatures): the kernel call tells
+        pass
+    return getattr(getattr(fn.overloads.get(want), "signature", None), "return_type", None)
+
+
+def _user_output_dtype(ret):
+    """The dtype of the values of a user reduce function's return type ``ret`` (None where it cannot
+    be told)."""
+    from numba import types
+    from numba.np.numpy_support import as_dtype
     if not isinstance(ret, types.BaseTuple) or not len(ret) or not isinstance(ret[0], types.Array):
         return None
     try:

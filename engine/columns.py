@@ -332,6 +332,17 @@ def _is_null(v) -> bool:
     return v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType")
 
 
+def na_row(col) -> int | None:
+    """The first row where a pandas nullable column (Int64, Float64, boolean, string, categorical: an
+    extension array or a Series of one) holds NA, or None. NumPy would turn its NAs into NaN (a float64
+    column) or pd.NA objects, and the error would then be about a dtype rather than a null."""
+    dt = getattr(col, "dtype", None)
+    if dt is None or isinstance(dt, np.dtype) or not hasattr(col, "isna"):
+        return None
+    na = np.asarray(col.isna(), bool)
+    return int(np.flatnonzero(na)[0]) if na.any() else None
+
+
 def whole(a: np.ndarray) -> np.ndarray:
     """bool mask: which values of a float array are finite whole numbers (what an int64 may take)."""
     with np.errstate(invalid="ignore"):
@@ -479,6 +490,9 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
         if col.__class__ is np.ndarray and col.dtype == np.int64 and dtype == "int64" and col.shape == (n,):
             data[i] = col  # (the common case, with nothing to check or convert)
             continue
+        na = na_row(col)
+        if na is not None:
+            raise SchemaError(f"{who} returned a null (NA) for column {name!r} at row {na}{_NULL}")
         arr = as_column(col)  # (a masked array stays one: encode_column refuses its nulls)
         if arr.ndim == 0:
             raise SchemaError(f"{who} returned a scalar ({col!r}) for column {name!r}; expected a column array "

@@ -12,13 +12,22 @@ from .engine.errors import ArgumentTypeError, SchemaError
 from .engine.kernels.times import bit_lengths
 
 
-def _collections(fn: str, **args):
+_COLUMNS = {"edges": ("src", "dst"), "roots": ("node",), "sources": ("source",)}  # what each argument reads
+
+
+def _collections(fn: str, edge_columns=("src", "dst"), **args):
     """Refuse what is not a collection of a dataflow block (an input session, a DataFrame) with what to
-    pass instead."""
+    pass instead, and a collection without a column the query reads (``edge_columns`` for ``edges``),
+    naming the query, argument and column rather than the internal operator that would fail on it."""
     for what, x in args.items():
         if not isinstance(x, Collection):
             raise ArgumentTypeError(f"graphs.{fn}: {what}: expected a Collection of the dataflow (df.input(NAME), "
                                     f"df.use(NAME) or a result of its operators), got {type(x).__name__}")
+        need = edge_columns if what == "edges" else _COLUMNS.get(what, ())
+        missing = [c for c in need if c not in x.schema.names]
+        if missing:
+            raise SchemaError(f"graphs.{fn}: {what} has no column {missing[0]!r}: it needs columns {list(need)}, "
+                              f"and has {list(x.schema.names)} (rename(old=new) them)")
 
 
 def bfs(edges, roots, memory: str = "full", drop=None):
@@ -141,7 +150,7 @@ def sssp(edges, sources, memory: str = "full", drop=None):
     (src, dst, w) with non-negative weights (int or float), ``sources`` (source). Output (source, node,
     dist): every node reachable from a source, with its distance (the paper's SPSP workload).
     ``memory`` is "full", "jod" or "drop" (with ``drop=kp.Drop(...)``): see ``Collection.ife``."""
-    _collections("sssp", edges=edges, sources=sources)
+    _collections("sssp", ("src", "dst", "w"), edges=edges, sources=sources)
     wt = edges.schema.dtype("w")
     if wt not in ("int64", "float64"):
         raise SchemaError(f"sssp: the weight column 'w' must be int64 or float64, not {wt}")
@@ -227,7 +236,7 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     label, dst), ``sources`` (source), ``transitions`` a list of (state, label, next state) with int
     states and the labels' dtype, ``accept`` the accepting states. Output (source, node): the nodes a
     path from the source reaches whose labels spell a word the automaton accepts."""
-    _collections("rpq", edges=edges, sources=sources)
+    _collections("rpq", ("src", "label", "dst"), edges=edges, sources=sources)
     label_dtype = edges.schema.dtype("label")
     for what, x in (("transitions", transitions), ("accept", accept)):
         if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):

@@ -819,7 +819,10 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
     """Phase 2 with a user function fn(values (m x kv), counts (m,)) -> (out (p x ko), counts (p,)).
     ``proto`` is an empty (0 x ko) array of the output dtype. Compiled per user function (not cached:
     the function is an argument). Also returns the first value the output dtype changed (its place,
-    -1 if none, and the value: a float for an int64 column) and whether a count reached ``MAX_MULT``."""
+    -1 if none, and the value: a float for an int64 column), whether a count reached ``MAX_MULT``, the
+    first count that is no integer (whether there is one and its value: a multiplicity is whole), and
+    ``shape``: (value rows, value columns, counts) of the first call that returned arrays of the wrong
+    shape, where the groups stopped, or -1s."""
     G = g_off.shape[0] - 1
     kv = uvals.shape[0]
     ko = proto.shape[1]
@@ -830,6 +833,9 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
     bad = -1  # the first output value the output dtype cannot hold (row * ko + column), and that value
     badv = 0.0
     over = False  # a count at or past the multiplicity bound
+    frac = False  # a count the int64 cast changed (a fraction, NaN), and the first such count
+    fracv = 0.0
+    shape = np.full(3, -1, np.int64)
     for g in range(G):
         des_off[g] = n
         a0 = g_off[g]
@@ -845,8 +851,11 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
             cnts[a] = acc_cnt[a0 + a]
         o, oc = fn(vals, cnts)
         p = o.shape[0]
-        if o.shape[1] != ko or oc.shape[0] != p:
-            raise ValueError("the reduce function returned arrays of the wrong shape")
+        if o.shape[1] != ko or oc.shape[0] != p:  # (reported by the caller, which knows the column names)
+            shape[0] = p
+            shape[1] = o.shape[1]
+            shape[2] = oc.shape[0]
+            break
         if n + p > out.shape[0]:
             cap = max(n + p, 2 * out.shape[0])
             bigger = np.empty((cap, ko), proto.dtype)
@@ -869,9 +878,12 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
             des_cnt[n + q] = oc[q]
             if oc[q] >= MAX_MULT or oc[q] <= -MAX_MULT:
                 over = True
+            elif not frac and des_cnt[n + q] != oc[q]:
+                frac = True
+                fracv = float(oc[q])
         n += p
     des_off[G] = n
-    return des_off, des_cnt[:n].copy(), out[:n].copy(), bad, badv, over
+    return des_off, des_cnt[:n].copy(), out[:n].copy(), bad, badv, over, frac, fracv, shape
 
 
 @kernel

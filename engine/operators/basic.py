@@ -109,8 +109,9 @@ class FilterOp(UserFunctionOp):
         for msg in self.take():
             def one(b):
                 keep = np.asarray(self.call(b))
-                if keep.ndim == 0:
-                    keep = np.broadcast_to(keep, (len(b),))
+                if keep.ndim == 0:  # not broadcast: which rows it kept would depend on batching and workers
+                    raise SchemaError(f"the filter function must return a boolean array of length {len(b)} (one "
+                                      f"per row), got a scalar ({keep.item()!r})")
                 if keep.shape != (len(b),) or keep.dtype.kind != "b":
                     raise SchemaError(f"the filter function must return a boolean array of length {len(b)}, "
                                       f"got dtype {keep.dtype} and shape {keep.shape}")

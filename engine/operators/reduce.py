@@ -337,9 +337,17 @@ class ReduceOp(Operator):
             uv = ivals[spec.user_cols]
             uv = np.ascontiguousarray(uv.view(np.float64) if spec.user_float else uv)
             proto = np.empty((0, spec.out_kv), np.float64 if spec.out_float else np.int64)
-            des_off, des_cnt, out, bad, badv, over = rk.reduce_apply_user(spec.fn, g_off, acc_row, acc_cnt, uv, proto)
+            des_off, des_cnt, out, bad, badv, over, frac, fracv, shape = rk.reduce_apply_user(
+                spec.fn, g_off, acc_row, acc_cnt, uv, proto)
+            if shape[0] >= 0:
+                raise ValueError(f"the reduce function returned values of shape ({shape[0]}, {shape[1]}) and "
+                                 f"counts of shape ({shape[2]},); expected values of shape (p, {spec.out_kv}), "
+                                 f"one column per output column {spec.out_names}, and p counts")
             if over:
                 raise multiplicity_overflow()
+            if frac:  # (as threshold's counts: truncating would drop or change rows silently)
+                raise ValueError(f"the reduce function returned the count {fracv!r}: counts are multiplicities, "
+                                 f"whole numbers (return them as integers)")
             if bad >= 0:
                 name, dt = spec.out_names[bad % spec.out_kv], spec.out_dtypes[bad % spec.out_kv]
                 raise ValueError(f"the reduce function returned {badv!r} for output column {name!r}, which the "
