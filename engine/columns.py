@@ -543,6 +543,20 @@ def check_rounds(rounds, n: int, kind: str) -> np.ndarray:
     return rounds.astype(np.int64, copy=False)
 
 
+def filter_mask(res, n: int) -> np.ndarray:
+    """What a filter function gives n rows: one boolean per row (the engine's and kp.spark.run's workers'
+    one check). One bool for all is refused, not spread: which rows it kept would depend on batching and
+    workers."""
+    keep = np.asarray(res)
+    if keep.ndim == 0:
+        raise SchemaError(f"the filter function must return a boolean array of length {n} (one per row), got "
+                          f"a scalar ({keep.item()!r})")
+    if keep.shape != (n,) or keep.dtype.kind != "b":
+        raise SchemaError(f"the filter function must return a boolean array of length {n}, got dtype "
+                          f"{keep.dtype} and shape {keep.shape}")
+    return keep
+
+
 def threshold_counts(fn, counts: np.ndarray) -> np.ndarray:
     """What a threshold function gives ``counts``: integers of their shape, each a multiplicity below 2**62
     (the engine's and kp.spark.run's workers' one check)."""

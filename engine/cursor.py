@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import form_arrays, may_meet
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, UsageError
 from .kernels import multiplicity_overflow
 from .kernels.merge import normalize_groups
 from .kernels import sort as sortk
@@ -168,7 +168,7 @@ class Cursor:
         if keys.ndim == 1 and kk in (None, 1):
             keys = keys.reshape(1, -1)
         if keys.ndim != 2 or (kk is not None and keys.shape[0] != kk):
-            raise ValueError(f"seek_keys takes the key columns as a {kk or 'kk'} x n array (one row per key "
+            raise UsageError(f"seek_keys takes the key columns as a {kk or 'kk'} x n array (one row per key "
                              f"column{', or a 1-D array for a one-column key' if kk in (None, 1) else ''}); got "
                              f"shape {keys.shape}")
         return self.seek(*probe_keys(keys))

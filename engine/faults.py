@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from .errors import UsageError
+
 POINTS = ("seal", "exchange", "merge", "operator_step", "scheduler")
 
 
@@ -38,7 +40,7 @@ def arm(name: str, times: int | None = 1, error: BaseException | None = None, ac
     """Make ``point(name)`` raise ``error`` (default InjectedFault) or call ``action()``: ``times`` times,
     or every time when None."""
     if name not in POINTS:
-        raise ValueError(f"unknown fault point {name!r}; points are {POINTS}")
+        raise UsageError(f"unknown fault point {name!r}; points are {POINTS}")
     with _lock:
         _armed[name] = _Arm(times, error, action)
 

@@ -110,7 +110,8 @@ class Engine:
         while read)."""
         self._live()
         if not isinstance(name, str) or not name:
-            raise UsageError(f"a dataflow's name must be a non-empty str, got {name!r}")
+            raise (UsageError if isinstance(name, str) else ArgumentTypeError)(
+                f"a dataflow's name must be a non-empty str, got {name!r}")
         if not replace and name in self.snapshot().dataflows:
             raise UsageError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first "
                              f"or replace it (eng.dataflow({name!r}, replace=True))")
@@ -125,7 +126,8 @@ class Engine:
         (imported here on first use: the engine itself knows nothing of Datalog)."""
         import importlib
         if name is not None and (not isinstance(name, str) or not name):
-            raise UsageError(f"a Datalog program's name must be a non-empty str (or None: datalogN), got {name!r}")
+            raise (UsageError if isinstance(name, str) else ArgumentTypeError)(
+                f"a Datalog program's name must be a non-empty str (or None: datalogN), got {name!r}")
         return importlib.import_module("kpgnb.datalog").install(self, text, inputs=inputs, name=name,
                                                                  materialize=materialize)
 

@@ -396,7 +396,7 @@ class TraceHandle:
         if frontier == self._logical:
             return
         if not self._logical.less_equal(frontier):
-            raise ValueError(f"logical compaction frontier may only advance: {self._logical} -> {frontier}")
+            raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {frontier}")
         self._logical = frontier
         self.trace._set_reader(self._key, frontier, self._physical)
 
@@ -414,7 +414,7 @@ class TraceHandle:
             self.set_physical_compaction(physical)
             return
         if not self._logical.less_equal(logical):
-            raise ValueError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
+            raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
         self._logical, self._physical = logical, physical
         self.trace._set_reader(self._key, logical, physical)
 
@@ -484,7 +484,7 @@ class TraceHandle:
                                         f"coordinate), got {at!r}")
             at = tuple(int(x) for x in parts)
             if len(at) != trace.depth:
-                raise ValueError(f"time {at} has depth {len(at)}; this trace's times have depth {trace.depth}")
+                raise UsageError(f"time {at} has depth {len(at)}; this trace's times have depth {trace.depth}")
             if not self._logical.dominates(at):
                 raise CompactedError(f"time {at} is not in advance of this reader's frontier {self._logical}: "
                                      "its history has been compacted")

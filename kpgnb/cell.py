@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from .cellerror import CellError, wrap
-from .engine.errors import DataflowError, KpgnbError, SchemaError, UsageError
+from .engine.errors import ArgumentTypeError, DataflowError, KpgnbError, SchemaError, UsageError
 from .handle import DataflowHandle
 
 PROGRESS_AFTER_S = 2.0   # a wait longer than this shows a progress line (stderr), refreshed each second
@@ -112,7 +112,7 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
                          f"(.export('name')) and import it here with df.use('name')")
     kind = _frame_kind(obj)
     if kind is None:
-        raise UsageError(f"{flag}: {var} is a {type(obj).__name__}; expected a pandas or Spark DataFrame, "
+        raise ArgumentTypeError(f"{flag}: {var} is a {type(obj).__name__}; expected a pandas or Spark DataFrame, "
                          f"an Arrow table, a dict of arrays or an input session")
     sources = _loaded.setdefault(eng, {})
     existing = eng.inputs().get(var)

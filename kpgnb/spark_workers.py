@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .engine.columns import (Schema, SymbolTable, check_rounds, decode_column, encode_outputs, flat_map_how,
-                             flat_map_rows, threshold_counts)
+from .engine.columns import (Schema, SymbolTable, check_rounds, decode_column, encode_outputs, filter_mask,
+                             flat_map_how, flat_map_rows, threshold_counts)
 from .engine.errors import KpgnbError, SchemaError
 
 D = "_d"           # the multiplicity column
@@ -80,13 +80,7 @@ class UserBatches:
                 with np.errstate(all="ignore"):
                     res = self.fn(**args)
                 if self.kind == "filter":
-                    keep = np.asarray(res)
-                    if keep.ndim == 0:
-                        keep = np.broadcast_to(keep, (n,))
-                    if keep.shape != (n,) or keep.dtype.kind != "b":
-                        raise SchemaError(f"the filter function must return a boolean array of length {n}, "
-                                          f"got dtype {keep.dtype} and shape {keep.shape}")
-                    yield rb.filter(pa.array(keep))
+                    yield rb.filter(pa.array(filter_mask(res, n)))  # the engine's check
                 elif self.kind in ("enter_at", "delay"):
                     rounds = check_rounds(res, n, self.kind)  # the engine's check
                     yield pa.RecordBatch.from_arrays(list(rb.columns) + [pa.array(rounds)],

@@ -105,8 +105,6 @@ def _flat_map_outcome(workers, rows, fn):
         return ("rows", _rows(v))
 
 
-@pytest.mark.xfail(strict=True, reason="flat_map without repeat= decides counts-or-index per shard call: a "
-                                       "program W=1 runs fails at W=4 when one shard's rows are ambiguous")
 @pytest.mark.parametrize("workers", [4, 8])
 def test_flat_map_without_repeat_works_at_every_worker_count_where_it_works_at_one(workers):
     """README: results are identical for every W; flat_map's ``repeat`` left out is decided by the first
@@ -128,8 +126,6 @@ def _reverse_index(k, r, v):
     return {"k": k[::-1], "v": v[::-1]}, np.arange(len(k))[::-1]
 
 
-@pytest.mark.xfail(strict=True, reason="flat_map without repeat=: a first call that reads both ways is refused "
-                                       "at W=1 but accepted at W>=4 when each shard holds one row")
 @pytest.mark.parametrize("workers", [4, 16])
 def test_flat_map_that_cannot_be_told_is_refused_at_every_worker_count(workers):
     """tests/test_runtime.py's case (3 rows, the index [2, 1, 0]: also valid counts, with other rows) at

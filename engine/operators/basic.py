@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..batch import Batch, form_arrays, may_meet, merge_arrays
-from ..columns import (SchemaError, UpdateBatch, check_rounds, decode_column, encode_outputs, flat_map_how,
-                       flat_map_rows)
+from ..columns import (SchemaError, UpdateBatch, check_rounds, decode_column, encode_outputs, filter_mask,
+                       flat_map_how, flat_map_rows)
 from ..dataflow import Batches, Operator, Updates
 from ..kernels.rows import is_identity
 from ..lattice import Antichain
@@ -29,8 +29,6 @@ def _per_shard(rt, fn, shards):
     for i, r in zip(work, res):
         out[i] = r
     return out
-
-
 
 
 class UserFunctionOp(Operator):
@@ -108,13 +106,7 @@ class FilterOp(UserFunctionOp):
     def step(self, rt):
         for msg in self.take():
             def one(b):
-                keep = np.asarray(self.call(b))
-                if keep.ndim == 0:  # not broadcast: which rows it kept would depend on batching and workers
-                    raise SchemaError(f"the filter function must return a boolean array of length {len(b)} (one "
-                                      f"per row), got a scalar ({keep.item()!r})")
-                if keep.shape != (len(b),) or keep.dtype.kind != "b":
-                    raise SchemaError(f"the filter function must return a boolean array of length {len(b)}, "
-                                      f"got dtype {keep.dtype} and shape {keep.shape}")
+                keep = filter_mask(self.call(b), len(b))
                 return b if keep.all() else b.take(np.flatnonzero(keep))
             self._send_rows(_per_shard(rt, one, msg.shards), msg.lower)
 
@@ -150,6 +142,15 @@ class FlatMapOp(UserFunctionOp):
                 if len(idx) == len(b) and is_identity(np.ascontiguousarray(idx, np.int64)):
                     return UpdateBatch(data, b.times, b.diffs)  # every row kept, in order
                 return UpdateBatch(data, b.times[idx], b.diffs[idx])
+            parts = [b for b in msg.shards if b is not None and len(b)]
+            if self.repeat is None and len(parts) > 1:
+                # undecided: one call on the step's rows together, as one worker makes it, so that what the
+                # first call tells (counts or an index, or neither) does not depend on how rows fall into shards
+                one_call = one(UpdateBatch(np.concatenate([b.data for b in parts], axis=1),
+                                           np.concatenate([b.times for b in parts]),
+                                           np.concatenate([b.diffs for b in parts])))
+                self._send_rows([one_call] + [None] * (len(msg.shards) - 1), msg.lower)
+                continue
             self._send_rows(_per_shard(rt, one, msg.shards), msg.lower)
 
 

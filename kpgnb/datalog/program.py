@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.collection import Arranged
-from ..engine.errors import DatalogError, KpgnbError, UnknownNameError, UsageError
+from ..engine.errors import ArgumentTypeError, DatalogError, EngineError, KpgnbError, UnknownNameError, UsageError
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate, ground_defined
 from .errors import at
@@ -30,7 +30,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
     from ..cell import drop_loaded, input_for, seal_loaded
     program = parse(text)
     if inputs is not None and not isinstance(inputs, dict):
-        raise UsageError(f"inputs= maps predicates to what they read (an engine input's name, an exported "
+        raise ArgumentTypeError(f"inputs= maps predicates to what they read (an engine input's name, an exported "
                          f"arrangement's name, an input session or a DataFrame), got a {type(inputs).__name__}")
     _check_bindings(program, inputs)
     bound, created = {}, []   # pred -> Source
@@ -265,6 +265,8 @@ class Program:
         return info is not None and self._install is not None and info.serial == self._install.serial
 
     def _check_installed(self, what: str):
+        if self.engine.closed:
+            raise EngineError("the engine is closed")
         if self._dropped or not self._installed():
             anew = self.name in self.engine.snapshot().dataflows
             again = " (a dataflow of its name is installed anew)" if anew else ""
@@ -361,11 +363,17 @@ class Goal:
                 return goal, whole
 
     def _upstream(self) -> list:
-        """The open engine inputs the goal's dataflow reads (directly or through imports), but its own."""
+        """The open engine inputs the goal's dataflow reads (directly or through imports), but its own, and
+        every input of its program: a binding lends them all its epoch, so the program's inputs move on
+        together, whichever goals are asked (lent one goal's inputs at a time, they drift apart, and a
+        binding sealed at the furthest one waits for the others' owners to catch up)."""
         eng = self.program.engine
         sessions = eng.inputs()
-        info = eng.snapshot().dataflows.get(self.name)
-        names = info.sources if info is not None else ()
+        snap = eng.snapshot()
+        names = set()
+        for df in (self.name, self.program.name):
+            info = snap.dataflows.get(df)
+            names |= set(info.sources) if info is not None else set()
         return [sessions[n] for n in names if n in sessions and n != self._session.name and not sessions[n].closed]
 
     def _rows(self, values):
