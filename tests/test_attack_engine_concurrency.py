@@ -179,10 +179,20 @@ def test_follow_from_mid_stream_reconstructs_every_epoch(workers):
         done = threading.Event()
 
         def consume(f):
-            for fr in f:
-                frames.append(fr)
-                if fr.empty is False and len(frames) and done.is_set() and f.epoch is not None and f.epoch >= 80:
+            # an epoch that changes nothing in the view yields no frame: when the last ones do not, the
+            # follower's epoch reaches 80 inside a next() that then waits for a change that never comes, so
+            # the reader polls with a short timeout and reads the follower's epoch (bounded: 60 s in all)
+            end = time.monotonic() + 60
+            while time.monotonic() < end:
+                try:
+                    fr = next(f)
+                except TimeoutError:
+                    if f.epoch is not None and f.epoch >= 80:
+                        break
+                    continue
+                except StopIteration:
                     break
+                frames.append(fr)
                 if f.epoch is not None and f.epoch >= 80:
                     break
 
@@ -200,7 +210,7 @@ def test_follow_from_mid_stream_reconstructs_every_epoch(workers):
                 s.advance_to(e + 1)
             if e == 25:
                 eng.wait(view)
-                f = view.follow(timeout=60)
+                f = view.follow(timeout=0.5)
                 t = threading.Thread(target=consume, args=(f,))
                 t.start()
         done.set()
