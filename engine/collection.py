@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Schema, SchemaError, as_column, check_name, infer_dtype, is_int, na_row
+from .columns import Schema, SchemaError, as_column, check_name, is_int, na_row, value_dtype
 from .dataflow import Site
 from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
@@ -218,7 +218,9 @@ class Collection:
                         arr = np.asarray(one[n])
                         if arr.ndim == 1 and arr.size:
                             try:
-                                dtypes[i] = infer_dtype(arr)
+                                # (nulls only say nothing of the type: the default, int64; rows that hold
+                                # nulls are then refused as nulls, and other values by the dtype they ask for)
+                                dtypes[i] = value_dtype(arr) or "int64"
                             except SchemaError:
                                 pass
                 schema = Schema(schema.names, tuple(dtypes))
@@ -439,28 +441,30 @@ class Collection:
         if callable(by) and fn is None:
             by, fn = None, by
         if not callable(fn):
-            raise SchemaError("threshold needs fn=, a function from an int64 array of counts to counts")
+            raise ArgumentTypeError(f"threshold needs fn=, a function from an int64 array of counts to counts, not "
+                                    f"{type(fn).__name__} ({fn!r})")
         by = list(self.schema.names) if by is None else _names(by, "by")
         return self._reduce(by, [], ReduceSpec(rk.THRESHOLD, 0, fn=fn), [], [], "threshold")
 
-    def _by_col(self, first, by, col, what):
+    def _by_col(self, first, by, col, what, col_arg="col"):
         """(by, col) for the reductions over one column: ``f(by=, col=)`` (DESIGN), positionally
         ``f(by, col)``, and ``f("x")``, which reduces column x over the whole collection. ``first`` is
         the positional first argument (positional-only, so that ``f(by="k")`` without col= is an error,
         not a reduction of column k)."""
         self._live()
         if first is not None:
-            if by is not None:
-                raise SchemaError(f"{what} got by twice: as its first argument and as by=")
             if col is None and isinstance(first, str):
-                first, col = (), first
-            by = first
+                col = first  # f("x") or f("x", by=...): column x
+            elif by is not None:
+                raise SchemaError(f"{what} got by twice: as its first argument and as by=")
+            else:
+                by = first
         if by is None:
             by = ()
         if col is None:
-            raise SchemaError(f"{what} needs col=, the column to reduce")
+            raise SchemaError(f"{what} needs {col_arg}=, the column to reduce")
         if not isinstance(col, str):
-            raise SchemaError(f"col must be a column name, got {col!r}")
+            raise SchemaError(f"{what}: {col_arg} must be a column name, got {col!r}")
         self._check([col])
         by = _names(by, "by")
         if col in by:
@@ -495,8 +499,8 @@ class Collection:
         """Largest ``col`` per group, among the rows of positive multiplicity (value order as in ``min``)."""
         return self._extreme(rk.MAX, first, by, col, "max")
 
-    def _rows(self, op, first, by, col, name, k=0, desc=False):
-        by, col = self._by_col(first, by, col, name)
+    def _rows(self, op, first, by, col, name, k=0, desc=False, col_arg="col"):
+        by, col = self._by_col(first, by, col, name, col_arg)
         rest = [n for n in self.schema.names if n not in by]
         spec = ReduceSpec(op, len(rest), rest.index(col), self._mode(col), k=k, desc=desc,
                           symbols=self.builder.engine.symbols, modes=[self._mode(n) for n in rest])
@@ -526,8 +530,11 @@ class Collection:
             raise ArgumentTypeError(f"top_k's k is a number of rows (an int >= 1), not {type(k).__name__} ({k!r})")
         if not is_int(k) or k < 1:
             raise SchemaError(f"top_k needs k >= 1, got {k!r}")
+        if not isinstance(descending, (bool, np.bool_)):
+            raise ArgumentTypeError(f"top_k's descending is True or False, not {type(descending).__name__} "
+                                    f"({descending!r})")
         k = min(int(k), np.iinfo(np.int64).max)  # (no group holds more rows: larger k keep them all too)
-        return self._rows(rk.TOPK, None, by, order_by, "top_k", k=k, desc=bool(descending))
+        return self._rows(rk.TOPK, None, by, order_by, "top_k", k=k, desc=bool(descending), col_arg="order_by")
 
     def reduce(self, by, fn, columns, out: dict | None = None) -> "Arranged":
         """A general reduction: fn(values (m x len(columns)), counts (m,)) -> (out values (p x len(out)),
@@ -603,7 +610,8 @@ class Collection:
         to a fixed point or for ``rounds`` rounds. ``agg`` is min, max or sum; ``message`` names its
         arguments by column (the state's ``value``, edge payload columns, ``degree`` for the sender's
         out-degree) and returns the candidates, or (candidates, keep mask: one boolean per candidate,
-        or one for all; another shape is an error); edge columns it does not name are not read, and edges
+        or one for all; another shape is an error); edge columns it does not name are not read (a parameter
+        named like the state's ``value`` is the state, not an edge column of that name), and edges
         arranged by ``src`` with the columns it reads first among the values (a keyed input) are read in
         place, not arranged again. ``memory`` is "full"
         (join + reduce in ``iterate``), "jod" (join on demand: no join output kept) or "drop" (also drops
@@ -830,7 +838,7 @@ def _out_schema_of(result, who, site, n_rows: int) -> Schema:
                               f"{n_rows} rows); for a constant use np.full(len(<a column>), value)")
         names.append(n)
         try:
-            dtypes.append(infer_dtype(arr))
+            dtypes.append(value_dtype(arr) or "int64")  # (nulls only say nothing of the type: the default)
         except SchemaError as e:
             raise SchemaError(f"the {who} function at {site} returned column {n!r}: {e}") from None
     return Schema(tuple(names), tuple(dtypes))

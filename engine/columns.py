@@ -53,6 +53,14 @@ def check_name(name, call: str, of: str):
     raise ArgumentTypeError(f"{call} takes the name of {of}, a str, not a {type(name).__name__}{hint}")
 
 
+def _one_dtype(dtypes) -> bool:
+    """Whether a ``dtypes`` argument is one dtype (a name, a type, a NumPy or pandas dtype) rather than one
+    per column: a str would otherwise be read letter by letter, and a type cannot be iterated."""
+    if isinstance(dtypes, (str, type, np.dtype)):
+        return True
+    return not isinstance(dtypes, (dict, list, tuple)) and hasattr(dtypes, "kind") and hasattr(dtypes, "name")
+
+
 def normalize_dtype(dtype) -> str:
     if dtype in (int, np.int64):
         return "int64"
@@ -78,6 +86,9 @@ class Schema:
     def __post_init__(self):
         if len(self.names) != len(self.dtypes):
             raise SchemaError("a schema needs one dtype per column")
+        for n in self.names:  # (first: a list or dict as a name cannot be hashed for the duplicate check)
+            if not isinstance(n, str):
+                raise SchemaError(f"column name {n!r} ({type(n).__name__}) must be a str, a Python identifier")
         if len(set(self.names)) != len(self.names):
             dup = sorted({n for n in self.names if self.names.count(n) > 1})
             raise SchemaError(f"duplicate column names: {dup}")
@@ -92,6 +103,11 @@ class Schema:
     @classmethod
     def of(cls, names, dtypes=None) -> "Schema":
         names = tuple(names)
+        if dtypes is not None and _one_dtype(dtypes):  # one dtype for every column (as pandas' dtype=float)
+            dtypes = (normalize_dtype(dtypes),) * len(names)
+        elif dtypes is not None and not isinstance(dtypes, dict) and not hasattr(dtypes, "__iter__"):
+            raise ArgumentTypeError(f"dtypes must be a dtype per column (a list, or a dict by column name) or one "
+                                    f"dtype for all of them, not {type(dtypes).__name__} ({dtypes!r})")
         if dtypes is None:
             dtypes = ("int64",) * len(names)
         elif isinstance(dtypes, dict):
@@ -263,12 +279,52 @@ def as_column(values) -> np.ndarray:
     int64 among negatives) as objects, which the encoding then refuses by row instead of rounding."""
     if isinstance(values, np.ndarray):
         return values
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # sequences of several lengths among the values: kept whole, refused by row
+        return object_column(values)
     if arr.dtype.kind == "U" or (arr.dtype.kind == "f" and arr.ndim == 1 and
                                  all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
                                      for v in values)):
         return np.asarray(values, dtype=object)
     return arr
+
+
+def object_column(values) -> np.ndarray:
+    """A Python sequence as a 1-D object array, each value kept whole: NumPy would make a 2-D array of values
+    that are sequences of one length (a tuple, a list, an array or bytes per row)."""
+    if not hasattr(values, "__len__"):
+        values = list(values)
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
+def _nested(v) -> bool:
+    """Whether a value is a sequence (or bytes) rather than one value: what no column holds."""
+    if isinstance(v, (str, np.generic)):
+        return False
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return True
+    try:
+        return np.ndim(v) != 0
+    except Exception:  # noqa: BLE001 - NumPy cannot shape it (ragged sequences): a sequence
+        return True
+
+
+def _not_one_value(values, arr, dtype: str, name: str) -> SchemaError:
+    """The error for a column NumPy read as more than one-dimensional: the row whose value is a sequence."""
+    if not isinstance(values, np.ndarray):
+        for i, v in enumerate(values):
+            if _nested(v):
+                what = "bytes" if isinstance(v, (bytes, bytearray, memoryview)) else "a sequence"
+                return SchemaError(f"column {name!r} is {dtype} but row {i} holds {_show(v)} ({type(v).__name__}), "
+                                   f"{what}; expected one {dtype} value per row")
+    return SchemaError(f"column {name!r} is {dtype} and takes one value per row (a one-dimensional column), "
+                       f"got shape {arr.shape}")
+
+
+def _show(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
@@ -284,6 +340,8 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
             i, why = next((i, w) for i, w in enumerate(map(text_problem, arr.tolist())) if w is not None)
             raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
     arr = as_column(values)  # (a list mixing numbers and str stays objects: the error names the row)
+    if arr.ndim != 1:  # values that are sequences (NumPy would unwrap or broadcast them)
+        raise _not_one_value(values, arr, dtype, name)
     if arr.dtype.kind in "MmSV":  # times, durations, bytes, raw records: not numbers, whatever NumPy casts
         what = {"M": "date/time", "m": "duration", "S": "bytes", "V": "raw"}[arr.dtype.kind]
         hint = "; convert them first (e.g. .astype('int64') for nanoseconds)" if arr.dtype.kind in "Mm" else ""
@@ -356,7 +414,12 @@ def _strict_bool(v):
 
 
 def _as_object(values, name):
-    arr = np.asarray(values, dtype=object)
+    if isinstance(values, (list, tuple)):
+        return object_column(values)  # (values that are sequences stay whole: refused by row)
+    try:
+        arr = np.asarray(values, dtype=object)
+    except ValueError:
+        arr = object_column(values)
     if arr.ndim != 1:
         raise SchemaError(f"column {name!r} must be one-dimensional, got shape {arr.shape}")
     return arr
@@ -371,8 +434,11 @@ def _convert_object(arr, name, dtype, conv):
             if dtype == "int64" and isinstance(v, float) and not v.is_integer():
                 why = ", which is not an integer"
                 raise ValueError
-            if isinstance(v, (str, bytes, bytearray)) or type(v).__module__ == "datetime":
+            if isinstance(v, (str, bytes, bytearray, memoryview)) or type(v).__module__ == "datetime":
                 raise ValueError  # (int() would parse text and bytes; times are not numbers)
+            if hasattr(v, "__len__") and not (isinstance(v, np.ndarray) and v.ndim == 0):
+                why = f", a sequence; expected one {dtype} value per row"  # (float() takes a 1-element array)
+                raise ValueError
             if dtype == "int64":
                 v_int = conv(v)
                 if v_int != v:  # Decimal("1.5"), Fraction(3, 2): int() would truncate
@@ -412,11 +478,42 @@ def user_column(ints: np.ndarray, dtype: str) -> np.ndarray:
     return ints
 
 
+def first_value(arr: np.ndarray):
+    """The first value of an object array that is not a null (None, NA, NaT; a NaN is a float value), or
+    ``_NO_VALUE``. (Iterated: a column rarely starts with many nulls.)"""
+    return next((v for v in arr.reshape(-1) if not _null_object(v)), _NO_VALUE)
+
+
+def _null_object(v) -> bool:
+    return _is_null(v) and not isinstance(v, float)
+
+
+_NO_VALUE = object()
+
+
+def first_null(arr: np.ndarray) -> int | None:
+    """The first row of an object array holding a null (None, NA; a NaN is a float value), or None."""
+    if arr.dtype.kind != "O":
+        return None
+    return next((i for i, v in enumerate(arr.reshape(-1)) if _null_object(v)), None)
+
+
+def value_dtype(arr: np.ndarray) -> str | None:
+    """The column dtype an array a user function returned asks for, or None where it says nothing: an
+    object array of nulls only (its nulls are refused as nulls when encoded, whatever the dtype)."""
+    if arr.dtype.kind == "O" and arr.size and first_value(arr) is _NO_VALUE:
+        return None
+    return infer_dtype(arr)
+
+
 def infer_dtype(arr: np.ndarray) -> str:
-    """The column dtype for an array a user function returned (object arrays by their first value)."""
+    """The column dtype for an array a user function returned (object arrays by their first value that is
+    not a null; one of nulls only as str)."""
     kind = arr.dtype.kind
     if kind == "O" and arr.size:
-        first = arr.reshape(-1)[0]
+        first = first_value(arr)
+        if first is _NO_VALUE:
+            return "str"
         if isinstance(first, (bool, np.bool_)):
             return "bool"
         if isinstance(first, (int, np.integer)):
@@ -499,9 +596,13 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
                               f"of length {n} (one value per row); for a constant use np.full({n}, value)")
         if arr.shape != (n,):
             raise SchemaError(f"{who} returned column {name!r} of shape {arr.shape}; expected ({n},)")
-        got = infer_dtype(arr) if arr.size else dtype
+        got = (value_dtype(arr) if arr.size else None) or dtype  # (nulls only: refused as nulls below)
         if got != dtype and not (dtype == "float64" and got in ("int64", "bool")) \
                 and not (dtype == "int64" and got == "bool"):
+            null = first_null(arr)
+            if null is not None:  # (a null says nothing of the dtype: refused as what it is)
+                raise SchemaError(f"{who} returned a null ({arr.reshape(-1)[null]!r}) for column {name!r} at row "
+                                  f"{null}{_NULL}")
             if inferred:
                 hint = ", ".join(f"{c!r}: {got if c == name else d!r}" for c, d in zip(schema.names, schema.dtypes))
                 hint = hint.replace(f"{name!r}: {got}", f"{name!r}: {got!r}")

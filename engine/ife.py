@@ -67,7 +67,8 @@ def _message_adapter(message, value, payload, who):
         if p.name not in allowed and p.default is p.empty:
             raise SchemaError(f"{who}: message parameter {p.name!r} is not the state column {value!r}, an edge "
                               f"payload column {list(payload)} or 'degree'")
-    wants = [p for p in payload if p in params]
+    wants = [p for p in payload if p in params and p != value]  # (the state's name is the state: an edge
+    # column of that name is not read)
     degree = "degree" in params
     if degree and "degree" in (value, *payload):
         raise SchemaError(f"{who}: message parameter 'degree' is both the sender's out-degree and the "

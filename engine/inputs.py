@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import Schema, SchemaError, SymbolTable, encode_column, text_problem, whole
+from .columns import Schema, SchemaError, SymbolTable, encode_column, object_column, text_problem, whole
 from .kernels import MAX_MULT
 
 
@@ -244,9 +244,10 @@ def _pandas_column(series, dtype):
             return values
         return Coded(codes, uniques, nulls="null (None, NaN or NA)")
     dtype = getattr(series, "dtype", None)  # (a duplicated column name gives a frame)
-    kind = getattr(dtype, "kind", "")
-    masked = kind in ("i", "u", "b") or (kind == "f" and not isinstance(dtype, np.dtype))
-    if masked and series.hasnans:  # a nullable integer, boolean or float column (Int64, Float64) with NA
+    # a pandas extension column (Int64, Float64, boolean, categorical, Arrow-backed) with NA: a null, which
+    # NumPy would make a NaN value (a float column would take it) or an NA object
+    masked = dtype is not None and not isinstance(dtype, np.dtype)
+    if masked and series.hasnans:
         i = int(np.flatnonzero(np.asarray(series.isna()))[0])
         raise SchemaError(f"column {str(series.name)!r} holds a null (NA) at row {i}; kpgnb columns cannot hold "
                           f"nulls: drop or fill them first (e.g. df.dropna() or df.fillna(...))")
@@ -362,13 +363,13 @@ def _from_tuples(rows, schema: Schema, symbols) -> np.ndarray:
                 raise SchemaError(f"row {i} has {len(r)} values; expected 1 value for column {schema.names[0]!r} "
                                   f"(a row is a 1-tuple or the value itself)")
         rows = [r[0] if isinstance(r, (tuple, list)) else r for r in rows]
-        return _encode_all([np.array(rows, dtype=object) if schema.dtypes[0] == "str" else rows], schema, symbols)
+        return _encode_all([object_column(rows) if schema.dtypes[0] == "str" else rows], schema, symbols)
     for i, r in enumerate(rows):
         if not isinstance(r, (tuple, list)) or len(r) != k:
             got = f"{len(r)} values" if isinstance(r, (tuple, list)) else f"{type(r).__name__} {r!r}"
             raise SchemaError(f"row {i} has {got}; expected {k} values for columns {list(schema.names)}")
     cols = list(zip(*rows)) if rows else [()] * k
-    return _encode_all([np.array(c, dtype=object) if d == "str" else list(c) for c, d in zip(cols, schema.dtypes)],
+    return _encode_all([object_column(c) if d == "str" else list(c) for c, d in zip(cols, schema.dtypes)],
                        schema, symbols, len(rows))
 
 

@@ -52,6 +52,7 @@ class Engine:
         self.symbols = SymbolTable()
         self._lock = threading.Lock()
         self._inputs: dict = {}
+        self._loading: set = set()  # names of inputs whose first rows are being read (not inputs yet)
         self._pool = WorkerPool(self.workers)
         self._scheduler = Scheduler(self._pool)
         self._closed = False
@@ -80,16 +81,24 @@ class Engine:
             self._forget_dropped()
             if name in self._inputs:
                 raise UsageError(f"an input named {name!r} exists already")
+            if name in self._loading:
+                raise UsageError(f"an input named {name!r} is being created (its rows are being read) by "
+                                 f"another call")
             session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
                                    lambda: self._closed, nkey)
-            self._inputs[name] = session
-        if rows is not None:
-            try:
-                session.insert(rows)  # buffered only: nothing reached the scheduler if it fails
-            except BaseException:
-                with self._lock:
-                    self._inputs.pop(name, None)
-                raise
+            if rows is None:
+                self._inputs[name] = session
+                return session
+            self._loading.add(name)  # the name is taken, the input not there yet: no dataflow reads it and
+        loaded = False               # no thread writes it before its rows are in
+        try:
+            session.insert(rows)  # buffered only: nothing reached the scheduler if it fails
+            loaded = True
+        finally:
+            with self._lock:
+                self._loading.discard(name)
+                if loaded:
+                    self._inputs[name] = session
         return session
 
     def inputs(self) -> dict:
@@ -356,6 +365,7 @@ class Engine:
         errors, e.g. ``bfs: min#12``; ``kind``; ``busy_s``, seconds its steps took; ``steps``), busiest
         first. Read while the engine runs: each figure is at most one step old."""
         check_name(name, "eng.operator_stats", "a dataflow")
+        self._live()
         df = self._scheduler.dataflows.get(name)
         if df is None:  # a replaced or dropped dataflow kept (as NAME~k) while others read its exports
             df = next((d for d in list(self._scheduler.retired) if d.name == name), None)
@@ -381,6 +391,7 @@ class Engine:
         [edges[i-1], edges[i]), the last at or above edges[-1]); ``latency.ccdf(counts)`` gives its
         complementary CDF. Raises UnknownNameError for a dataflow that is not installed."""
         check_name(name, "eng.latency_histogram", "a dataflow")
+        self._live()
         snap = self.snapshot()
         info = snap.dataflows.get(name) or snap.retired.get(name)
         if info is None:

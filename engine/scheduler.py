@@ -311,7 +311,7 @@ class Scheduler:
         for df in list(self.dataflows.values()) + self.retired:
             df.release()
             for f in list(df.followers):
-                f.end(None)
+                f.end(EngineError("the engine is closed"))
         self.dataflows.clear()
         self.retired.clear()
         self.catalog.clear()

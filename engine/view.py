@@ -148,6 +148,10 @@ class View:
                 raise UsageError(f"view {self.name!r} holds rows with negative multiplicity; read it with "
                                  f"diffs=True")
             if not (cnt == 1).all():
+                if cnt.sum(dtype=np.float64) > MAX_LISTED:
+                    raise UsageError(f"view {self.name!r} holds {cnt.sum(dtype=np.float64):.4g} rows counting "
+                                     f"multiplicity (a row {int(cnt.max())} times), more than can be listed one by "
+                                     f"one; read it with diffs=True (each row once, with its multiplicity)")
                 idx = np.repeat(np.arange(len(cnt)), cnt)
                 data, cnt = data[:, idx], cnt[idx]
         return data, cnt, upto
@@ -361,6 +365,9 @@ def raise_failure(dataflow: str, error: BaseException):
     raise DataflowError(f"dataflow {dataflow!r} failed: {error}") from error
 
 
+MAX_LISTED = 2 ** 32  # rows a read lists one by one (repeated by multiplicity) at most
+
+
 class Follower:
     """The receiving end of ``View.follow``. The scheduler calls ``start``, ``deliver`` and ``end``;
     the consumer iterates. Decoding happens on the consumer's thread."""
@@ -377,6 +384,7 @@ class Follower:
         self._error: BaseException | None = None
         self._closed = False
         self._unborn = False  # started before the view's first answerable epoch was final
+        self._complete = False  # the last frame is queued (every input closed): nothing can fail it now
 
     # scheduler side
     def start(self, snap):
@@ -415,15 +423,18 @@ class Follower:
             self._put(("changes", parts, None, None, upper))
 
     def end(self, error: BaseException | None):
+        """No more frames: the view was dropped or failed (``error``), or the engine closed (an EngineError,
+        unless every frame is queued already: then the stream ends as it would have)."""
         with self._cond:
             self._ended = True
-            self._error = error
+            self._error = None if self._complete else error
             self._cond.notify_all()
 
     def _put(self, item):
         with self._cond:
             if not self._closed:  # (a closed follower the user still holds buffers nothing)
                 self._items.append(item)
+                self._complete = not item[4].elements
                 self._cond.notify_all()
 
     @property
@@ -533,6 +544,8 @@ class Subscription:
             for item in self.follower:
                 self.fn(item)
         except BaseException as e:  # noqa: BLE001 - kept for the owner to inspect
+            if isinstance(e, EngineError) and self.follower.view.engine.closed:
+                return  # (the engine closed: the stream ended, no fault of the subscriber's)
             self.error = e
             warnings.warn(f"the subscription to view {self.follower.view.name!r} stopped: "
                           f"{type(e).__name__}: {e} (kept in its .error)", RuntimeWarning, stacklevel=1)

@@ -18,7 +18,8 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from .cellerror import CellError, wrap
+from .cellerror import CellError
+from .cellerror import wrap as _wrap
 from .engine.errors import ArgumentTypeError, DataflowError, KpgnbError, SchemaError, UsageError
 from .handle import DataflowHandle
 
@@ -86,8 +87,10 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
     """The engine input a namespace value stands for, and the session if this call created it. An
     InputSession is itself; a DataFrame (pandas, Spark, Arrow table, dict of arrays) becomes an input
     named after its variable, its rows loaded (not yet sealed: ``seal_loaded`` does that once the
-    dataflow is installed) and kept, so later cells reuse (and may change) it. ``flag`` names the option
-    in errors (``inputs=`` from ``eng.datalog``)."""
+    dataflow is installed) and kept, so later cells reuse (and may change) it. Another value of the
+    variable (the frame made again after ``%reset``) is refused while an installed dataflow reads the input
+    loaded from the earlier one, and replaces it (a line says so) once none does. ``flag`` names the option
+    in errors (``inputs=`` from ``eng.datalog``, which never replaces an input)."""
     from .engine.session import InputSession
     if isinstance(obj, InputSession):
         if obj.dropped:
@@ -122,15 +125,20 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         src = sources.get(var)
         if src is not None and src.is_(obj):
             return var, None
-        if flag == "inputs=":  # eng.datalog: the input is named after the predicate
-            raise UsageError(f"inputs=: an engine input named {var!r} exists already"
-                             + (" (loaded from another DataFrame)" if src is not None else "")
-                             + f"; bind the predicate to it by name (inputs={{{var!r}: {var!r}}}), or drop it "
-                             f"first (eng.drop_input({var!r}))")
-        raise UsageError(f"{flag}: an engine input named {var!r} exists already"
-                         + (", loaded from an earlier value of the variable" if src is not None else "")
-                         + f". Change it through kp.input({var!r}).insert/remove, or load this value under "
-                         f"another name")
+        readers = _readers(eng, var)
+        if src is not None and not readers and flag != "inputs=":
+            # loaded by a cell from an earlier value of the variable (before %reset, say) and read by no
+            # installed dataflow any more (their cells dropped): released, and this value loaded instead
+            try:
+                eng.drop_input(var)
+            except KpgnbError:  # (a dataflow reading it was installed meanwhile: refused below)
+                readers = _readers(eng, var)
+            else:
+                sources.pop(var, None)
+                print(f"input {var!r}: the rows loaded from an earlier value of {var!r} are released (no "
+                      f"dataflow reads them any more); loading its value now")
+        if var in eng.inputs():
+            _refuse_existing(eng, var, flag, src, readers)
     if kind in ("spark", "arrow"):  # Arrow all the way: strings dictionary-encoded, interned once
         from . import spark
         session = spark.input_from(eng, var, obj, advance=False)
@@ -139,6 +147,35 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         session = eng.input(var, columns, dtypes, rows=obj)
     sources[var] = _Source(obj)
     return var, session
+
+
+def _readers(eng, name: str) -> list:
+    """The installed dataflows that read input ``name`` (also replaced or dropped ones still kept)."""
+    try:
+        snap = eng.snapshot()
+    except KpgnbError:
+        return []
+    return sorted({info.name for info in [*snap.dataflows.values(), *snap.retired.values()]
+                   if name in info.sources})
+
+
+def _refuse_existing(eng, var: str, flag: str, src, readers: list):
+    """An input named ``var`` exists that is not the value given: UsageError saying what to do."""
+    if flag == "inputs=":  # eng.datalog: the input is named after the predicate
+        raise UsageError(f"inputs=: an engine input named {var!r} exists already"
+                         + (" (loaded from another DataFrame)" if src is not None else "")
+                         + f"; bind the predicate to it by name (inputs={{{var!r}: {var!r}}}), or drop it "
+                         f"first (eng.drop_input({var!r}))")
+    names = [r for r in readers if r in eng.dataflows()]
+    read = ""
+    if src is not None and names:  # (once nothing reads it, a cell run loads the new value)
+        read = (f" and read by dataflow{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}: once "
+                f"{'they are' if len(names) > 1 else 'it is'} dropped (%dataflow drop {names[0]}) this cell "
+                f"loads the new value")
+    raise UsageError(f"{flag}: an engine input named {var!r} exists already"
+                     + (f", loaded from an earlier value of the variable{read}" if src is not None else "")
+                     + f". Change it through kp.input({var!r}).insert/remove, or load this value under "
+                     f"another name")
 
 
 def seal_loaded(created: list):
@@ -197,6 +234,21 @@ def _made_by_body(eng, before: dict) -> list:
     except KpgnbError:
         return []
     return [sess for name, sess in _inputs_of(eng).items() if before.get(name) is not sess and name not in read]
+
+
+class CellInterrupt(CellError, KeyboardInterrupt):
+    """Ctrl-C (a KeyboardInterrupt) stopped a cell: shown at the cell's line as any cell error is (the
+    extension's handler shows ``error``, the KeyboardInterrupt, with the user's frames only), and still a
+    KeyboardInterrupt, so that it stops the cell (and a "run all") as Ctrl-C does."""
+
+
+def wrap(error: BaseException, note: str | None = None) -> CellError:
+    """``cellerror.wrap``, a KeyboardInterrupt (Ctrl-C in the cell's body, or while the cell loads its
+    inputs) included: a CellInterrupt."""
+    wrapped = _wrap(error, note)
+    if isinstance(wrapped.error, KeyboardInterrupt) and not isinstance(wrapped, KeyboardInterrupt):
+        return CellInterrupt(wrapped.error, wrapped.tb, wrapped.note)
+    return wrapped
 
 
 def _frame_kind(obj) -> str | None:
@@ -281,7 +333,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             raise CellError(e, None) from None
     except BaseException as e:
         drop_loaded(eng, created)
-        if isinstance(e, (CellError, KeyboardInterrupt)):
+        if isinstance(e, CellError):
             raise
         raise wrap(e) from None
 
@@ -308,8 +360,6 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     except BaseException as e:
         _restore(ns, saved, bound)
         drop_loaded(eng, created + _made_by_body(eng, inputs_before))
-        if isinstance(e, KeyboardInterrupt):
-            raise
         raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
     handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
                             replaced)
@@ -367,13 +417,20 @@ def _restore(ns: dict, saved: dict, names: set | None):
 
 
 def _unbind(ns: dict, saved: dict, injected: dict):
-    """The names the cell was given (``df``, its inputs) back as they were, unless it assigned them."""
-    for k, v in injected.items():
-        if ns.get(k, _UNSET) is v:
-            if k in saved:
+    """The names the cell was given (``df``, its inputs) back as they were (README: the notebook's own once
+    the body has run), also where the body rebound or deleted them (``edges = edges.filter(...)``: a
+    collection of the builder, of no use once the cell ends, and the frame of that name the cell reads when
+    run again). Only a view the body bound under such a name stays (``edges = e.view("edges")``): it is
+    live after the cell, as the views bound by their own names are."""
+    from .engine.view import View
+    for k in injected:
+        if isinstance(ns.get(k), View):
+            continue
+        if k in saved:
+            if ns.get(k, _UNSET) is not saved[k]:
                 ns[k] = saved[k]
-            else:
-                del ns[k]
+        else:
+            ns.pop(k, None)
 
 
 def _bind(ns: dict, handle: DataflowHandle, output: str | None):

@@ -28,6 +28,15 @@ def _collections(fn: str, edge_columns=("src", "dst"), **args):
         if missing:
             raise SchemaError(f"graphs.{fn}: {what} has no column {missing[0]!r}: it needs columns {list(need)}, "
                               f"and has {list(x.schema.names)} (rename(old=new) them)")
+    # node ids: src, dst and the roots' or sources' ids are one type (else an internal concat or join fails)
+    edges = args.get("edges")
+    if edges is not None:
+        ids = [("edges", "src"), ("edges", "dst")] + [(w, _COLUMNS[w][0]) for w in ("roots", "sources") if w in args]
+        types = [(w, c, args[w].schema.dtype(c)) for w, c in ids]
+        for w, c, t in types[1:]:
+            if t != types[0][2]:
+                raise SchemaError(f"graphs.{fn}: {w} column {c!r} is {t} and edges column 'src' is {types[0][2]}: "
+                                  f"node ids must be one type (cast one with map)")
 
 
 def bfs(edges, roots, memory: str = "full", drop=None):
@@ -242,6 +251,7 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
         if isinstance(x, (str, bytes)) or not hasattr(x, "__iter__"):
             of = "(state, label, next state) triples" if what == "transitions" else "accepting states"
             raise SchemaError(f"rpq: {what} is a list of {of}, got {x!r}")
+    accept = list(accept)  # (read twice below: a generator once)
     trans = []
     for t in transitions:
         if not isinstance(t, (tuple, list)) or len(t) != 3 or not is_int(t[0]) or not is_int(t[2]):

@@ -2,7 +2,7 @@
 status, and the calls that act on it by name (wait, cancel, drop)."""
 from __future__ import annotations
 
-from .engine.errors import UsageError
+from .engine.errors import EngineError, UsageError
 
 
 class DataflowHandle:
@@ -29,8 +29,11 @@ class DataflowHandle:
 
     @property
     def status(self) -> str:
-        """running, failed, cancelled, replaced (a later cell installed a new version of its name), or
-        dropped (no longer installed)."""
+        """running, failed, cancelled, replaced (a later cell installed a new version of its name),
+        dropped (no longer installed), or closed (its engine was closed: ``%dataflow config --restart``,
+        ``%unload_ext kpgnb``)."""
+        if getattr(self.engine, "closed", False):
+            return "closed"
         info = self._info()
         if info is not None and info.name == self.name:
             return info.status
@@ -48,6 +51,8 @@ class DataflowHandle:
         return None if info is None else info.frontier
 
     def _current(self, what: str):
+        if getattr(self.engine, "closed", False):  # (as the engine's own calls on a closed engine raise)
+            raise EngineError("the engine is closed")
         status = self.status
         if status in ("replaced", "dropped"):
             raise UsageError(f"cannot {what} dataflow {self.name!r} through this handle: it was {status}"

@@ -351,7 +351,7 @@ def test_user_reduce_gets_strings_in_lexicographic_order_and_floats_by_value():
         assert got(tot) == Counter({(1, 1.75): 1, (2, 4.0): 1})
         with eng.dataflow("bad") as df:
             bad = df.input("x").reduce(by="g", fn=_bogus_id, columns=["s"], out={"s": "str"}).view("bad")
-        with pytest.raises(kp.DataflowError, match="no string's id"):
+        with pytest.raises(kp.DataflowError, match="no id its group received"):
             eng.wait(bad)
         assert eng.dataflows() == {"r": "running", "bad": "failed"}
         assert got(last) == Counter({(1, "\U0001F600"): 1, (2, "zz"): 1})

@@ -585,6 +585,9 @@ def test_introspection_from_threads_while_dataflows_churn_fail_and_the_engine_cl
                         eng.latency_histogram(d)
                     except kp.UnknownNameError:
                         pass
+                    except kp.EngineError:  # README: once closed, calls other than stats/dataflows/catalog say so
+                        if not eng.closed:
+                            raise
             except BaseException:  # noqa: BLE001 - reported below
                 errors.append(traceback.format_exc())
                 return

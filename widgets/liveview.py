@@ -32,8 +32,9 @@ _live_lock = threading.Lock()
 class LiveView(w.VBox, Part):
     """A view rendered live (module docstring). ``header`` (HTML: view, dataflow, frontier, rows, last
     update latency), ``table`` (HTML: the first ``HEAD`` rows, sorted) and ``pause`` (a ToggleButton: while
-    down the table keeps what it shows). ``frontier`` and ``rows`` are what is shown; it stops refreshing
-    for good when the view's dataflow is dropped or fails (saying so), or the engine closes."""
+    down the table keeps what it shows). ``frontier`` and ``rows`` are what is shown (``error``: why the view
+    could not be read at that frontier, shown instead of its rows, read again once the frontier moves); it
+    stops refreshing for good when the view's dataflow is dropped or fails (saying so), or the engine closes."""
 
     min_interval = 0.5
 
@@ -47,6 +48,7 @@ class LiveView(w.VBox, Part):
         super().__init__(children=[w.HBox([self.pause, self.header]), self.table], **kwargs)
         self.frontier = None
         self.rows = None
+        self.error = None          # why the view could not be read at ``frontier`` (KpgnbError), or None
         self.state = "live"        # live | paused | ended
         self.pause.observe(self._paused, "value")
         self._updater = Updater.of(view.engine)
@@ -73,7 +75,17 @@ class LiveView(w.VBox, Part):
         frontier = view.frontier  # (read before the rows: if it moves meanwhile, the next refresh reads again)
         if frontier == self.frontier:
             return  # nothing new is final: nothing to read
-        head, n = view.head(HEAD)
+        try:
+            head, n = view.head(HEAD)
+        except KpgnbError as e:  # (rows of negative multiplicity, say): say why where the table would be
+            # read again only once the frontier moves (its contents cannot change before), not every turn
+            self.frontier, self.rows, self.error = frontier, None, e
+            with self.hold_sync():
+                self.header.value = (f"<b>{fmt.html.escape(view.summary())}</b> · "
+                                     f"<i>{'paused' if self.state == 'paused' else 'live'}</i>")
+                self.show_error(e)
+            return
+        self.error = None
         more = f"<div>&hellip; {n - len(head)} more rows</div>" if n > len(head) else ""
         table = (head.to_html(index=False) if len(head) else "<i>(empty)</i>") + more
         # the line says the epoch the rows were read at (one read), not the view's epoch now
@@ -150,6 +162,9 @@ def mimebundle(view):
         return None
     lv = LiveView(view)
     if lv.state == "ended":
+        return None
+    if lv.error is not None:  # (the static rendering says why in its one line)
+        lv.close()
         return None
     data = lv._repr_mimebundle_()
     return {k: v for k, v in data.items() if k != "text/plain"}

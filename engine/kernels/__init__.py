@@ -42,3 +42,19 @@ def kernel(fn):
 # Tiny scalar helpers (the key hash) inlined at the numba IR level: calls between separately compiled
 # numba functions are not inlined, which measured 2x slower for hashing. Kernels with loops stay calls.
 helper = njit(nogil=True, cache=True, inline="always")
+
+
+@helper
+def carried_total(acc, hi):
+    """The sum ``hi * MAX_MULT + acc`` of a run of equal updates' diffs, or ``MAX_MULT`` (the overflow mark)
+    when it reaches MAX_MULT in magnitude. Summing kernels keep ``acc`` within (-MAX_MULT, MAX_MULT) by
+    carrying whole MAX_MULTs into ``hi`` (each diff is below it, so ``acc + diff`` cannot wrap): whether a
+    run overflows then depends on its total only, not on the order its diffs come in."""
+    if hi == 0:
+        return acc
+    if hi == 1 and acc < 0:
+        return acc + MAX_MULT
+    if hi == -1 and acc > 0:
+        return acc - MAX_MULT
+    return MAX_MULT
+

@@ -9,7 +9,7 @@ per row and column, which on large batches was several times the sort itself.
 """
 import numpy as np
 
-from . import MAX_MULT, kernel
+from . import MAX_MULT, carried_total, kernel
 from .rows import cmp_cols, cmp_update
 
 
@@ -332,12 +332,21 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
         j = 0
         while j < m:
             acc = S[w, j]
+            hi = 0
             q = j + 1
             while q < m and eq[q]:
                 acc += S[w, q]
-                if acc >= MAX_MULT or acc <= -MAX_MULT:
-                    return -1, j  # (each diff is below it: a sum checked at every step cannot wrap)
+                if acc >= MAX_MULT:  # (carried: see carried_total)
+                    acc -= MAX_MULT
+                    hi += 1
+                elif acc <= -MAX_MULT:
+                    acc += MAX_MULT
+                    hi -= 1
                 q += 1
+            if hi != 0:
+                acc = carried_total(acc, hi)
+                if acc == MAX_MULT:
+                    return -1, j
             if acc != 0:
                 sel[ns] = j
                 sd[ns] = acc
@@ -408,15 +417,22 @@ def form_tiny(hs, ks, vs, ts, ds, fill):
     j = 0
     while j < n:
         acc = ds[o[j]]
+        hi = 0
         q = j + 1
         while q < n and hs[o[q]] == hs[o[j]] and cmp_update(ks, vs, ts, o[q], o[j]) == 0:
             acc += ds[o[q]]
-            if acc >= MAX_MULT or acc <= -MAX_MULT:
+            if acc >= MAX_MULT:  # (carried: see carried_total)
+                acc -= MAX_MULT
+                hi += 1
+            elif acc <= -MAX_MULT:
+                acc += MAX_MULT
+                hi -= 1
+            q += 1
+        if hi != 0:
+            acc = carried_total(acc, hi)
+            if acc == MAX_MULT:
                 ns = -1
                 break
-            q += 1
-        if ns < 0:
-            break
         if acc != 0:
             sel[ns] = o[j]
             sd[ns] = acc

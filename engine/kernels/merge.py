@@ -2,7 +2,7 @@
 times are advanced to rep_F(t) and updates that become equal consolidate."""
 import numpy as np
 
-from . import MAX_MULT, kernel
+from . import MAX_MULT, carried_total, kernel
 from .rows import cmp_cols, cmp_val_time
 from .sort import sort_index_segment
 
@@ -54,12 +54,21 @@ def normalize_segment(vals, times, diffs, s, e):
     r = s
     while r < e:
         acc = diffs[r]
+        hi = 0
         q = r + 1
         while q < e and cmp_val_time(vals, times, r, vals, times, q) == 0:
             acc += diffs[q]
-            if acc >= MAX_MULT or acc <= -MAX_MULT:
-                return -1
+            if acc >= MAX_MULT:  # (carried: see carried_total)
+                acc -= MAX_MULT
+                hi += 1
+            elif acc <= -MAX_MULT:
+                acc += MAX_MULT
+                hi -= 1
             q += 1
+        if hi != 0:
+            acc = carried_total(acc, hi)
+            if acc == MAX_MULT:
+                return -1
         if acc != 0:
             if w != r:
                 _copy_row(vals, times, diffs, r, vals, times, diffs, w, acc)

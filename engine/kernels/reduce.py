@@ -874,13 +874,13 @@ def reduce_apply_user(fn, g_off, acc_row, acc_cnt, uvals, proto):
                 # NaN kept as NaN in a float column is no change
                 if bad < 0 and ((x != y and y == y) or (y != y and x == x)):
                     bad = (n + q) * ko + c
-                    badv = float(o[q, c])
+                    badv = o[q, c] * 1.0  # (not float(): a bool column's values have none)
             des_cnt[n + q] = oc[q]
             if oc[q] >= MAX_MULT or oc[q] <= -MAX_MULT:
                 over = True
             elif not frac and des_cnt[n + q] != oc[q]:
                 frac = True
-                fracv = float(oc[q])
+                fracv = oc[q] * 1.0
         n += p
     des_off[G] = n
     return des_off, des_cnt[:n].copy(), out[:n].copy(), bad, badv, over, frac, fracv, shape

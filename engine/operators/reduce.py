@@ -358,7 +358,7 @@ class ReduceOp(Operator):
             if spec.out_float:
                 des_vals = _canonical_floats(des_vals)
             des_vals = np.ascontiguousarray(des_vals)
-            _check_user_outputs(des_vals, spec)
+            _check_user_outputs(des_vals, spec, des_off, g_off, acc_row, ivals)
             return des_off, des_cnt, des_vals
         A = len(acc_row)
         out = np.zeros((spec.out_kv, max(A, 1)), np.int64)
@@ -456,18 +456,25 @@ def _output(pkh, pkeys, c_key, c_vals, c_time, c_diff, lower, upper) -> Batch:
     return Batch(pkh[used], np.ascontiguousarray(pkeys[:, used]), koff, c_vals, c_time, c_diff, lower, upper)
 
 
-def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec):
+def _check_user_outputs(vals: np.ndarray, spec: ReduceSpec, des_off, g_off, acc_row, ivals):
     """A user reduce's bool outputs as 0/1 (any non-zero is True, as NumPy converts), and its str
-    outputs checked to be interned ids (in place: the buffer is the step's own)."""
+    outputs checked to be ids its group received from a str input column (in place: the buffer is the
+    step's own): another id would name whichever string the engine happened to intern under it."""
+    str_in = [c for c in spec.user_cols if spec.modes[c] == rk.MODE_RANK]
     for i, dt in enumerate(spec.out_dtypes):
         if dt == "bool":
             vals[i] = vals[i] != 0
-        elif dt == "str":
-            bad = (vals[i] < 0) | (vals[i] >= len(spec.symbols))
+        elif dt == "str" and vals.shape[1]:
+            groups = len(des_off) - 1
+            span = len(spec.symbols) + 1  # (group, id) pairs as one int64: group * span + id
+            out_pairs = np.repeat(np.arange(groups), np.diff(des_off)) * span + vals[i]
+            in_group = np.repeat(np.arange(groups), np.diff(g_off)) * span
+            received = np.concatenate([in_group + ivals[c][acc_row] for c in str_in]) if str_in else in_group[:0]
+            bad = (vals[i] < 0) | (vals[i] >= len(spec.symbols)) | ~np.isin(out_pairs, received)
             if bad.any():
-                raise ValueError(f"the reduce function returned {int(vals[i][bad][0])} for output column {i} "
-                                 f"(str), which is no string's id: a str output must be an id the function "
-                                 f"received from a str input column")
+                raise ValueError(f"the reduce function returned {int(vals[i][bad][0])} for output column "
+                                 f"{spec.out_names[i]!r} (str), which is no id its group received: a str output "
+                                 f"must be an id the function received from a str input column of that group")
 
 
 def _canonical_floats(bits: np.ndarray) -> np.ndarray:

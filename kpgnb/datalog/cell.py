@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from ..cell import bind_views, drop_loaded, input_for, seal_loaded, wait
-from ..cellerror import CellError, wrap
+from ..cell import bind_views, drop_loaded, input_for, seal_loaded, wait, wrap
+from ..cellerror import CellError
 from ..engine.dataflow import no_site
 from ..engine.errors import DatalogError, UsageError
 from ..handle import DataflowHandle
@@ -38,8 +38,6 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
         raise CellError(e, None) from None
     except BaseException as e:
         drop_loaded(eng, created)
-        if isinstance(e, KeyboardInterrupt):
-            raise
         raise wrap(e, f"nothing was installed: {name!r} is as it was") from None
     seal_loaded(created)
     handle = DataflowHandle(eng, name, prog.views, [f"{name}.{p}" for p in prog.views], install_s, False)

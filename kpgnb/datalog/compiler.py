@@ -560,8 +560,11 @@ class IntOverflow(OverflowError):
 
     def __init__(self, node, x: int, y: int):
         exact = x // y if node.op == "/" else {"+": x + y, "-": x - y, "*": x * y}[node.op]
-        expr = f"{show(node.left)} {node.op} {show(node.right)}"
-        value = (f"is {x} {node.op} {y} = {exact}, outside int64: Datalog's integers are int64, and a result "
+        if getattr(node, "unary", False):  # -x, evaluated as 0 - x but named as written
+            expr, calc = show(node), f"-({y})"
+        else:
+            expr, calc = f"{show(node.left)} {node.op} {show(node.right)}", f"{x} {node.op} {y}"
+        value = (f"is {calc} = {exact}, outside int64: Datalog's integers are int64, and a result "
                  f"that does not fit fails the program rather than wrap")
         self.node = node
         self.reason = f"{expr} {value}"

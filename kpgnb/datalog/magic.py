@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .analysis import Analysis
 from .errors import datalog_error
-from .parser import ASK, parse_goal
+from .parser import ASK, INT64, parse_goal
 from .syntax import Atom, BinOp, Comparison, Const, Decl, Program, Rule, Var, hidden, variables
 
 GOAL = "goal__"      # the input of asked bindings (one column per '?')
@@ -291,6 +291,9 @@ def _typed(p: Pattern, columns, dtypes) -> Pattern:
         kind = "str" if isinstance(x, str) else "float64" if isinstance(x, float) else "int64"
         if kind == dt or (kind == "int64" and dt == "float64"):
             args[i] = float(x) if dt == "float64" else x
+            continue
+        if kind == "float64" and dt == "int64" and x.is_integer() and INT64[0] <= x <= INT64[1]:
+            args[i] = int(x)  # 1.0 of an int column is 1, as in a rule's atom and as g.ask(1.0) takes it
             continue
         span = p.spans[i]
         want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}.get(dt, dt)

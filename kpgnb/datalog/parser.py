@@ -77,15 +77,24 @@ def _span(meta_or_tok) -> Span:
 
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|.)")
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+_HEX = re.compile(r"[0-9a-fA-F]*")
+
+
+class _TruncatedEscape(Exception):
+    """A \\u or \\x escape without its 4 or 2 hex digits (``args[0]``: the escape as written)."""
 
 
 def _unescape(m) -> str:
     """A backslash escape in a string constant: \\n \\t \\r \\0, \\xHH, \\uHHHH; any other escaped
     character stands for itself (\\" \\' \\\\). Other characters, non-ASCII ones included, are taken
-    as written."""
+    as written. A \\u or \\x without all its hex digits (\\u12, \\x, \\x4g) is an error, not the
+    letters: the text meant a character it does not say."""
     e = m.group(1)
     if len(e) > 1:
         return chr(int(e[1:], 16))
+    if e in ("u", "x"):
+        digits = _HEX.match(m.string, m.end()).group()[:4 if e == "u" else 2]
+        raise _TruncatedEscape("\\" + e + digits)
     return _ESCAPES.get(e, e)
 
 
@@ -102,9 +111,17 @@ class _ToSyntax(Transformer):
         self._unsigned = {}  # id -> token of each 2**63 literal not (yet) negated: only -2**63 is int64
 
     def _check_unsigned(self):
+        """An integer literal outside int64 that no unary minus took back into it (the literals wait
+        here until their statement ends: -9223372036854775808 is int64, and -9223372036854775809 is
+        named with its sign)."""
         for tok in self._unsigned.values():
-            raise datalog_error(self.text, tok.line, tok.column, f"the integer {tok} is outside int64 (-2**63 to "
-                                f"2**63 - 1); write it as a float ({tok}.0) if that is meant", _span(tok))
+            raise self._out_of_int64(str(tok), int(str(tok)), tok.line, tok.column, _span(tok))
+
+    def _out_of_int64(self, written: str, value: int, line: int, column: int, span):
+        written = " ".join(written.split())  # (one line, for the message's first line)
+        shown = str(value) if written.replace(" ", "") == str(value) else f"{written} (= {value})"
+        return datalog_error(self.text, line, column, f"the integer {shown} is outside int64 (-2**63 to "
+                             f"2**63 - 1); write it as a float ({value}.0) if that is meant", span)
 
     def start(self, meta, items):
         self._check_unsigned()
@@ -119,9 +136,11 @@ class _ToSyntax(Transformer):
         return (str(name), str(typ), _span(typ))
 
     def fact(self, meta, items):
+        self._check_unsigned()
         return Rule(items[0], (), _span(meta))
 
     def rule(self, meta, items):
+        self._check_unsigned()
         return Rule(items[0], tuple(items[1:]), _span(meta))
 
     def head(self, meta, items):
@@ -155,19 +174,19 @@ class _ToSyntax(Transformer):
     def number(self, meta, items):
         text = str(items[0])
         value = int(text) if text.isdigit() else float(text)
-        if isinstance(value, int) and value > INT64[1] + 1:  # (2**63 itself may be negated)
-            tok = items[0]
-            raise datalog_error(self.text, tok.line, tok.column, f"the integer {text} is outside int64 "
-                                f"(-2**63 to 2**63 - 1); write it as a float ({text}.0) if that is meant",
-                                _span(tok))
         const = Const(value, _span(items[0]))
-        if value == INT64[1] + 1:
+        if isinstance(value, int) and value > INT64[1]:  # (a unary minus may take it back: see neg)
             self._unsigned[id(const)] = items[0]
         return const
 
     def string(self, meta, items):
         tok = items[0]
-        value = _ESCAPE.sub(_unescape, str(tok)[1:-1])
+        try:
+            value = _ESCAPE.sub(_unescape, str(tok)[1:-1])
+        except _TruncatedEscape as bad:
+            raise datalog_error(self.text, tok.line, tok.column, f"the escape {bad.args[0]} in the string "
+                                f"constant is incomplete: \\u takes 4 hex digits (\\uHHHH), \\x takes 2 "
+                                f"(\\xHH); write \\\\ for a backslash", _span(tok)) from None
         if not value.isascii():  # \uD83D\uDE00, a surrogate pair written as two escapes, is one character
             value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
         problem = text_problem(value)
@@ -185,8 +204,13 @@ class _ToSyntax(Transformer):
         x = items[0]
         if isinstance(x, Const) and not isinstance(x.value, str):
             self._unsigned.pop(id(x), None)
-            return Const(-x.value, _span(meta))
-        return BinOp("-", Const(0, _span(meta)), x, _span(meta))
+            value = -x.value
+            if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:  # -9223372036854775809, and
+                # --9223372036854775808 (folded, it is 2**63: checked as any literal, not wrapped)
+                written = self.text[meta.start_pos:meta.end_pos]
+                raise self._out_of_int64(written, value, meta.line, meta.column, _span(meta))
+            return Const(value, _span(meta))
+        return BinOp("-", Const(0, _span(meta)), x, _span(meta), unary=True)
 
     def ask(self, meta, items):
         return ASK

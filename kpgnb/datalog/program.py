@@ -384,6 +384,16 @@ class Goal:
             values = tuple(values[0])
         if len(values) != k:
             raise UsageError(f"ask/retract take {k} value(s), one per '?' of the goal; got {len(values)}")
+        a, pred = self.program.analysis, self.pattern.pred
+        for i, v in zip(self.pattern.asked, values):
+            try:
+                hash(v)
+            except TypeError:  # (a set, a dict: no column holds one, and the bindings are a set of rows)
+                want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}
+                dt = a.dtypes[pred][i]
+                raise ArgumentTypeError(f"ask/retract: the value for argument {i + 1} of goal {self.pattern} "
+                                        f"is {v!r} ({type(v).__name__}), but column {a.columns[pred][i]!r} of "
+                                        f"{pred!r} is {dt}: the value must be {want.get(dt, dt)}") from None
         return [tuple(values)]
 
     def ask(self, *values):

@@ -50,11 +50,13 @@ class Const:
 
 @dataclass(frozen=True)
 class BinOp:
-    """Arithmetic: op in + - * / %."""
+    """Arithmetic: op in + - * / %. A unary minus ``-x`` is ``0 - x`` with ``unary`` set (evaluated as the
+    subtraction, shown and named in errors as written: ``-x``)."""
     op: str
     left: object
     right: object
     span: Span = field(compare=False, default=None)
+    unary: bool = field(compare=False, default=False)
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ def show(term) -> str:
     if isinstance(term, Const):
         return repr(term.value) if isinstance(term.value, str) else str(term.value)
     if isinstance(term, BinOp):
+        if term.unary:  # (an operand that is arithmetic shows its own parentheses: -(x + 1))
+            return f"-{show(term.right)}"
         return f"({show(term.left)} {term.op} {show(term.right)})"
     if isinstance(term, Aggregate):
         return f"{term.func}<{show(term.var)}>"
