@@ -171,7 +171,8 @@ def _with_time(arrays, time: tuple | None):
 class Batch:
     """An immutable arranged batch (see the module docstring for its arrays)."""
 
-    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since", "n", "_balance", "_range")
+    __slots__ = ("kh", "keys", "koff", "vals", "times", "diffs", "lower", "upper", "since", "n", "_balance", "_range",
+                 "_pairs")
 
     def __init__(self, kh, keys, koff, vals, times, diffs, lower: Antichain, upper: Antichain,
                  since: Antichain | None = None):
@@ -188,6 +189,7 @@ class Batch:
         self.since = since if since is not None else Antichain([(0,) * times.shape[1]])
         self._balance = None
         self._range = None
+        self._pairs = None
 
     @classmethod
     def form(cls, keys, vals, times, diffs, lower: Antichain, upper: Antichain) -> "Batch":
@@ -206,7 +208,7 @@ class Batch:
     def relabel(self, lower: Antichain, upper: Antichain) -> "Batch":
         """The same updates described by other (wider) frontiers."""
         b = Batch(self.kh, self.keys, self.koff, self.vals, self.times, self.diffs, lower, upper, self.since)
-        b._balance, b._range = self._balance, self._range
+        b._balance, b._range, b._pairs = self._balance, self._range, self._pairs
         return b
 
     @property
@@ -243,6 +245,18 @@ class Batch:
         if self._balance is None:
             self._balance = 2 * int(count_positive(_c(self.diffs))) - len(self)
         return self._balance
+
+    @property
+    def pairs(self) -> int:
+        """Distinct (key, value) pairs: the records left of the batch's rows if all their times were one
+        (a lower bound where every diff is positive, as none can cancel). Counted once, on first use."""
+        if self._pairs is None:
+            new = np.zeros(self.n, bool)
+            new[self.koff[:-1][np.diff(self.koff) > 0]] = True  # (a key's first row; a value's first row below)
+            if self.n > 1:
+                new[1:] |= (self.vals[:, 1:] != self.vals[:, :-1]).any(axis=0)
+            self._pairs = int(np.count_nonzero(new))
+        return self._pairs
 
     @property
     def time_range(self) -> tuple:

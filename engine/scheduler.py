@@ -725,9 +725,12 @@ class Scheduler:
         kept = next((d for d in self.retired if d.name == name), None) if name not in self.dataflows else None
         if name not in self.dataflows and kept is None:
             raise UnknownNameError(f"no dataflow named {name!r}; installed: {sorted(self.dataflows)}")
-        if kept is not None and not cascade:
-            raise UsageError(f"{self._holders(kept, set())}; eng.drop({name!r}, cascade=True) drops those "
-                             f"readers too")
+        handled = [e for e in kept.exports if getattr(self.catalog.get(e), "has_handles", bool)()] \
+            if kept is not None else []
+        if kept is not None and (not cascade or handled):
+            # (a cascade drops dataflows, not the user's trace handles: it would leave the kept one there)
+            raise UsageError(f"{self._holders(kept, set())}; eng.drop({name!r}, cascade=True) drops the "
+                             f"dataflows{' once the handles are closed' if handled else ' too'}")
         # with cascade, the dataflows reading its exports, and theirs, ... also through dropped ones kept for
         # their readers (those go once nothing reads them)
         found = [self.dataflows[name] if kept is None else kept]

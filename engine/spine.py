@@ -162,13 +162,16 @@ class Spine:
         return r > limit or _passed(hi, logical)
 
     def _may_repeat(self) -> bool:
-        """Whether an epoch-timed bag without retractions may hold the same rows in several batches (a click
-        stream's repeated rows, which the balance counts once per batch though merging adds them up): its
-        records exceed ``BLOAT`` times its largest batch, a lower bound of its live records. Tidying is
-        then worth a try; where the rows are all distinct a fold leaves one batch holding most records,
-        and the failed-tidy guard bounds the rest. (Not inside loops, whose rounds are distinct times.)"""
+        """Whether an epoch-timed bag without retractions may hold the same rows in several batches or
+        times (a click stream's repeated rows, which the balance counts once per record though compaction
+        adds them up): its records exceed ``BLOAT`` times a lower bound of its live records, the largest
+        batch's distinct (key, value) pairs (its records, for a batch bigger than that bound allows: one
+        merged while a reader held its times apart). Tidying is then worth a try; where the rows are all
+        distinct a fold leaves one batch holding most records, and the failed-tidy guard bounds the rest.
+        (Not inside loops, whose rounds are distinct times.)"""
         r = self._records
-        return self.depth == 1 and r == self._balance and r > BLOAT * max(map(len, self.batches()), default=0)
+        return self.depth == 1 and r == self._balance and all(
+            r > BLOAT * (b.pairs if BLOAT * len(b) >= r else len(b)) for b in self.batches())
 
     def settled(self, logical: Antichain, physical: Antichain) -> bool:
         """Whether maintenance has nothing to do at these frontiers: it last found no merge in progress

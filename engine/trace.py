@@ -123,6 +123,25 @@ class Trace:
     def readers(self) -> int:
         return len(self._readers)
 
+    def time_bound(self) -> tuple | None:
+        """The least time at or after every stored update's (their lub), None for an empty trace: a
+        compaction frontier that folds the whole history into one time (any thread: reads the snapshot)."""
+        his = [b.time_range[1] for b in self.snapshot.all_batches() if len(b)]
+        return tuple(max(c) for c in zip(*his)) if his else None
+
+    def _frontiers(self) -> tuple:
+        """(logical, physical) for maintenance: the readers' meets, where a logical meet that is empty
+        (every reader is done with every time: their inputs closed) folds the history into one time, the
+        lub of the stored ones (the final contents, all that can be read)."""
+        with self._lock:
+            logical, physical = self.logical, self.physical
+            done = not logical.elements and bool(self._readers)
+        if done:
+            bound = self.time_bound()
+            if bound is not None:
+                logical = Antichain([bound])
+        return logical, physical
+
     def reader_frontiers(self) -> list:
         """(owner, logical frontier) of every reader, for statistics (any thread)."""
         with self._lock:
@@ -192,8 +211,7 @@ class Trace:
         """Spend the fuel the appended batches owe on merges (per shard, in parallel when ``run`` is the
         pool's), then publish. When every shard is settled (say an empty batch only moved the uppers
         inside a loop), that is the publish alone."""
-        with self._lock:
-            logical, physical = self.logical, self.physical
+        logical, physical = self._frontiers()
         for s in self.spines:
             if s.owed or not s.settled(logical, physical):
                 break
@@ -207,8 +225,7 @@ class Trace:
         """``work(spine, logical, physical)`` on every shard (in parallel when ``run`` is the pool's and
         there are several), with the readers' frontiers as of now; then publish, whatever happens (with
         ``progress``, also when merges only advanced)."""
-        with self._lock:
-            logical, physical = self.logical, self.physical
+        logical, physical = self._frontiers()
         try:
             if run is None or self.workers == 1:
                 for spine in self.spines:
@@ -222,10 +239,10 @@ class Trace:
         """Whether idle maintenance would do anything: tidy a bloated shard, or (``merges``) finish a
         merge in progress."""
         with self._lock:
-            logical, physical = self.logical, self.physical
             if (self._stalled or not merges) and not self._unsettled:
                 return False
             self._unsettled = self._stalled = False
+        logical, physical = self._frontiers()
         if any(s.tidy_work(logical, physical) for s in self.spines):
             self._unsettled = True
             return True

@@ -220,6 +220,11 @@ class SinkOp(Operator):
     def step(self, rt):
         self.note(self.take())
         u = epoch_of(self.frontier)
+        if u is None and self.handle.logical.elements:
+            # every input closed: as if the frontier stood right after the last update (what a reader that
+            # caught up before the close keeps), not where it last stood when this step ran
+            bound = self.handle.trace.time_bound()
+            u = bound[0] + 1 if bound is not None else None
         if u is not None:
             c = epoch_of(self.handle.logical) or 0
             target = Antichain([(max(u - self.history, c),)])

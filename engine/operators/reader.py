@@ -43,6 +43,11 @@ class ArrangedInput:
         """Nothing before ``frontier`` (in the reader's scope) will be asked about again."""
         h = self.handle
         target = self.lens.native(frontier)
+        if not target.elements:
+            # nothing will be asked about again (every input closed): what this reader held folds into one
+            # time, the lub of the trace's times, which leaves the final contents readable
+            bound = h.trace.time_bound()
+            target = Antichain([bound]) if bound is not None else target
         if target.elements and target != h.logical and h.logical.less_equal(target):
             h.set_compaction(target, self.ack)
         else:
