@@ -199,6 +199,9 @@ class View:
     def to_spark(self, spark, at=None, diffs: bool = False):
         """The view as a Spark DataFrame of ``spark`` (a SparkSession), through Arrow: columns long, double,
         boolean and string (an empty view keeps them)."""
+        if not callable(getattr(spark, "createDataFrame", None)):  # (duck typed: classic or Spark Connect)
+            raise ArgumentTypeError(f"view {self.name!r}: to_spark(spark) takes a SparkSession (kp.spark.session() "
+                                    f"makes a local one), not {type(spark).__name__}")
         return spark.createDataFrame(self.to_arrow(at, diffs))
 
     def __len__(self):

@@ -90,6 +90,26 @@ def _start_jvm(master: str, app: str, settings: dict):
             SparkContext._jvm = SparkContext._gateway.jvm
 
 
+# -- argument checks ------------------------------------------------------------------------------------------
+
+def _check_session(spark, where: str, optional: bool = False):
+    """Refuse what is not a SparkSession (duck typed, so that a Spark Connect session passes and pyspark is
+    not imported) with an ArgumentTypeError naming ``where``, before any job runs."""
+    if optional and spark is None:
+        return
+    if not callable(getattr(spark, "createDataFrame", None)):
+        raise ArgumentTypeError(f"{where}: spark= must be a SparkSession (kp.spark.session() makes a local one)"
+                                f"{' or None' if optional else ''}, not {type(spark).__name__}"
+                                f"{f' {spark!r}' if isinstance(spark, (str, int, float)) else ''}")
+
+
+def _check_engine(eng, where: str):
+    from .engine.runtime import Engine
+    if not isinstance(eng, Engine):
+        raise ArgumentTypeError(f"{where}: the engine must be a kp.Engine (kp.engine() is the notebook's), not "
+                                f"{type(eng).__name__}")
+
+
 # -- Spark DataFrames as inputs -----------------------------------------------------------------------------
 
 _SPARK_TYPES = {"byte": "int64", "short": "int64", "integer": "int64", "long": "int64",
@@ -134,6 +154,7 @@ def input_from(eng, name: str, df, advance: bool = True, progress=None):
     DataFrame the engine cannot take (a type, a null) raises a SchemaError before the input is created.
     ``progress``: a ``kpgnb.widgets.Progress`` (or anything with its ``update``/``finish``/``fail``) told
     each stage (reading from Spark, loading the rows, sealing). Returns the InputSession."""
+    _check_engine(eng, f"input_from(eng, {name!r}, df)")
     try:
         if progress is not None:
             progress.update(note="reading the DataFrame (toArrow)")
@@ -291,6 +312,12 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
     ``{"processingTime": "1 second"}`` or ``{"availableNow": True}``), ``checkpoint`` sets
     ``checkpointLocation``, ``name`` the query name. Returns the StreamingQuery; its ``kpgnb_feeder``
     attribute is the :class:`BatchFeeder` (counts of applied and replayed batches)."""
+    from .engine.session import InputSession
+    if not isinstance(input, (str, InputSession)):
+        raise ArgumentTypeError(f"follow(input=...) takes an input's name (str) or an InputSession, not "
+                                f"{type(input).__name__} {input!r}")
+    if engine is not None:
+        _check_engine(engine, "follow(engine=...)")
     if engine is None and isinstance(input, str):  # (a session needs no engine: it feeds its own)
         import kpgnb
         engine = kpgnb.engine()
@@ -363,6 +390,14 @@ class ChangeWriter:
     _POLL = 0.2  # how often the thread looks up from an idle follower (to report progress, to see close())
 
     def __init__(self, view, spark, path: str, format: str = "parquet", options: dict | None = None):
+        from .engine.view import View
+        if not isinstance(view, View):
+            raise ArgumentTypeError(f"write_changes(view, spark, path): view must be a View, not "
+                                    f"{type(view).__name__}")
+        _check_session(spark, f"write_changes(view {view.name!r}, spark, path)")
+        if not isinstance(path, (str, os.PathLike)):
+            raise ArgumentTypeError(f"write_changes(view {view.name!r}, spark, path): path must be a str or a "
+                                    f"path, not {type(path).__name__}")
         self.view = view
         self.spark = spark
         self.path = str(path)
@@ -467,6 +502,7 @@ def run(build, inputs: dict, spark=None, *, diff_col: str | None = None, diffs: 
     DataFrame with the view's columns (rows repeated by multiplicity, or with ``diffs=True`` a ``diff``
     column, ``diff_`` for a view with a column named diff), equal to what the engine's views would hold. An operator Spark cannot run raises a
     DataflowError naming it before any job starts. See kpgnb/spark_backend.py."""
+    _check_session(spark, "kp.spark.run", optional=True)
     from .spark_backend import run as run_on_spark
     return run_on_spark(build, inputs, spark, diff_col=diff_col, diffs=diffs, compact_every=compact_every)
 
@@ -475,5 +511,12 @@ def datalog(text: str, inputs: dict, spark=None, *, diffs: bool = False) -> dict
     """A Datalog program (the language of ``eng.datalog``) evaluated as Spark jobs: ``inputs`` maps each
     input predicate to a Spark (or pandas) DataFrame, columns by position. Returns derived predicate ->
     Spark DataFrame, equal to the engine's ``prog[pred]`` on the same inputs."""
+    _check_session(spark, "kp.spark.datalog", optional=True)
+    if isinstance(inputs, dict):
+        for pred, f in inputs.items():
+            if getattr(f, "isStreaming", False) is True:
+                raise SchemaError(f"input {pred!r} is a streaming DataFrame: kp.spark.datalog evaluates static "
+                                  f"ones; feed a stream into an engine input with kp.spark.follow and run the "
+                                  f"program there (eng.datalog)")
     from .datalog.program import run_on_spark
     return run_on_spark(text, inputs, spark, diffs=diffs)

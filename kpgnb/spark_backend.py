@@ -821,8 +821,11 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     more than this many pieces (one per round it changed in) is merged into one first."""
     from pyspark.sql import functions as F
     from . import spark as bridge
+    bridge._check_session(spark, "kp.spark.run", optional=True)
     if not isinstance(inputs, dict):
         raise SchemaError("inputs= must map input names to Spark (or pandas) DataFrames")
+    if spark is None:  # (the session of the first Spark input, before any pandas input is converted with it)
+        spark = next((df.sparkSession for df in inputs.values() if hasattr(df, "sparkSession")), None)
     frames, schemas, positive, scans = {}, {}, {}, []
     for n, df in inputs.items():
         if not hasattr(df, "sparkSession"):
@@ -830,7 +833,6 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
                 raise SchemaError(f"input {n!r} is a {type(df).__name__}, not a Spark DataFrame; pass spark= "
                                   f"to convert it")
             df = spark.createDataFrame(arrow_input(n, df))
-        spark = spark or df.sparkSession
         if df.isStreaming:
             raise SchemaError(f"input {n!r} is a streaming DataFrame: kp.spark.run evaluates static ones; feed a "
                               f"stream into an engine input with kp.spark.follow")
