@@ -231,7 +231,8 @@ def test_wrong_outputs_at_run_time_fail_the_dataflow_with_a_specific_message(eng
         "returns None": (lambda a, b: {"c": a} if len(a) == 0 else None, "must return a dict"),
         "extra column": (lambda a, b: {"c": a} if len(a) == 0 else {"c": a, "d": b}, r"returned columns \['c', 'd'\]"),
         "2-D column": (lambda a, b: {"c": a} if len(a) == 0 else {"c": np.stack([a, b], 1)}, "of shape"),
-        "None values": (lambda a, b: {"c": a} if len(a) == 0 else {"c": [None] * len(a)}, "str values for column 'c'"),
+        "None values": (lambda a, b: {"c": a} if len(a) == 0 else {"c": [None] * len(a)},
+                        r"column 'c' is int64 but row 0 holds None .*cannot hold nulls"),  # (a null, not "str values")
         "NaN into int": (lambda a, b: {"c": a} if len(a) == 0 else {"c": np.full(len(a), np.nan)},
                          "float64 values for column 'c'"),
     }
