@@ -46,7 +46,7 @@ def test_sum_of_a_column_by_groups_positionally():
         with eng.dataflow("d") as df:
             v = df.input("a").sum("x", by="k").view("v")
             w = df.input("a").max("x", by=["k"]).view("w")
-        eng.wait(v, timeout=WAIT)
+        eng.wait("d", timeout=WAIT)  # (both views)
         assert _rows(v) == [(1, 5), (2, 5)] and _rows(w) == [(1, 3), (2, 5)]
 
 

@@ -45,6 +45,17 @@ helper = njit(nogil=True, cache=True, inline="always")
 
 
 @helper
+def carried_add(acc, hi, diff):
+    """``acc + diff`` with whole MAX_MULTs carried into ``hi`` (see ``carried_total``)."""
+    acc += diff
+    if acc >= MAX_MULT:
+        return acc - MAX_MULT, hi + 1
+    if acc <= -MAX_MULT:
+        return acc + MAX_MULT, hi - 1
+    return acc, hi
+
+
+@helper
 def carried_total(acc, hi):
     """The sum ``hi * MAX_MULT + acc`` of a run of equal updates' diffs, or ``MAX_MULT`` (the overflow mark)
     when it reaches MAX_MULT in magnitude. Summing kernels keep ``acc`` within (-MAX_MULT, MAX_MULT) by

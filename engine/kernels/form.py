@@ -9,7 +9,7 @@ per row and column, which on large batches was several times the sort itself.
 """
 import numpy as np
 
-from . import MAX_MULT, carried_total, kernel
+from . import MAX_MULT, carried_add, carried_total, kernel
 from .rows import cmp_cols, cmp_update
 
 
@@ -335,13 +335,7 @@ def form_buckets(cnt, hs, ks, vs, ts, ds, rh, rk, rv, rt, rd, koff):
             hi = 0
             q = j + 1
             while q < m and eq[q]:
-                acc += S[w, q]
-                if acc >= MAX_MULT:  # (carried: see carried_total)
-                    acc -= MAX_MULT
-                    hi += 1
-                elif acc <= -MAX_MULT:
-                    acc += MAX_MULT
-                    hi -= 1
+                acc, hi = carried_add(acc, hi, S[w, q])
                 q += 1
             if hi != 0:
                 acc = carried_total(acc, hi)
@@ -420,13 +414,7 @@ def form_tiny(hs, ks, vs, ts, ds, fill):
         hi = 0
         q = j + 1
         while q < n and hs[o[q]] == hs[o[j]] and cmp_update(ks, vs, ts, o[q], o[j]) == 0:
-            acc += ds[o[q]]
-            if acc >= MAX_MULT:  # (carried: see carried_total)
-                acc -= MAX_MULT
-                hi += 1
-            elif acc <= -MAX_MULT:
-                acc += MAX_MULT
-                hi -= 1
+            acc, hi = carried_add(acc, hi, ds[o[q]])
             q += 1
         if hi != 0:
             acc = carried_total(acc, hi)

@@ -2,7 +2,7 @@
 times are advanced to rep_F(t) and updates that become equal consolidate."""
 import numpy as np
 
-from . import MAX_MULT, carried_total, kernel
+from . import MAX_MULT, carried_add, carried_total, kernel
 from .rows import cmp_cols, cmp_val_time
 from .sort import sort_index_segment
 
@@ -57,13 +57,7 @@ def normalize_segment(vals, times, diffs, s, e):
         hi = 0
         q = r + 1
         while q < e and cmp_val_time(vals, times, r, vals, times, q) == 0:
-            acc += diffs[q]
-            if acc >= MAX_MULT:  # (carried: see carried_total)
-                acc -= MAX_MULT
-                hi += 1
-            elif acc <= -MAX_MULT:
-                acc += MAX_MULT
-                hi -= 1
+            acc, hi = carried_add(acc, hi, diffs[q])
             q += 1
         if hi != 0:
             acc = carried_total(acc, hi)
