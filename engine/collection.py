@@ -218,9 +218,9 @@ class Collection:
                         arr = np.asarray(one[n])
                         if arr.ndim == 1 and arr.size:
                             try:
-                                # (nulls only say nothing of the type: the default, int64; rows that hold
-                                # nulls are then refused as nulls, and other values by the dtype they ask for)
-                                dtypes[i] = value_dtype(arr) or "int64"
+                                # (nulls only say nothing of the type: the empty trial's answer stands; rows
+                                # that hold nulls are then refused as nulls, other values by their dtype)
+                                dtypes[i] = value_dtype(arr) or dtypes[i]
                             except SchemaError:
                                 pass
                 schema = Schema(schema.names, tuple(dtypes))

@@ -60,9 +60,11 @@ _loaded = weakref.WeakKeyDictionary()   # engine -> {input name: _Source it was 
 
 class _Source:
     """What an input was loaded from, without keeping it alive: a weak reference, or, for a dict (which
-    cannot be referenced weakly), its id and weak references to its arrays."""
+    cannot be referenced weakly), its id and weak references to its arrays; and the session loaded from it
+    (weakly: an input of that name made otherwise later is not this one)."""
 
-    def __init__(self, obj):
+    def __init__(self, obj, session):
+        self.session = weakref.ref(session)
         try:
             self._ref, self._parts = weakref.ref(obj), None
         except TypeError:
@@ -123,6 +125,9 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         sources.pop(var, None)  # dropped since
     else:
         src = sources.get(var)
+        if src is not None and src.session() is not existing:  # (dropped, and the name made again otherwise)
+            sources.pop(var, None)
+            src = None
         if src is not None and src.is_(obj):
             return var, None
         readers = _readers(eng, var)
@@ -145,7 +150,7 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
     else:
         columns, dtypes = _schema_of(obj, kind)
         session = eng.input(var, columns, dtypes, rows=obj)
-    sources[var] = _Source(obj)
+    sources[var] = _Source(obj, session)
     return var, session
 
 
