@@ -112,9 +112,7 @@ def _gate_block(entered, release):
     return block
 
 
-@pytest.mark.parametrize("batched", [False, pytest.param(True, marks=pytest.mark.xfail(
-    strict=True, reason="epochs processed as one batch fail a join with a false OverflowError (a diff of a row "
-                        "that nets to 0 times the other side's) where the same epochs one by one answer"))])
+@pytest.mark.parametrize("batched", [False, True])
 def test_join_of_retracted_large_row_same_batched_as_one_by_one(batched):
     # l's row (1, 1) holds 2**32 at epoch 0 and nothing from epoch 1 on; r's row (1, 2) arrives at epoch 2
     # with 2**30. The join is empty at every epoch. README: epochs submitted before the engine gets to them

@@ -137,3 +137,55 @@ def test_int64_min_literal_still_a_value():
         prog = eng.datalog("q(-9223372036854775808).\nr(x) :- q(x).", name="p")
         eng.wait(prog["r"], timeout=WAIT)
         assert prog["r"].to_pandas().iloc[:, 0].tolist() == [np.iinfo(np.int64).min]
+
+
+def _gated(eng):
+    """A dataflow whose map holds the scheduler until released: epochs submitted meanwhile are processed
+    as one batch."""
+    entered, release = threading.Event(), threading.Event()
+    g = eng.input("g", ["x"])
+
+    def hold(x):
+        if len(x):
+            entered.set()
+            release.wait(WAIT)
+        return {"x": x}
+    with eng.dataflow("gate") as df:
+        df.input("g").map(hold).view("gv")
+    g.insert([(1,)])
+    g.advance_to(1)
+    assert entered.wait(WAIT)
+    return release
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_join_sums_large_products_of_one_key_exactly_where_they_meet(workers):
+    """Epochs processed as one batch: l's (1, 1) holds 2**32 at epoch 0 and is retracted at 1, (1, 5)
+    holds 3; r's (1, 2) arrives at 2 with 2**30. The products 2**62 and -2**62 meet at epoch 2 and cancel
+    (summed exactly), leaving (1, 5, 2) with 3 * 2**30; a product that stays past the bound still fails."""
+    with kp.Engine(workers=workers) as eng:
+        l = eng.input("l", ["k", "a"])
+        r = eng.input("r", ["k", "b"])
+        with eng.dataflow("p") as df:
+            v = df.input("l").join(df.input("r"), on="k").view("v")
+        release = _gated(eng)
+        try:
+            l.update([(1, 1), (1, 5)], [2**32, 3])
+            l.advance_to(1)
+            r.advance_to(1)
+            l.update([(1, 1)], [-2**32])
+            l.advance_to(2)
+            r.advance_to(2)
+            r.update([(1, 2)], [2**30])
+            l.advance_to(3)
+            r.advance_to(3)
+        finally:
+            release.set()
+        eng.wait(v, timeout=WAIT)
+        got = v.to_pandas(diffs=True)
+        assert list(map(tuple, got[["k", "a", "b", "diff"]].values.tolist())) == [(1, 5, 2, 3 * 2**30)]
+        l.update([(1, 7)], [2**32])
+        l.advance_to(4)
+        r.advance_to(4)
+        with pytest.raises(kp.DataflowError, match="2\\*\\*62"):
+            eng.wait(v, timeout=WAIT)

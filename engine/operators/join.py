@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 from ..columns import UpdateBatch
+from ..kernels import MAX_MULT
 from ..dataflow import Operator, Updates
 from ..kernels.join import join_product, product_total
 from ..kernels.rows import is_identity
@@ -22,6 +23,7 @@ from .basic import fuse_projections
 from .reader import ArrangedInput
 
 CHUNK = 1 << 20  # output rows per shard per step
+EXACT_PAIRS = 1 << 20  # pairs of one key summed exactly where a product passes the bound (else it fails)
 _NONE = Antichain()  # no capability (shared: antichains are never changed once built)
 
 
@@ -46,10 +48,15 @@ class _Product:
         n = min(limit, self.remaining)
         probe, arow, brow, times, diffs = join_product(ha.off, ha.times, ha.diffs, hb.off, hb.times, hb.diffs,
                                                        self.state, n)
-        if self.state[3]:
-            raise OverflowError("a join output's multiplicity reaches 2**62 or more (the product of two rows' "
-                                "diffs); int64 multiplicities would wrap")
-        self.remaining -= n
+        if self.state[3]:  # a product past the bound: the rest of that probe key's pairs summed exactly
+            made = len(diffs)
+            rest, used = self._exact_rest()
+            probe, arow, brow, times, diffs = (np.concatenate([x, y]) for x, y in
+                                               zip((probe, arow, brow, times, diffs), rest))
+            self.remaining -= made + used
+            n = len(diffs)
+        else:
+            self.remaining -= n
         if n == 0:
             return None
         sources = ((self.pkeys, probe), (ha.vals, arow), (hb.vals, brow))
@@ -60,6 +67,44 @@ class _Product:
             m, rows = sources[side]
             np.take(m[c], rows, out=data[i], mode="clip")  # (rows are in range: "raise" buffers out)
         return UpdateBatch(data, times, diffs)
+
+
+    def _exact_rest(self):
+        """The rest of the pairs of the probe key where a product of two diffs passed 2**62, from the pair
+        the kernel stopped at: their products summed exactly (Python ints) per (A's row values, B's, lub
+        time), so that updates that cancel over time (a row inserted and retracted, both with large
+        multiplicities) cancel here as they would have in a trace compacted before the join read it.
+        Returns the rows (probe, a row, b row, times, diffs) and the number of pairs read; an overflow
+        only if a sum itself reaches the bound. (Per-pair Python: reached only by multiplicities of 2**31
+        and more.)"""
+        ha, hb = self.ha, self.hb
+        p, i, j = (int(x) for x in self.state[:3])
+        a1, b0, b1 = int(ha.off[p + 1]), int(hb.off[p]), int(hb.off[p + 1])
+        if (a1 - i) * (b1 - b0) > EXACT_PAIRS:
+            raise _product_overflow()
+        groups = {}
+        used = 0
+        for ii in range(i, a1):
+            for jj in range(j if ii == i else b0, b1):
+                used += 1
+                t = np.maximum(ha.times[ii], hb.times[jj])
+                key = (ha.vals[:, ii].tobytes(), hb.vals[:, jj].tobytes(), t.tobytes())
+                g = groups.setdefault(key, [ii, jj, t, 0])
+                g[3] += int(ha.diffs[ii]) * int(hb.diffs[jj])
+        rows = [g for g in groups.values() if g[3]]
+        if any(abs(g[3]) >= MAX_MULT for g in rows):
+            raise _product_overflow()
+        self.state[:] = (p + 1, 0, 0, 0)
+        d = ha.times.shape[1]
+        return (np.full(len(rows), p, np.int64), np.array([g[0] for g in rows], np.int64),
+                np.array([g[1] for g in rows], np.int64),
+                np.array([g[2] for g in rows], np.int64).reshape(len(rows), d),
+                np.array([g[3] for g in rows], np.int64)), used
+
+
+def _product_overflow() -> OverflowError:
+    return OverflowError("a join output's multiplicity reaches 2**62 or more (the product of two rows' diffs, "
+                         "summed over the pairs that meet at one time); int64 multiplicities would wrap")
 
 
 class JoinOp(Operator):
