@@ -268,6 +268,12 @@ class Operator:
         """The trace this operator maintains, if any (for statistics)."""
         return None
 
+    def owned_traces(self) -> list:
+        """Every trace this operator maintains (``owned_trace`` and any other: what statistics list and idle
+        maintenance tidies)."""
+        t = self.owned_trace()
+        return [] if t is None else [t]
+
     def step(self, rt):
         raise NotImplementedError
 

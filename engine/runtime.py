@@ -322,7 +322,8 @@ class Engine:
         it was advanced to and its sealed frontier) and their meet ``input_frontier``, how far it lags
         behind them (``lag_epochs``, and ``lag_s``: seconds since the oldest ``advance_to`` it does not
         reflect yet, or since its install if later), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
-        ``updated_at`` (wall-clock time its frontier last moved). Any thread may call it."""
+        ``updated_at`` (wall-clock time its frontier last moved), ``serial`` (which install of the name: a
+        replacement gets another). Any thread may call it."""
         snap = snapshot or self.snapshot()
         sessions = self.inputs()
         now = time.perf_counter()
@@ -357,7 +358,8 @@ class Engine:
                             "lag_epochs": 0 if at is None or goal is None else max(0, goal - at),
                             "lag_s": max(0.0, now - max(min(behind), d.installed_at or 0.0)) if behind else 0.0,
                             "latency_s": d.latency_s, "updated_at": d.updated_at,
-                            "updates": 0 if counts is None else int(counts.sum()), "retired": n in snap.retired})
+                            "updates": 0 if counts is None else int(counts.sum()), "retired": n in snap.retired,
+                            "serial": d.serial})
         return out
 
     def operator_stats(self, name: str) -> list:

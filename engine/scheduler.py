@@ -189,7 +189,7 @@ class Dataflow:
         if self._shape != shape:  # the arrangements and views only change with the graph's shape
             self._shape = shape
             owned = [(getattr(t, "name", None) or f"{op.kind}#{op.index}", op, t)
-                     for op in ops for t in [op.owned_trace()] if t is not None]
+                     for op in ops for t in op.owned_traces()]
             seen = Counter(label for label, _, _ in owned)  # a label two traces share gets the operator's index
             self._traces = tuple((label if seen[label] == 1 or "#" in label else f"{label}#{op.index}",
                                   weakref.ref(t)) for label, op, t in owned)
@@ -885,7 +885,11 @@ class Scheduler:
 
     def _collect(self):
         """Release dropped dataflows whose exports nobody reads; prune the others to the operators that
-        feed the exports still read."""
+        feed the exports still read; let go of the exports of failed or cancelled (installed) dataflows once
+        no trace handle reads them."""
+        for df in self.dataflows.values():
+            if df.held and not any(en.has_handles() for en in df.held):
+                df.held = []
         changed = True
         while changed:
             changed = False

@@ -156,6 +156,8 @@ class Spine:
         """Whether tidying looks worthwhile: more than ``BLOAT`` times the estimated live records, and
         no failed tidy says it will not help yet (module docstring)."""
         r = self._records
+        if self._unfolded(logical):
+            return True
         # the estimate is at least |balance| (each batch's |balance| is at most its records), so most
         # calls are answered without it (it is recomputed whenever the logical frontier moves)
         if (r <= BLOAT * abs(self._balance) or r <= BLOAT * self.live_estimate(logical)) \
@@ -163,6 +165,15 @@ class Spine:
             return False
         limit, hi = self._guard
         return r > limit or _passed(hi, logical)
+
+    def _unfolded(self, logical: Antichain) -> bool:
+        """Whether a complete spine (its upper empty: every input closed, nothing more is appended) could
+        still shrink: several batches, or one whose times compacting to ``logical`` would merge. It is
+        folded into one batch at the readers' frontier, once, whatever the estimates say."""
+        if self.upper.elements or not self._records:
+            return False
+        bs = self.batches()
+        return len(bs) > 1 or bs[0].collapses(logical)
 
     def _may_repeat(self) -> bool:
         """Whether an epoch-timed bag without retractions may hold the same rows in several batches or
@@ -191,7 +202,8 @@ class Spine:
         frontier only holds merges back: once every batch's upper is at or before it, no other one lets
         more merges start. So a loop's trace stays settled while its readers' frontiers move every
         round, and inserting an empty batch there plans no merges at all."""
-        lo = ANY if self._records <= BLOAT * abs(self._balance) and not self._may_repeat() else logical.elements
+        lo = ANY if self._records <= BLOAT * abs(self._balance) and not self._may_repeat() \
+            and not self._unfolded(logical) else logical.elements
         # the batches' uppers advance along the spine: the last one's bounds them all
         ph = ANY if self._last_upper().less_equal(physical) else physical.elements
         self._settled = (lo, ph)
@@ -237,7 +249,9 @@ class Spine:
             self._changed()
             self._owed += len(batch)
         else:
-            self.version += 1  # only the upper moved: the entries (and what maintenance can do) are the same
+            self.version += 1  # only the upper moved: the entries (and what maintenance can do) are the same,
+            if not batch.upper.elements:  # unless the spine is complete now (it may fold: ``_unfolded``)
+                self._settled = None
 
     def insert(self, batch: Batch, logical: Antichain, physical: Antichain):
         """Append, then spend fuel on maintenance."""

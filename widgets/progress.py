@@ -40,7 +40,7 @@ class Progress(w.HBox, Part):
         self.state = "running"     # running | finished | failed
         self._start = time.perf_counter()
         self._lock = threading.Lock()
-        self._follow = None        # (engine, dataflow name, its first epoch when following began)
+        self._follow = None        # (engine, dataflow name, its first epoch when following began, install serial)
         self._show("")
 
     # -- driving it by hand -----------------------------------------------------------------------------
@@ -107,7 +107,7 @@ class Progress(w.HBox, Part):
             raise UnknownNameError(f"no dataflow named {name!r} is installed (dataflows: "
                                    f"{', '.join(sorted(engine.dataflows())) or 'none'})")
         p = cls(f"dataflow {name!r}", unit="epochs")
-        p._follow = (engine, name, stats["epoch"] if stats["epoch"] is not None else 0)
+        p._follow = (engine, name, stats["epoch"] if stats["epoch"] is not None else 0, stats["serial"])
         u = Updater.of(engine)
         u.add(p)
         u.refresh_now([p])
@@ -116,13 +116,16 @@ class Progress(w.HBox, Part):
     def refresh(self, reading):
         if self._follow is None or self.state != "running":
             return
-        engine, name, first = self._follow
+        engine, name, first, serial = self._follow
         if reading.closed:
             self.fail("the engine closed")
             return
         d = next((d for d in reading.dataflows if d["name"] == name), None)
         if d is None:
             self.fail("the dataflow was dropped")
+            return
+        if d["serial"] != serial:  # (the name is another install's now)
+            self.fail("the dataflow was replaced")
             return
         if d["error"] is not None:
             self.fail(d["error"])

@@ -183,6 +183,10 @@ class IfeOp(Operator):
     def owned_trace(self):
         return self.timeline
 
+    def owned_traces(self) -> list:
+        exact = self.tracker is not None and self.tracker.kind == "exact"  # (its dropped pairs: an arrangement)
+        return [t for t in (self.timeline, self.tracker.trace if exact else None) if t is not None]
+
     def install(self, rt):
         self.sides = [ArrangedInput(up, self.label()) for up in self.inputs]
 
