@@ -350,15 +350,7 @@ def merged(older: Batch, newer: Batch, since: Antichain) -> Batch:
     """Two adjacent batches merged completely, their times advanced to ``since``: a small merge, never one
     in progress."""
     f = advancing(since, older, newer)
-    try:
-        arrays, positive = merge_arrays(older.arrays, newer.arrays, f)
-    except OverflowError:
-        if f is None:
-            raise
-        # advancing the times summed two batches' updates past the bound, a partial sum of the trace (the
-        # row's accumulation, with earlier batches, may be in range): merged with their own times instead
-        f, since = None, older.since.meet(newer.since)
-        arrays, positive = merge_arrays(older.arrays, newer.arrays)
+    arrays, positive = merge_arrays(older.arrays, newer.arrays, f)
     out = Batch(*arrays, older.lower, newer.upper, since)
     out._balance = 2 * positive - out.n
     return merged_range(out, older, newer, f is not None)
@@ -389,7 +381,7 @@ def may_meet(batches, frontier: Antichain | None) -> bool:
 class Merger:
     """A merge of two batches' arrays in progress: output buffers plus the kernel's resumable state."""
 
-    __slots__ = ("a", "b", "frontier", "out", "state", "result", "advanced")
+    __slots__ = ("a", "b", "frontier", "out", "state", "result")
 
     def __init__(self, a, b, frontier: np.ndarray | None = None):
         self.a = a
@@ -404,7 +396,6 @@ class Merger:
                     np.empty((kv, n), np.int64), np.empty((n, d), np.int64), np.empty(n, np.int64))
         self.state = np.zeros(5, np.int64)
         self.result = None
-        self.advanced = len(self.frontier) > 0  # (whether the times are advanced to the frontier)
 
     def work(self, fuel: int | None) -> bool:
         """Spend up to ``fuel`` rows of merging (None: finish). Returns True once complete."""
@@ -412,13 +403,6 @@ class Merger:
             return True
         f = np.int64(1 << 62) if fuel is None else np.int64(max(fuel, 1))
         done = merge_step(*self.a, *self.b, *self.out, self.state, self.frontier, f)
-        if self.state[4] and self.advanced:
-            # advancing the times summed the two batches' updates past the bound, a partial sum of the trace
-            # (with earlier batches the row's accumulation may be in range): start again keeping their times
-            self.frontier = self.frontier[:0]
-            self.advanced = False
-            self.state[:] = 0
-            done = merge_step(*self.a, *self.b, *self.out, self.state, self.frontier, f)
         if self.state[4]:
             raise multiplicity_overflow()
         if done:

@@ -64,11 +64,8 @@ class _Merging:
         return len(self.older) + len(self.newer)
 
     def result(self) -> Batch:
-        m = self.merger
-        # (a merger that had to keep the times, see Merger.work, compacted the batches to no common since)
-        since = self.since if m.advanced or not self.advanced else self.older.since.meet(self.newer.since)
-        out = Batch(*m.result, self.older.lower, self.newer.upper, since)
-        return merged_range(out, self.older, self.newer, m.advanced)
+        out = Batch(*self.merger.result, self.older.lower, self.newer.upper, self.since)
+        return merged_range(out, self.older, self.newer, self.advanced)
 
 
 class Spine:
