@@ -21,14 +21,11 @@ import pandas as pd
 import pytest
 
 import kpgnb as kp
-from kpgnb import kernel
 from kpgnb.engine import faults
 
-from notebook_shell import run, shell  # noqa: F401 - shell is a fixture
+from notebook_shell import ip, run, shell, state  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
-
-KEEP = ("In", "Out", "get_ipython", "exit", "quit")
 
 
 @pytest.fixture(autouse=True)
@@ -36,25 +33,6 @@ def _no_live_views(monkeypatch):
     """Views display as text here (a live view needs a kernel with comms); set per test, so that later
     test modules see the environment as it was."""
     monkeypatch.setenv("KPGNB_LIVE_VIEWS", "0")
-
-
-@pytest.fixture
-def ip(shell, capsys):
-    """The shell with a fresh kernel engine of 2 workers and a clean namespace."""
-    kernel.close()
-    kernel.configure(workers=2)
-    shell.user_ns.update(np=np, pd=pd, kp=kp)
-    capsys.readouterr()
-    yield shell
-    faults.disarm()
-    kernel.close()
-    for k in [k for k in shell.user_ns if not k.startswith("_") and k not in KEEP]:
-        shell.user_ns.pop(k, None)
-
-
-def state():
-    eng = kp.engine()
-    return dict(eng.dataflows()), sorted(eng.inputs()), sorted(a["name"] for a in eng.arrangements())
 
 
 def rows(view, diffs=False):

@@ -12,62 +12,17 @@ import sys
 import threading
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 
 import kpgnb as kp
-from kpgnb import kernel
 from kpgnb.engine import faults
 
-from notebook_shell import run, shell  # noqa: F401 - shell is a fixture
+from notebook_shell import ip, ok, quiet, run, run_numbered, shell, state  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("quiet")]
 
-KEEP = ("In", "Out", "get_ipython", "exit", "quit", "open")
 WAIT = 30  # seconds a widget refresh may take to show (a hang check, not a timing)
-
-
-@pytest.fixture(autouse=True)
-def _quiet(monkeypatch):
-    """Views render as text here and no progress lines (set per test: later modules see the environment
-    as it was)."""
-    monkeypatch.setenv("KPGNB_LIVE_VIEWS", "0")
-    monkeypatch.setenv("KPGNB_PROGRESS", "0")
-
-
-@pytest.fixture
-def ip(shell, capsys):
-    """The shell with the extension loaded, a fresh kernel engine of 2 workers and a clean namespace."""
-    if shell.find_cell_magic("dataflow") is None:
-        shell.run_line_magic("load_ext", "kpgnb")
-    kernel.close()
-    kernel.configure(workers=2)
-    shell.user_ns.update(np=np, pd=pd, kp=kp)
-    capsys.readouterr()
-    yield shell
-    faults.disarm()
-    kernel.close()
-    for k in [k for k in shell.user_ns if not k.startswith("_") and k not in KEEP]:
-        shell.user_ns.pop(k, None)
-
-
-def ok(sh, capsys, code):
-    r, out = run(sh, capsys, code)
-    assert r.success, out
-    return out
-
-
-def run_numbered(sh, capsys, code):
-    """Run a cell as a kernel does (history on: the cell gets an execution number)."""
-    r = sh.run_cell(code, store_history=True)
-    out = capsys.readouterr()
-    return r, re.sub(r"\x1b\[[0-9;]*m", "", out.out + out.err)
-
-
-def state():
-    eng = kp.engine()
-    return dict(eng.dataflows()), sorted(eng.inputs()), sorted(a["name"] for a in eng.arrangements())
 
 
 def rows(view):

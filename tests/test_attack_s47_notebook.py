@@ -13,51 +13,21 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 
 import kpgnb as kp
-from kpgnb import kernel
 
-from notebook_shell import run, shell  # noqa: F401 - shell is a fixture
+from notebook_shell import ip, ok, quiet, run, shell  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("quiet")]
 
-KEEP = ("In", "Out", "get_ipython", "exit", "quit", "open")
 ROOTS = "roots = kp.engine().input('roots', ['node']); roots.insert([1, 2]); roots.advance_to(1)"
 # a map that fails once a node above 5 arrives (not on the first batch: the cell installs)
 BOOM = ("def boom(node):\n"
         "    if (node > 5).any():\n"
         "        raise ValueError('boom at seven')\n"
         "    return {'node': node}\n")
-
-
-@pytest.fixture(autouse=True)
-def _quiet(monkeypatch):
-    monkeypatch.setenv("KPGNB_LIVE_VIEWS", "0")
-    monkeypatch.setenv("KPGNB_PROGRESS", "0")
-
-
-@pytest.fixture
-def ip(shell, capsys):
-    """The shell with the extension loaded, a fresh kernel engine of 2 workers and a clean namespace."""
-    if shell.find_cell_magic("dataflow") is None:
-        shell.run_line_magic("load_ext", "kpgnb")
-    kernel.close()
-    kernel.configure(workers=2)
-    shell.user_ns.update(np=np, pd=pd, kp=kp)
-    capsys.readouterr()
-    yield shell
-    kernel.close()
-    for k in [k for k in shell.user_ns if not k.startswith("_") and k not in KEEP]:
-        shell.user_ns.pop(k, None)
-
-
-def ok(sh, capsys, code):
-    r, out = run(sh, capsys, code)
-    assert r.success, out
-    return out
 
 
 def rows(view):
