@@ -7,7 +7,6 @@ test hangs, so a hang is a failure, never a stuck CI job. Racy tests repeat thei
 that shows once in a hundred runs is a bug."""
 from __future__ import annotations
 
-import ctypes
 import gc
 import threading
 import time
@@ -19,17 +18,10 @@ import pytest
 
 import kpgnb as kp
 from kpgnb.engine import faults
-from threads import T, join_all, watchdog
-
+from threads import T, async_raise, join_all, watchdog
 
 
 _watchdog = watchdog(240)
-
-
-def _async_raise(thread: threading.Thread, exc_type) -> None:
-    """Raise ``exc_type`` in ``thread`` (as Ctrl-C would in the main thread)."""
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    assert n == 1, n
 
 
 # -- 1. snapshot invariants ------------------------------------------------------------------------------
@@ -612,7 +604,7 @@ def test_interrupt_injected_into_waiting_threads_does_not_wedge(workers):
             t.start()
             ready.wait(5)
             time.sleep(0.01 + 0.002 * (i % 5))
-            _async_raise(t, KeyboardInterrupt)
+            assert async_raise(t, KeyboardInterrupt)
             join_all([t], 10)
             x.insert([(i,)])
             x.advance_to(i + 2)

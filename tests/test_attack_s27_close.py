@@ -7,7 +7,6 @@ test hangs. The races are forced with ``kpgnb.engine.faults`` points (the schedu
 not with sleeps."""
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 
@@ -16,18 +15,12 @@ import pytest
 import kpgnb as kp
 from kpgnb.engine import faults
 from kpgnb.engine.commands import Cancel
-from threads import T, watchdog
+from threads import T, async_raise, watchdog
 
 PROMPT = 3.0  # an answer that is available now must come within this (the engine waits 10 s before guessing)
 
 
 _watchdog = watchdog(120)
-
-
-def _async_raise(thread: threading.Thread, exc_type) -> None:
-    """Raise ``exc_type`` in ``thread`` (as Ctrl-C would in the main thread)."""
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    assert n == 1, n
 
 
 def _count_dataflow(eng, name, inp):
@@ -96,7 +89,7 @@ def test_ctrl_c_in_a_wait_on_a_stale_view_does_not_cancel_the_new_install_of_its
         t.start()
         time.sleep(0.3)
         if t.is_alive():
-            _async_raise(t, KeyboardInterrupt)
+            assert async_raise(t, KeyboardInterrupt)
         t.join(10)
         release.set()
         assert not t.is_alive()

@@ -9,7 +9,6 @@ cold-start paragraph, and the memory modes' and Datalog's newly documented detai
 Tests marked xfail(strict=True) assert the documented behaviour for a bug this attack found."""
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import threading
@@ -21,6 +20,7 @@ import pytest
 import kpgnb as kp
 from kpgnb import graphs
 from notebook_shell import run, shell  # noqa: F401 - shell is a fixture
+from threads import async_raise
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 T = 20  # generous bound on any wait that should end (a gate left closed would otherwise hang a test)
@@ -115,11 +115,6 @@ def test_dataflow_wait_magic_names_a_dataflow_whose_view_is_behind(shell, capsys
 
 # -- Ctrl-C in eng.wait(view) -----------------------------------------------------------------------------
 
-def _async_raise(thread: threading.Thread, exc_type=KeyboardInterrupt):
-    """Ctrl-C as a notebook thread gets it: an exception raised asynchronously in ``thread``."""
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    assert n == 1
-
 
 def test_ctrl_c_in_wait_on_a_view_cancels_it_while_another_input_lags():
     """README: Ctrl-C in ``eng.wait(view)`` cancels the computation it was waiting for (its status becomes
@@ -146,7 +141,7 @@ def test_ctrl_c_in_wait_on_a_view_cancels_it_while_another_input_lags():
             t.start()
             started.wait(T)
             time.sleep(0.3)
-            _async_raise(t)
+            assert async_raise(t)
             t.join(T)
             assert res == {"r": "KeyboardInterrupt"}
         finally:

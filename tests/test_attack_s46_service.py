@@ -7,7 +7,6 @@ Every scenario is bounded: waits carry timeouts, threads are joined with a bound
 fails the test), and a watchdog dumps the stacks and ends the process if a test hangs anyway."""
 from __future__ import annotations
 
-import ctypes
 import random
 import sys
 import threading
@@ -19,15 +18,9 @@ import pandas as pd
 import pytest
 
 import kpgnb as kp
-from threads import T, join_all, watchdog
+from threads import T, async_raise, join_all, watchdog
 
 _watchdog = watchdog(180)
-
-
-def _async_raise(thread: threading.Thread, exc_type=KeyboardInterrupt):
-    """Ctrl-C as a notebook thread gets it: an exception raised asynchronously in ``thread``."""
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    assert n == 1
 
 
 # -- 1. a user function that calls back into the engine ---------------------------------------------------
@@ -235,7 +228,7 @@ def test_ctrl_c_in_one_of_two_waiters_cancels_for_both_and_spares_the_rest(worke
         while eng.snapshot().dataflows["d"].steps == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.2)
-        _async_raise(ts[0])
+        assert async_raise(ts[0])
         ts[0].join(T)
         gate.set()
         join_all(ts)

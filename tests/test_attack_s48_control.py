@@ -10,7 +10,6 @@ test depends on how long anything takes. Every wait is bounded, threads are join
 watchdog dumps the stacks and ends the process if a test hangs anyway."""
 from __future__ import annotations
 
-import ctypes
 import gc
 import random
 import threading
@@ -20,34 +19,9 @@ import weakref
 import pytest
 
 import kpgnb as kp
-from threads import T, join_all, watchdog
+from threads import T, async_raise, gated, join_all, watchdog
 
 _watchdog = watchdog(120)
-
-
-def _async_raise(thread: threading.Thread, exc_type=KeyboardInterrupt) -> bool:
-    """Ctrl-C as a thread other than the main one gets it: raised asynchronously in ``thread`` (when it next
-    runs Python code). False if the thread had ended already."""
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    assert n in (0, 1), n
-    return n == 1
-
-
-def _gated(eng, name: str, source: str):
-    """A dataflow ``name`` over input ``source`` whose map blocks (holding the scheduler in its step) when a
-    batch holds the row 7, until ``gate`` is set. Returns (gate, inside)."""
-    gate, inside = threading.Event(), threading.Event()
-
-    def hold(k):
-        if (k == 7).any():
-            inside.set()
-            gate.wait(T)
-        return {"k": k}
-
-    with eng.dataflow(name) as df:
-        df.input(source).map(hold).view(f"{name}_v")
-    eng.wait(name, timeout=T)
-    return gate, inside
 
 
 # -- 1. Ctrl-C in an install ------------------------------------------------------------------------------
@@ -66,7 +40,7 @@ def test_install_that_raises_keyboard_interrupt_leaves_nothing_installed():
         src = eng.input("src", ["k"], rows=[(1,)])
         x.advance_to(1)
         src.advance_to(1)
-        gate, inside = _gated(eng, "busy", "src")
+        gate, inside = gated(eng, "busy", "src")
         with eng.dataflow("warm") as df:  # (the kernels the installs use, compiled now)
             df.input("x").distinct().view("d")
         eng.wait("warm", timeout=T)
@@ -90,7 +64,7 @@ def test_install_that_raises_keyboard_interrupt_leaves_nothing_installed():
             t = threading.Thread(target=install, name=f"installer{i}")
             t.start()
             time.sleep(0.1)  # (the install is queued behind the step; the thread waits for its reply)
-            _async_raise(t)
+            async_raise(t)
             gate.set()
             join_all([t])
             eng.wait("busy", timeout=T)
@@ -144,7 +118,7 @@ def test_ctrl_c_in_wait_on_a_dataflow_name_cancels_it_whatever_it_maintains(kind
         t = threading.Thread(target=waiter, name="waiter")
         t.start()
         time.sleep(0.1)
-        assert _async_raise(t)
+        assert async_raise(t)
         join_all([t])  # (it wakes at its next poll of the snapshot, the step still held)
         assert got["r"] == "interrupted"
         gate.set()
@@ -184,7 +158,7 @@ def test_ctrl_c_in_wait_for_a_future_epoch_spares_dataflows_that_are_caught_up()
         t = threading.Thread(target=waiter, name="waiter")
         t.start()
         time.sleep(0.1)
-        assert _async_raise(t)
+        assert async_raise(t)
         join_all([t])
         assert got["r"] == "interrupted"
         eng.wait(timeout=T)
@@ -274,7 +248,7 @@ def test_session_dropped_without_waiting_refuses_rows_at_once():
     with kp.Engine(workers=1) as eng:
         src = eng.input("src", ["k"], rows=[(1,)])
         src.advance_to(1)
-        gate, inside = _gated(eng, "busy", "src")
+        gate, inside = gated(eng, "busy", "src")
         x = eng.input("x", ["k"], rows=[(1,)])
         x.advance_to(1)
         src.insert([(7,)])
@@ -351,7 +325,7 @@ def test_stats_reports_a_dataflow_and_its_arrangements_from_one_snapshot():
         x.advance_to(1)
         with eng.dataflow("fast") as df:
             df.input("x").map(lambda k: {"k": k * 2}).view("v")
-        gate, inside = _gated(eng, "slow", "x")
+        gate, inside = gated(eng, "slow", "x")
         eng.wait("fast", timeout=T)
         x.insert([(7,)])
         x.advance_to(2)

@@ -17,7 +17,6 @@ threads are joined with a bound, and a watchdog dumps the stacks and ends the pr
 Tests marked xfail(strict=True) assert the documented behaviour for a bug this attack found."""
 from __future__ import annotations
 
-import ctypes
 import random
 import threading
 import time
@@ -26,33 +25,9 @@ from collections import Counter
 import pytest
 
 import kpgnb as kp
-from threads import T, join_all, watchdog
+from threads import T, async_raise, gated, join_all, watchdog
 
 _watchdog = watchdog(120)
-
-
-def _async_raise(thread: threading.Thread, exc_type=KeyboardInterrupt) -> bool:
-    """Ctrl-C as a thread other than the main one gets it (raised when it next runs Python code)."""
-    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    assert n in (0, 1), n
-    return n == 1
-
-
-def _gated(eng, name: str, source: str):
-    """A dataflow ``name`` over input ``source`` whose map blocks (holding the scheduler in its step) when a
-    batch holds the row 7, until ``gate`` is set. Returns (gate, inside)."""
-    gate, inside = threading.Event(), threading.Event()
-
-    def hold(k):
-        if (k == 7).any():
-            inside.set()
-            gate.wait(T)
-        return {"k": k}
-
-    with eng.dataflow(name) as df:
-        df.input(source).map(hold).view(f"{name}_v")
-    eng.wait(name, timeout=T)
-    return gate, inside
 
 
 def _queued(eng, before: int):
@@ -217,7 +192,7 @@ def test_ctrl_c_in_a_replacing_install_still_queued_keeps_the_old_dataflow():
         src = eng.input("src", ["k"], rows=[(1,)])
         x.advance_to(1)
         src.advance_to(1)
-        gate, inside = _gated(eng, "busy", "src")
+        gate, inside = gated(eng, "busy", "src")
         with eng.dataflow("rep") as df:
             old = df.input("x").map(lambda k: {"k": k * 0}).view("v")
         eng.wait(old, timeout=T)
@@ -238,7 +213,7 @@ def test_ctrl_c_in_a_replacing_install_still_queued_keeps_the_old_dataflow():
             t = threading.Thread(target=install, name=f"replacer{i}")
             t.start()
             _queued(eng, before)
-            _async_raise(t)
+            async_raise(t)
             join_all([t])  # (it raised while the scheduler is still held: before the swap)
             gate.set()
             eng.wait("busy", timeout=T)
@@ -256,7 +231,7 @@ def test_ctrl_c_in_cancel_stops_the_wait_not_the_cancel():
         src = eng.input("src", ["k"], rows=[(1,)])
         x.advance_to(1)
         src.advance_to(1)
-        gate, inside = _gated(eng, "busy", "src")
+        gate, inside = gated(eng, "busy", "src")
         for i in range(4):
             with eng.dataflow(f"victim{i}") as df:
                 v = df.input("x").distinct().view("d")
@@ -275,7 +250,7 @@ def test_ctrl_c_in_cancel_stops_the_wait_not_the_cancel():
             t = threading.Thread(target=cancel, name=f"canceller{i}")
             t.start()
             _queued(eng, before)
-            _async_raise(t)
+            async_raise(t)
             join_all([t])
             gate.set()
             eng.wait("busy", timeout=T)
@@ -326,7 +301,7 @@ def test_close_answers_every_queued_or_blocked_call_with_engine_closed():
         eng.input("y", ["k"], rows=[(1,)]).advance_to(1)
         x.advance_to(1)
         src.advance_to(1)
-        gate, inside = _gated(eng, "busy", "src")
+        gate, inside = gated(eng, "busy", "src")
         with eng.dataflow("other") as df:
             df.input("x").arrange_by("k").export("xk")
             ov = df.input("src").view("ov")  # (behind while the step is held: a wait on it blocks)

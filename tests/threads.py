@@ -2,7 +2,9 @@
 (faulthandler) dumps every thread's stack and ends the process if a test hangs instead of failing."""
 from __future__ import annotations
 
+import ctypes
 import faulthandler
+import threading
 
 import pytest
 
@@ -30,3 +32,28 @@ def join_all(threads, timeout=T):
         t.join(timeout)
     alive = [t.name for t in threads if t.is_alive()]
     assert not alive, f"threads still running (hung?): {alive}"
+
+
+def async_raise(thread: threading.Thread, exc_type=KeyboardInterrupt) -> bool:
+    """Ctrl-C as a thread other than the main one gets it: ``exc_type`` raised asynchronously in ``thread``
+    (when it next runs Python code). False if the thread had ended already."""
+    n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+    assert n in (0, 1), n
+    return n == 1
+
+
+def gated(eng, name: str, source: str):
+    """A dataflow ``name`` over input ``source`` whose map blocks (holding the scheduler in its step) when a
+    batch holds the row 7, until ``gate`` is set. Returns (gate, inside)."""
+    gate, inside = threading.Event(), threading.Event()
+
+    def hold(k):
+        if (k == 7).any():
+            inside.set()
+            gate.wait(T)
+        return {"k": k}
+
+    with eng.dataflow(name) as df:
+        df.input(source).map(hold).view(f"{name}_v")
+    eng.wait(name, timeout=T)
+    return gate, inside
