@@ -291,11 +291,11 @@ class Engine:
                 exported.setdefault(id(tr), []).append(cname)
         rows, seen = [], set()
 
-        def add(tr, name, dataflow, kind):
+        def add(tr, ts, name, dataflow, kind):  # ts: its contents as of ``snap`` (None: read it now)
             if id(tr) in seen:
                 return
             seen.add(id(tr))
-            ts = tr.snapshot
+            ts = ts or tr.snapshot
             row = dict(trace_stats(ts, tr.readers, tr.logical, holders=tr.reader_frontiers()),
                        name=name, dataflow=dataflow, kind=kind, key=list(tr.key_names),
                        exports=exported.get(id(tr), []))
@@ -304,15 +304,17 @@ class Engine:
             rows.append(row)
 
         for name, s in self.inputs().items():
-            add(s.trace, f"input:{name}", None, "input")
+            info = snap.inputs.get(name)
+            add(s.trace, info and info.contents, f"input:{name}", None, "input")
         for infos in (snap.dataflows, snap.retired):
             for info in infos.values():
                 label = info.name + (" (dropped)" if info.name in snap.retired else "")
-                for tname, ref in info.traces:
+                contents = info.trace_contents or (None,) * len(info.traces)
+                for (tname, ref), ts in zip(info.traces, contents):
                     tr = ref()
                     if tr is not None:
                         cnames = exported.get(id(tr))
-                        add(tr, cnames[0] if cnames else tname, label, "export" if cnames else "internal")
+                        add(tr, ts, cnames[0] if cnames else tname, label, "export" if cnames else "internal")
         return rows
 
     def dataflow_stats(self, retired: bool = False, snapshot: EngineSnapshot | None = None) -> list:

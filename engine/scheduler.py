@@ -177,13 +177,10 @@ class Dataflow:
         self.updated_at = time.time()
 
     def info(self, commands: int) -> DataflowInfo:
-        """What the snapshot shows of it; the last one again while its graph, error and ending are unchanged
-        and no scheduler command ran (``commands``, the scheduler's count of them): its name, links and
-        views change only by commands (an engine with many dataflows publishes after every step of any
-        of them)."""
-        key = (self.graph.changes, self.error, self.ended, self.dropped, commands)
-        if self._info is not None and self._info_key == key:
-            return self._info
+        """What the snapshot shows of it; the last one again while its graph, error, ending and
+        arrangements' contents are unchanged and no scheduler command ran (``commands``, the scheduler's
+        count of them): its name, links and views change only by commands (an engine with many dataflows
+        publishes after every step of any of them)."""
         ops = self.graph.ops
         shape = (len(ops), len(self.views), self.ended, self.dropped)
         if self._shape != shape:  # the arrangements and views only change with the graph's shape
@@ -195,6 +192,13 @@ class Dataflow:
                                   weakref.ref(t)) for label, op, t in owned)
             self._views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
                                 if v.op.handle is not None and v.op.handle.alive)
+        # the arrangements' contents as of this snapshot (their own snapshots move on within a step, before
+        # the engine publishes it): statistics read these, so a dataflow and its arrangements agree
+        contents = tuple([None if (t := ref()) is None else t.snapshot for _, ref in self._traces])
+        key = (self.graph.changes, self.error, self.ended, self.dropped, commands)
+        if self._info is not None and self._info_key == key and all(
+                a is b for a, b in zip(contents, self._info.trace_contents)):
+            return self._info
         traces, views = self._traces, self._views
         frontier = self.frontier()
         self.note_progress(frontier, time.perf_counter())
@@ -207,7 +211,7 @@ class Dataflow:
                                   installed_at=self._installed,
                                   view_uppers=tuple((n, t.snapshot.upper) for n, ref in views
                                                     for t in [ref()] if t is not None),
-                                  view_sources=tuple(self.view_sources.items()))
+                                  view_sources=tuple(self.view_sources.items()), trace_contents=contents)
         return self._info
 
 
@@ -959,10 +963,11 @@ class Scheduler:
 
     def _input_info(self, name, session) -> InputInfo:
         """An input's record for the snapshot (the last one again while unchanged)."""
-        upper, closed, failure = session.trace.upper, session.closed, session.failure
+        contents, closed, failure = session.trace.snapshot, session.closed, session.failure
         last = self._input_infos.get(name)
-        if last is None or last.sealed is not upper or last.closed != closed or last.failure is not failure:
-            last = self._input_infos[name] = InputInfo(name, upper, closed, failure, session.broken is not None)
+        if last is None or last.contents is not contents or last.closed != closed or last.failure is not failure:
+            last = self._input_infos[name] = InputInfo(name, contents.upper, closed, failure,
+                                                       session.broken is not None, contents)
         return last
 
     def latency_samples(self) -> list:

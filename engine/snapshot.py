@@ -1,7 +1,9 @@
 """What the scheduler publishes for everyone else to read: one immutable :class:`EngineSnapshot` per
 scheduler step, swapped in by one assignment. ``wait``, ``dataflows()``, ``catalog()`` and ``stats()``
 read the latest snapshot only, so they never block the scheduler and never see a half-done step.
-Traces are referenced weakly: a snapshot never keeps an arrangement alive."""
+Traces are referenced weakly: a snapshot never keeps an arrangement alive, only the contents it had when
+the snapshot was published (``trace_contents``, ``InputInfo.contents``: immutable batches), which
+statistics read so that every figure is of one moment."""
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +34,7 @@ class DataflowInfo:
     installed_at: float | None = None  # time.perf_counter() when it was installed
     view_uppers: tuple = ()          # (view name, its trace's upper) as of this snapshot: what eng.wait decides on
     view_sources: tuple = ()         # (view name, names of the inputs it reads): what eng.wait(view) waits for
+    trace_contents: tuple = ()       # the TraceSnapshot of each of ``traces`` as of this snapshot
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class InputInfo:
     closed: bool
     failure: BaseException | None    # a seal that failed and is being retried
     broken: bool = False             # and never will succeed (``InputSession.broken``)
+    contents: object = None          # its trace's TraceSnapshot as of this snapshot
 
 
 @dataclass(frozen=True)

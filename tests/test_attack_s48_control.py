@@ -311,9 +311,6 @@ def test_drop_input_without_waiting_then_a_new_input_of_the_name_reads_only_its_
 
 # -- 5. stats() from one snapshot ---------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="eng.stats() reads arrangements live: while another dataflow holds "
-                                       "the scheduler in a step, a dataflow's arrangement is ahead of the "
-                                       "frontier the same stats() reports for it")
 def test_stats_reports_a_dataflow_and_its_arrangements_from_one_snapshot():
     """README: "eng.stats() takes every part from one" published snapshot. Dataflow ``fast`` (a map and a
     view) has taken epoch 1 in the scheduler's pass, which is then held in dataflow ``slow``'s step before
