@@ -734,6 +734,8 @@ class Variable(Collection):
             if initial is not None:
                 raise SchemaError("pass Variable(scope, initial) or Variable(initial), not both collections")
             scope, initial = scope.scope.loop(), scope
+        elif scope is None and isinstance(initial, Collection):  # Variable(initial=collection): the same
+            scope = initial.scope.loop()
         if not isinstance(scope, Scope):
             raise SchemaError("a Variable needs a loop scope (df.loop(), or another variable's .scope) or an "
                               "initial collection")

@@ -228,6 +228,7 @@ class Scheduler:
         self.dataflows: dict = {}
         self.retired: list = []        # dropped dataflows still maintaining exports that others read
         self._replaced = 0             # dataflows replaced so far (numbers their retired names)
+        self.replaced_serials = frozenset()  # the installs replaced by a later one of their name (not dropped)
         self._successor = None         # the dataflow being installed while the one it replaces is dropped
         self.catalog = Catalog()
         self.inputs: dict = {}         # sessions that have sent a seal
@@ -818,6 +819,7 @@ class Scheduler:
             self._rename_export(old, e, k)
         name = old.name
         old.end_views(f"dataflow {name!r} was replaced by a new install of that name; read the new one's view")
+        self.replaced_serials = self.replaced_serials | {old.serial}
         self._rename(old, k)
         self.dataflows[old.name] = self.dataflows.pop(name)
         self._drop(old.name, cascade=False)
@@ -939,7 +941,8 @@ class Scheduler:
             seq=self._done, quiet=quiet and not self._failing and not self._cmds,
             dataflows={n: df.info(self._commands) for n, df in self.dataflows.items()},
             retired={df.name: df.info(self._commands) for df in self.retired},
-            inputs=inputs, catalog=self.catalog.info(), error=self.error, rounds=self.rounds)
+            inputs=inputs, catalog=self.catalog.info(), error=self.error, rounds=self.rounds,
+            replaced=self.replaced_serials)
         with self._published:
             self.snapshot = snap
             self._published.notify_all()

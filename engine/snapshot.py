@@ -71,6 +71,7 @@ class EngineSnapshot:
     catalog: dict = field(default_factory=dict)
     error: BaseException | None = None   # an internal failure of the scheduler itself (sticky)
     rounds: int = 0
+    replaced: frozenset = frozenset()    # serials of the installs a later install of their name replaced
 
     @contextlib.contextmanager
     def pinned(self):

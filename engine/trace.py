@@ -408,8 +408,25 @@ class TraceHandle:
     def physical(self) -> Antichain:
         return self._physical
 
+    def _frontier(self, frontier, what: str) -> Antichain:
+        """``frontier`` as an Antichain of this trace's times: an Antichain, or one time (an int epoch, a tuple
+        of ints). Checked at the call: a frontier the trace cannot use would fail its producer later."""
+        if not isinstance(frontier, Antichain):
+            parts = tuple(frontier) if isinstance(frontier, (tuple, list)) else (frontier,)
+            if not parts or not all(is_int(x) for x in parts):
+                raise ArgumentTypeError(f"{what}: a frontier is an Antichain of times, or one time (an int epoch "
+                                        f"or a tuple of ints), got {frontier!r}")
+            frontier = Antichain([tuple(int(x) for x in parts)])
+        depth = self.trace.depth
+        for t in frontier.elements:
+            if len(t) != depth:
+                raise UsageError(f"{what}: time {t} has depth {len(t)}; this trace's times have depth {depth}")
+        return frontier
+
     def set_logical_compaction(self, frontier: Antichain):
-        """Promise to read only as of times in advance of ``frontier`` from now on."""
+        """Promise to read only as of times in advance of ``frontier`` (an Antichain, or one time: an int
+        epoch) from now on."""
+        frontier = self._frontier(frontier, "set_logical_compaction")
         if frontier == self._logical:
             return
         if not self._logical.less_equal(frontier):
@@ -419,6 +436,7 @@ class TraceHandle:
 
     def set_physical_compaction(self, frontier: Antichain):
         """Ask for batch boundaries to be kept at ``frontier`` (empty: no constraint)."""
+        frontier = self._frontier(frontier, "set_physical_compaction")
         if frontier == self._physical:
             return
         self._physical = frontier
@@ -427,6 +445,8 @@ class TraceHandle:
     def set_compaction(self, logical: Antichain, physical: Antichain):
         """Both frontiers at once, as ``set_logical_compaction`` then ``set_physical_compaction`` would
         set them, in one update of the trace's readers (operators move both every step)."""
+        logical = self._frontier(logical, "set_compaction")
+        physical = self._frontier(physical, "set_compaction")
         if logical == self._logical:
             self.set_physical_compaction(physical)
             return

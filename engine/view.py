@@ -244,6 +244,9 @@ class View:
     def subscribe(self, fn) -> "Subscription":
         """Call ``fn(changes)`` (a DataFrame as ``follow`` yields) for the contents and then every completed
         epoch's changes, on a thread of the subscription's own; ``.close()`` stops it."""
+        if not callable(fn):
+            raise ArgumentTypeError(f"view {self.name!r}: subscribe(fn) takes a function of a changes DataFrame, "
+                                    f"got {type(fn).__name__} {fn!r}")
         return Subscription(self.follow(), fn)
 
     def __repr__(self):

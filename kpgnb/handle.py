@@ -37,8 +37,7 @@ class DataflowHandle:
         info = self._info()
         if info is not None and info.name == self.name:
             return info.status
-        newer = self.engine.snapshot().dataflows.get(self.name)
-        return "replaced" if newer is not None and newer.serial != self.serial else "dropped"
+        return "replaced" if self.serial in self.engine.snapshot().replaced else "dropped"
 
     @property
     def error(self):

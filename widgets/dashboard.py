@@ -11,7 +11,7 @@ from .latency import LatencyCCDF
 from .memorymodes import MemoryModes
 from .progress import Progress
 from .tracesizes import TraceSizes
-from .updater import Part, Updater, close_tree
+from .updater import Part, Updater, check_engine, close_tree
 
 
 class Dashboard(w.VBox):
@@ -24,6 +24,7 @@ class Dashboard(w.VBox):
     ``memory``."""
 
     def __init__(self, engine, **kwargs):
+        check_engine(engine, "the dashboard")
         self.engine = engine
         self.header = _Header()
         self.progress = _Behind()

@@ -19,7 +19,7 @@ import ipywidgets as w
 
 from ..engine.errors import EngineError, UnknownNameError
 from . import fmt
-from .updater import Part, Updater, close_tree
+from .updater import Part, Updater, check_engine, close_tree
 
 
 class Progress(w.HBox, Part):
@@ -100,6 +100,7 @@ class Progress(w.HBox, Part):
     def follow(cls, engine, name: str) -> "Progress":
         """A bar for dataflow ``name`` catching up with its inputs, refreshed by the engine's updater
         until it has caught up (or failed, or was dropped). Raises EngineError if the engine is closed."""
+        check_engine(engine, "Progress.follow")
         if engine.closed:
             raise EngineError("the engine is closed")
         stats = {d["name"]: d for d in engine.dataflow_stats()}.get(name)

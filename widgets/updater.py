@@ -27,6 +27,15 @@ _registry: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # engine -
 _registry_lock = threading.Lock()
 
 
+def check_engine(engine, what: str):
+    """Refuse an argument that is not an engine where ``what`` needs one."""
+    from ..engine.errors import ArgumentTypeError
+    from ..engine.runtime import Engine
+    if not isinstance(engine, Engine):
+        raise ArgumentTypeError(f"{what} watches an engine (kp.Engine, kp.engine()), got {type(engine).__name__} "
+                                f"{engine!r}")
+
+
 class Updater:
     """Refreshes the widgets of one engine from one daemon thread (see the module docstring)."""
 
@@ -45,6 +54,7 @@ class Updater:
     @classmethod
     def of(cls, engine) -> "Updater":
         """The engine's updater (one per engine, made on first use)."""
+        check_engine(engine, "a widget")
         with _registry_lock:
             u = _registry.get(engine)
             if u is None:
