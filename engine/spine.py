@@ -77,6 +77,7 @@ class Spine:
         self.kk, self.kv, self.depth = kk, kv, depth
         self.effort = effort
         self.lower = lower
+        self.cleared_since = lower  # the since of the history folded away when the spine emptied (its since then)
         self.entries: list = []  # batches and merges in progress, oldest first
         self.version = 0         # bumped whenever entries or the upper change (snapshots are rebuilt then)
         self._shape = 0          # bumped whenever the entries change
@@ -362,6 +363,7 @@ class Spine:
             i -= 1
         if len(es) == 1 and isinstance(es[0], Batch) and es[0].n == 0:
             self.lower = es[0].upper
+            self.cleared_since = _later(self.cleared_since, es[0].since)
             es.clear()
             self._changed()
         return bloated

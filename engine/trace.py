@@ -40,15 +40,15 @@ class TraceSnapshot:
     frontier (the meet over the shards: every time not in advance of it is complete in every shard), and
     maintenance figures for statistics."""
 
-    __slots__ = ("shards", "upper", "merges", "merge_bytes", "lower", "merge_rows")
+    __slots__ = ("shards", "upper", "merges", "merge_bytes", "cleared_since", "merge_rows")
 
-    def __init__(self, shards, upper: Antichain, merges=(), merge_bytes=(), lower: Antichain | None = None,
+    def __init__(self, shards, upper: Antichain, merges=(), merge_bytes=(), cleared_since: Antichain | None = None,
                  merge_rows=()):
         self.shards = shards
         self.upper = upper
         self.merges = merges
         self.merge_bytes = merge_bytes
-        self.lower = lower
+        self.cleared_since = cleared_since  # the since of a trace that stores no batch (``Spine.cleared_since``)
         self.merge_rows = merge_rows  # per shard: input rows its merges in progress still have to merge
 
     def batches(self, shard: int, through: Antichain | None = None) -> tuple:
@@ -70,7 +70,11 @@ class TraceSnapshot:
         since = None
         for b in self.all_batches():
             since = b.since if since is None else _later(since, b.since)
-        return since if since is not None else (self.lower if self.lower is not None else Antichain())
+        if since is not None:
+            return since
+        # no batch: as far as the history the spines folded away was compacted (not their upper, which
+        # would claim every time before it indistinguishable)
+        return self.cleared_since if self.cleared_since is not None else Antichain()
 
     def shard_stats(self) -> list:
         zeros = [0] * len(self.shards)
@@ -99,7 +103,7 @@ class Trace:
         self._listeners: dict = {}  # id -> weak reference of each object whose deliver(...) sees every append
         self._unsettled = True  # appended to, or readers' frontiers moved, since tidying last had nothing to do
         self._stalled = False   # idle maintenance failed: not offered again before the next such change
-        self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, lower=lower)
+        self.snapshot = TraceSnapshot(tuple(() for _ in range(workers)), lower, cleared_since=lower)
         self._versions = tuple(s.version for s in self.spines)
         self._progress = tuple(s.progress for s in self.spines)
         self._shapes = tuple(s.shape for s in self.spines)  # the spines' entries as of the last snapshot
@@ -298,7 +302,7 @@ class Trace:
         shapes = tuple([s.shape for s in spines])
         last = self.snapshot
         if shapes == self._shapes and not any(last.merges):
-            self.snapshot = TraceSnapshot(last.shards, upper, last.merges, last.merge_bytes, spines[0].lower,
+            self.snapshot = TraceSnapshot(last.shards, upper, last.merges, last.merge_bytes, spines[0].cleared_since,
                                           last.merge_rows)
             return
         self._shapes = shapes
@@ -309,7 +313,7 @@ class Trace:
             merges.append(m)
             mbytes.append(mb)
             mrows.append(mr)
-        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), spines[0].lower,
+        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), spines[0].cleared_since,
                                       tuple(mrows))
 
     # -- reading ------------------------------------------------------------------------------
