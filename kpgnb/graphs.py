@@ -240,6 +240,11 @@ def pagerank(edges, iterations: int = 10, alpha: float = 0.85, memory: str = "fu
 _NAN = object()  # rpq's key for a NaN transition label
 
 
+def _in_int64(x) -> bool:
+    """An int (``is_int``) that int64 holds."""
+    return -(1 << 63) <= int(x) < (1 << 63)
+
+
 def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str = "full", drop=None):
     """A regular path query as a search of the product of the graph with an automaton: ``edges`` (src,
     label, dst), ``sources`` (source), ``transitions`` a list of (state, label, next state) with int
@@ -256,10 +261,16 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
     for t in transitions:
         if not isinstance(t, (tuple, list)) or len(t) != 3 or not is_int(t[0]) or not is_int(t[2]):
             raise SchemaError(f"rpq: a transition is (state, label, next state) with int states, got {t!r}")
+        for q in (t[0], t[2]):
+            if not _in_int64(q):
+                raise SchemaError(f"rpq: transitions: automaton state {int(q)} (in {t!r}) is outside int64")
         trans.append((int(t[0]), t[1], int(t[2])))
-    for q in [start_state, *accept]:
-        if not is_int(q):
-            raise SchemaError(f"rpq: automaton states are ints, got {q!r} (start_state or accept)")
+    for what, qs in (("start_state", [start_state]), ("accept", accept)):
+        for q in qs:
+            if not is_int(q):
+                raise SchemaError(f"rpq: automaton states are ints, got {q!r} ({what})")
+            if not _in_int64(q):
+                raise SchemaError(f"rpq: {what}: automaton state {int(q)} is outside int64")
     table = {}  # label -> its (state, next state) pairs; a NaN label as _NAN (it matches NaN, as a join does)
     for q, lab, q2 in trans:
         table.setdefault(_NAN if isinstance(lab, (float, np.floating)) and lab != lab else lab, []).append((q, q2))
@@ -288,6 +299,10 @@ def rpq(edges, sources, transitions, accept, start_state: int = 0, memory: str =
         labels_ok = all(isinstance(lab, (bool, np.bool_)) for lab in labels)
     else:
         labels_ok = all(is_int(lab) for lab in labels)
+        wide = [lab for lab in labels if labels_ok and not _in_int64(lab)]
+        if wide:  # (it would match no edge: an int64 column holds no such value)
+            raise SchemaError(f"rpq: transitions: label {int(wide[0])} is outside int64, the edges' label "
+                              f"column's type ({label_dtype})")
     if not labels_ok:
         raise SchemaError(f"rpq: transition labels must be {label_dtype} like the edges' label column")
     product = edges.flat_map(moves, repeat=False)

@@ -21,8 +21,9 @@ This operator (``"jod"`` and ``"drop"``) keeps none of them:
   is known, a vertex's state at r+1 can only differ from its state at r if an in-neighbour changed at r:
   the round is semi-naive. A first load runs so throughout, and so do groups (e.g. SPSP sources) new at
   an epoch, which run apart from the others.
-- Without a round limit, the epoch ends at the first round past the old timeline's last round where no
-  state changes from the round before: a fixed point of the new graph. It pauses between rounds when the
+- The epoch ends at the first round past the old timeline's last round where no state changes from the
+  round before: a fixed point of the new graph (with ``rounds``, at that round or at ``rounds``, whichever
+  comes first: past a fixed point every round up to the limit has the same states). It pauses between rounds when the
   scheduler has commands waiting (the timeline is written only at its end), so a query that does not
   converge can still be dropped.
 - ``"drop"`` leaves some timeline entries out (``engine/dropping.py`` chooses and remembers them). An old
@@ -583,11 +584,13 @@ class IfeOp(Operator):
         r = 0
         while True:
             self.counters["rounds"] += 1
-            if spec.rounds is not None:
-                if r >= spec.rounds:
-                    break
-            elif r > old_max and not want_any:
-                break  # a fixed point of the new graph, past the old timeline's last entry
+            if spec.rounds is not None and r >= spec.rounds:
+                break  # D_rounds
+            if r > old_max and not want_any:
+                # a fixed point of the new graph, past the old timeline's last entry: no state changes at r
+                # and no old entry lies past r, so every later round (up to any round limit) has X_r's states
+                # and X_r's old ones (the timeline keeps no entry past r: a later epoch reads the same)
+                break
             if not len(X[0]) and not static and r > 0:
                 break  # nothing differs at round r and nothing else changed: every later state is the old one
             if delta is not None and quiet(r + 1):
