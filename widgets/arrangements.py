@@ -26,7 +26,7 @@ class ArrangementTable(w.HTML, Part):
 
     def refresh(self, reading):
         if reading.closed:
-            self.value = "<i>the engine is closed</i>"
+            self.rows, self.value = [], "<i>the engine is closed</i>"
             return
         rows = sorted(reading.arrangements, key=lambda r: (r["dataflow"] or "", r["kind"] != "export", r["name"]))
         out = []

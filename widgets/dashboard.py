@@ -11,7 +11,7 @@ from .latency import LatencyCCDF
 from .memorymodes import MemoryModes
 from .progress import Progress
 from .tracesizes import TraceSizes
-from .updater import Part, Updater, check_engine, close_tree
+from .updater import Part, Updater, check_engine, close_models, close_tree
 
 
 class Dashboard(w.VBox):
@@ -56,6 +56,7 @@ class Dashboard(w.VBox):
         self.updater.remove(*self.parts)
         close_tree(self.children)  # the parts and the titles and boxes around them: ipywidgets keeps
         super().close()             # every widget not closed (and a box keeps its plots' figures)
+        close_models(self)
 
 
 def dashboard(engine) -> Dashboard:
@@ -114,6 +115,10 @@ class _Behind(Progress):
             self.description, self.total, self.done, self.state, note = shown
             self.unit = "epochs"
             self._show(note, elapsed=False)
+
+    def show_error(self, error):
+        self._shown = None  # (the label shows the error: the next reading redraws the bar)
+        super().show_error(error)
 
     def _lagging(self, reading) -> tuple:
         """What the bar shows for a reading of an open engine: (description, total, done, state, note)."""

@@ -25,7 +25,7 @@ class Frontiers(w.HTML, Part):
 
     def refresh(self, reading):
         if reading.closed:
-            self.value = "<i>the engine is closed</i>"
+            self.rows, self.value = [], "<i>the engine is closed</i>"
             return
         out = []
         for d in sorted(reading.dataflows, key=lambda d: (d["retired"], d["name"])):

@@ -15,6 +15,7 @@ from .updater import Part
 
 STALE_S = 30.0   # at least this often the plot is redrawn while updates come in (its title counts them)
 ALIKE = 0.02     # curves whose every point moved less than this many decades look the same: not redrawn
+WIDTH = 10.0 ** (1 / lat.PER_DECADE)  # a bucket's upper edge over its lower edge
 
 
 class LatencyCCDF(w.Image, Part):
@@ -28,24 +29,24 @@ class LatencyCCDF(w.Image, Part):
         super().__init__(format="png", **kwargs)
         self.curves: dict = {}
         self.plot = render.Plot()
-        self._drawn = None  # the histograms seen last (the engine publishes a new array when counts change)
+        self._drawn = None  # the histograms drawn last, by contents (an id() may be a freed array's, reused)
         self._redraw_by = 0.0  # redrawn by then even if nothing visible changed (the update count in the title)
 
     def refresh(self, reading):
         if reading.closed:
             return  # nothing more will be measured: keep showing what was
         hists = {n: c for n, c in reading.latency.items() if int(c.sum())}
-        key = tuple(sorted((n, id(c)) for n, c in hists.items()))
+        key = {n: c.tobytes() for n, c in hists.items()}
         if key == self._drawn and self.value:
             return
         curves = {n: lat.ccdf(c) for n, c in sorted(hists.items())}
-        self._drawn = key
         if self.value and reading.at < self._redraw_by and _alike(curves, self.curves):
-            return  # no visible change: skip the drawing (a long steady run converges)
+            return  # no visible change: drawn by _redraw_by (a long steady run converges; the title's count)
+        self._drawn = key
         self._redraw_by = reading.at + STALE_S
         if curves:
             lo = math.floor(math.log10(min(x[0] for x, _ in curves.values())))
-            hi = math.ceil(math.log10(max(x[-1] for x, _ in curves.values()) * 1.0001))
+            hi = math.ceil(math.log10(max(x[-1] for x, _ in curves.values()) * WIDTH) - 1e-9)
             ylo = math.floor(math.log10(min(y[-1] for _, y in curves.values())))
             limits = (10.0 ** lo, 10.0 ** max(hi, lo + 1), 10.0 ** min(ylo, -1))
         else:
@@ -59,6 +60,7 @@ class LatencyCCDF(w.Image, Part):
             self.value = value
 
     def show_error(self, error):
+        self._drawn, self._redraw_by = None, 0.0  # (the next reading redraws the plot)
         self.value = render.message(f"latency CCDF: {type(error).__name__}: {error}")
 
 
@@ -85,15 +87,18 @@ def _axes(fig, limits, names):
     ax.set_ylabel("fraction of updates ≥ x")
     ax.grid(True, alpha=0.3)
     if names:
-        ax.legend(handles=[Line2D([], [], color=f"C{i}") for i in range(len(names))], labels=render.labels(names),
-                  fontsize=7, loc="lower left")
+        ax.legend(handles=[Line2D([], [], **render.style(i)) for i in range(len(names))],
+                  labels=render.labels(names), fontsize=7, loc="lower left")
     else:
         ax.text(0.5, 0.5, "no updates measured yet", transform=ax.transAxes, ha="center", va="center")
     return [ax]
 
 
 def _curves(ax, curves, total: int) -> list:
-    lines = [ax.step(x, y, where="post", color=f"C{i}", scalex=False, scaley=False)[0]
+    # each step spans its bucket: the last one too, out to its bucket's upper edge (else updates all in one
+    # bucket draw nothing)
+    lines = [ax.step(np.append(x, x[-1] * WIDTH), np.append(y, y[-1]), where="post", scalex=False, scaley=False,
+                     **render.style(i))[0]
              for i, (x, y) in enumerate(curves.values())]
     title = ax.text(0.5, 1.02, f"latency CCDF · {total:,} updates", transform=ax.transAxes, ha="center",
                     va="bottom", fontsize=10)

@@ -20,7 +20,7 @@ import ipywidgets as w
 
 from ..engine.errors import KpgnbError
 from . import fmt
-from .updater import Part, Updater, close_tree
+from .updater import Part, Updater, close_models, close_tree
 
 HEAD = 20          # rows shown, as the static rendering shows
 MAX_LIVE = 16      # live views refreshed at once per engine
@@ -37,6 +37,7 @@ class LiveView(w.VBox, Part):
     stops refreshing for good when the view's dataflow is dropped or fails (saying so), or the engine closes."""
 
     min_interval = 0.5
+    shows_reading = False  # (it reads its view, not the engine's reading)
 
     def __init__(self, view, **kwargs):
         self.view = view
@@ -83,7 +84,7 @@ class LiveView(w.VBox, Part):
             with self.hold_sync():
                 self.header.value = (f"<b>{fmt.html.escape(view.summary())}</b> · "
                                      f"<i>{'paused' if self.state == 'paused' else 'live'}</i>")
-                self.show_error(e)
+                self.table.value = _error_html(e)
             return
         self.error = None
         more = f"<div>&hellip; {n - len(head)} more rows</div>" if n > len(head) else ""
@@ -98,6 +99,8 @@ class LiveView(w.VBox, Part):
             self.table.value = table
 
     def _paused(self, change):
+        if self.state == "ended":
+            return  # (a click sent before the disabled button reached the browser): it stays ended
         if change["new"]:
             self.state = "paused"
             self.pause.description, self.pause.icon = "resume", "play"
@@ -126,9 +129,16 @@ class LiveView(w.VBox, Part):
         self.stop("closed")
         close_tree(self.children)
         super().close()
+        close_models(self)
 
     def show_error(self, error):
-        self.table.value = f"<pre>{fmt.html.escape(f'{type(error).__name__}: {error}')}</pre>"
+        """A refresh failed: shown until the next one, which reads the view again (its frontier may not move)."""
+        self.frontier = None
+        self.table.value = _error_html(error)
+
+
+def _error_html(error) -> str:
+    return f"<pre>{fmt.html.escape(f'{type(error).__name__}: {error}')}</pre>"
 
 
 def _admit(lv: LiveView):

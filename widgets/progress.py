@@ -19,7 +19,7 @@ import ipywidgets as w
 
 from ..engine.errors import EngineError, UnknownNameError
 from . import fmt
-from .updater import Part, Updater, check_engine, close_tree
+from .updater import Part, Updater, check_engine, close_models, close_tree
 
 
 class Progress(w.HBox, Part):
@@ -150,6 +150,7 @@ class Progress(w.HBox, Part):
         self._stop()
         close_tree(self.children)
         super().close()
+        close_models(self)
 
     def show_error(self, error):
         self.label.value = fmt.html.escape(f"progress: {type(error).__name__}: {error}")

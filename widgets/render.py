@@ -14,7 +14,9 @@ import io
 import threading
 import time
 
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import hsv_to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 from PIL import Image
@@ -57,6 +59,19 @@ class Plot:
             Image.frombuffer("RGBA", (w, h), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1).convert("RGB").save(
                 buf, format="png", compress_level=1)
             return buf.getvalue()
+
+
+def style(i: int) -> dict:
+    """The ``i``-th curve's colour and line style, distinct for every ``i`` (matplotlib's C0..C9 repeat after
+    ten): those ten, then tab20's light tints of them dashed, then dotted in colours spread by low-discrepancy
+    sequences (hue, saturation, value each its own, so no two of thousands round to the same colour)."""
+    if i < 20:
+        return {"color": _TAB20[(i % 10) * 2 + i // 10], "linestyle": "-" if i < 10 else "--"}
+    hsv = ((i * 0.6180339887) % 1.0, 0.4 + 0.5 * ((i * 0.7548776662) % 1.0), 0.5 + 0.4 * ((i * 0.5698402910) % 1.0))
+    return {"color": hsv_to_rgb(hsv), "linestyle": ":"}
+
+
+_TAB20 = colormaps["tab20"].colors  # (its even entries are C0..C9, each followed by a lighter tint)
 
 
 def labels(names) -> list:

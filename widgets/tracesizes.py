@@ -68,6 +68,7 @@ class TraceSizes(w.Image, Part):
             self.value = value
 
     def show_error(self, error):
+        self._next_draw = 0.0  # (the next reading redraws the plot)
         self.value = render.message(f"trace sizes: {type(error).__name__}: {error}")
 
 

@@ -151,13 +151,14 @@ class Updater:
                 self._parts[part] = time.perf_counter() + max(part.min_interval, COST_FACTOR * spent)
 
     def _take(self, engine, parts):
-        """A reading of ``engine``, or None when reading it failed: then ``parts`` show why."""
+        """A reading of ``engine``, or None when reading it failed: then ``parts`` that show readings say why."""
         try:
             return Reading.take(engine)
         except Exception as e:  # noqa: BLE001 - the widgets say so and the thread lives on
             self.last_error = e
             for p in parts:
-                self._show_error(p, e)
+                if getattr(p, "shows_reading", True):
+                    self._show_error(p, e)
             return None
 
     @staticmethod
@@ -180,11 +181,21 @@ class Updater:
 
 
 def close_tree(widgets):
-    """Close ``widgets`` and every widget inside them (ipywidgets keeps every widget not closed, with
-    its comm, and closing a box leaves its children open)."""
+    """Close ``widgets`` and every widget inside them, with their Layout and Style models (ipywidgets keeps
+    every widget not closed, with its comm; closing a box leaves its children open, closing a widget its
+    layout and style)."""
     for c in widgets:
         close_tree(getattr(c, "children", ()))
         c.close()
+        close_models(c)
+
+
+def close_models(widget):
+    """Close ``widget``'s Layout and Style: models of their own, which ``widget.close()`` leaves open."""
+    for attr in ("layout", "style"):
+        sub = getattr(widget, attr, None)
+        if sub is not None and hasattr(sub, "close"):
+            sub.close()
 
 
 class Part:
@@ -193,6 +204,7 @@ class Part:
     should be refreshed (not closed; a closed widget drops out by itself)."""
 
     min_interval = 0.5
+    shows_reading = True  # False: it shows something else (a view), which a failed reading leaves as it is
 
     @property
     def alive(self) -> bool:
@@ -211,4 +223,4 @@ class Part:
         raise NotImplementedError
 
     def show_error(self, error: BaseException):
-        """A refresh failed: say so where the widget's content would be."""
+        """A refresh failed: say so where the widget's content would be, until the next refresh redraws it."""
