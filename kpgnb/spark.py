@@ -328,17 +328,19 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
         raise UsageError("follow() needs a streaming DataFrame (spark.readStream...); insert a static one with "
                          "input.insert(df) or kpgnb.spark.input_from")
     columns = list(streaming_df.columns)
-    dtypes_of(streaming_df)  # (refuses two columns of one name, and types the engine cannot take, up front)
+    # (refuses two columns of one name, and types the engine cannot take, up front); the diff column is
+    # taken out by its exact name: Spark would read "d.x" as a path and "K" as "k"
+    dtypes = dtypes_of(streaming_df)
+    folded = [c for c in columns if [d.lower() for d in columns].count(c.lower()) > 1]
+    if folded and streaming_df.sparkSession.conf.get("spark.sql.caseSensitive", "false").lower() != "true":
+        raise SchemaError(f"the stream's columns {', '.join(map(repr, folded))} differ only by case, which Spark "
+                          f"reads as one column (spark.sql.caseSensitive is off): rename one, or turn that on")
     if diff_col is not None:
         if diff_col not in columns:
             raise SchemaError(f"diff column {diff_col!r} is not in the stream's columns {columns}")
-        dtype = dtypes_of(streaming_df.select(diff_col))[diff_col]
+        dtype = dtypes.pop(diff_col)
         if dtype != "int64":
             raise SchemaError(f"diff column {diff_col!r} is {dtype}; it must hold integers")
-        streaming_df_rows = streaming_df.drop(diff_col)
-    else:
-        streaming_df_rows = streaming_df
-    dtypes = dtypes_of(streaming_df_rows)
     made = None
     if isinstance(input, str):
         inp = engine.inputs().get(input)
