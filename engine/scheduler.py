@@ -111,6 +111,7 @@ class Dataflow:
         self.end_views(self.error if self.error is not None else f"dataflow {self.name!r} has been dropped")
         for op in self.graph.ops:
             op.release()
+        self._info = None  # (it holds the arrangements' last published contents)
 
     def end_views(self, why):
         """Tell the views why they end (an error, or a sentence), before their traces are released."""
@@ -306,6 +307,10 @@ class Scheduler:
             return  # (close() from a user function, on any shard: the loop ends after this step)
         self.thread.join(timeout=wait)
         if self.thread.is_alive():
+            # the callers queued behind that step, and the followers, hear now that the engine is closed
+            # (the scheduler thread does the rest when the step returns)
+            self._refuse_queued()
+            self._end_followers()
             warnings.warn(f"kpgnb: the engine is closed, but its scheduler is still running a step (a user "
                           f"function?) after {wait:g} s; it releases the engine's state when that step returns",
                           RuntimeWarning, stacklevel=3)
@@ -313,15 +318,30 @@ class Scheduler:
     def _shutdown(self):
         """The end of the loop once stopped (scheduler thread)."""
         self._refuse_queued()
+        self._end_followers()
         for df in list(self.dataflows.values()) + self.retired:
             df.release()
-            for f in list(df.followers):
-                f.end(EngineError("the engine is closed"))
         self.dataflows.clear()
         self.retired.clear()
+        self._order = ((), [])
         self.catalog.clear()
         self._publish(True)
         self.pool.shutdown()
+
+    def _end_followers(self):
+        """Every follower of every view ends with EngineError (also called from the closing thread while a
+        step still runs: the dataflows are only read, and a dict changing meanwhile is read again)."""
+        for _ in range(3):
+            try:
+                dfs = list(self.dataflows.values()) + list(self.retired)
+                break
+            except RuntimeError:  # (changed size during the copy)
+                continue
+        else:
+            return
+        for df in dfs:
+            for f in list(df.followers):
+                f.end(EngineError("the engine is closed"))
 
     def _refuse_queued(self):
         """Answer the commands the engine will never execute (it is closed): a caller waiting on one gets
