@@ -272,7 +272,10 @@ class InputSession:
             if self.closed:
                 return
             self._open()
+            last = self.epoch
             self._send(None)
+        for f in list(self._followers):  # (the epoch the close sealed is complete for them too)
+            f._catch_up(last + 1)
 
     def _send(self, target: int | None):
         """Hand the buffered rows to the scheduler, sealed up to epoch ``target`` (None: closed), and move

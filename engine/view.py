@@ -298,6 +298,9 @@ class View:
         if df is None:
             p.text(f"{head}: {n}")
             return
+        if not len(df.columns):  # (pandas would show its rows as "Empty DataFrame")
+            p.text(f"{head}\n{_no_columns(n)}")
+            return
         more = f"\n... {n - len(df)} more rows" if n > len(df) else ""
         p.text(f"{head}\n{df.to_string(index=False) if len(df) else '(empty)'}{more}")
 
@@ -306,8 +309,15 @@ class View:
         head, df, n = self._render()
         if df is None:
             return f"<div><b>{html.escape(head)}</b>: {html.escape(n)}</div>"
+        if not len(df.columns):
+            return f"<div><b>{html.escape(head)}</b></div><div>{html.escape(_no_columns(n))}</div>"
         more = f"<div>&hellip; {n - len(df)} more rows</div>" if n > len(df) else ""
         return f"<div><b>{html.escape(head)}</b></div>" + df.to_html(index=False) + more
+
+
+def _no_columns(n: int) -> str:
+    """How a view of no columns shows its rows (each the empty row)."""
+    return f"({n} row{'' if n == 1 else 's'} of no columns, each the empty row ())" if n else "(empty)"
 
 
 def _total(cnt: np.ndarray) -> int:

@@ -107,11 +107,10 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         return obj.name, None
     from .engine.view import View
     if isinstance(obj, View):
-        same = sorted(e for e, entry in eng.catalog().items()  # (a Datalog relation's view: NAME.pred)
-                      if entry["dataflow"] == obj.dataflow and e in (obj.name, f"{obj.dataflow}.{obj.name}"))
-        if same:
-            how = f"inputs={{{var!r}: {same[0]!r}}}" if flag == "inputs=" else f"df.use({same[0]!r})"
-            raise UsageError(f"{flag}: {var} is a view; its dataflow exports it as {same[0]!r}: read that "
+        same = view_export(eng, obj)
+        if same is not None:
+            how = f"inputs={{{var!r}: {same!r}}}" if flag == "inputs=" else f"df.use({same!r})"
+            raise UsageError(f"{flag}: {var} is a view; its dataflow exports it as {same!r}: read that "
                              f"arrangement ({how})")
         raise UsageError(f"{flag}: {var} is a view; export the arrangement in its dataflow "
                          f"(.export('name')) and import it here with df.use('name')")
@@ -144,14 +143,38 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
                       f"dataflow reads them any more); loading its value now")
         if var in eng.inputs():
             _refuse_existing(eng, var, flag, src, readers)
-    if kind in ("spark", "arrow"):  # Arrow all the way: strings dictionary-encoded, interned once
-        from . import spark
-        session = spark.input_from(eng, var, obj, advance=False)
-    else:
-        columns, dtypes = _schema_of(obj, kind)
-        session = eng.input(var, columns, dtypes, rows=obj)
+    try:
+        if kind in ("spark", "arrow"):  # Arrow all the way: strings dictionary-encoded, interned once
+            from . import spark
+            session = spark.input_from(eng, var, obj, advance=False)
+        else:
+            columns, dtypes = _schema_of(obj, kind)
+            session = eng.input(var, columns, dtypes, rows=obj)
+    except KpgnbError as e:  # (a cell may load several frames: the error says which one is wrong)
+        raise _naming(e, f"inputs={{{var!r}: ...}}" if flag == "inputs=" else f"{flag}: {var}") from e.__cause__
     sources[var] = _Source(obj, session)
     return var, session
+
+
+def _naming(error: KpgnbError, prefix: str) -> KpgnbError:
+    """``error`` (its class, cause and notes) with its message prefixed by ``prefix``: the variable (or
+    predicate) whose value could not be loaded."""
+    try:
+        named = type(error)(f"{prefix}: {error}")
+    except Exception:  # noqa: BLE001 - a class taking other arguments: a note instead
+        error.add_note(f"(loading {prefix})")
+        return error
+    for note in getattr(error, "__notes__", ()):
+        named.add_note(note)
+    return named
+
+
+def view_export(eng, view) -> str | None:
+    """The name under which ``view``'s dataflow exports the view's arrangement (a Datalog relation's view:
+    ``NAME.pred``; a ``%%dataflow`` view: an export of the view's own name), or None."""
+    same = sorted(e for e, entry in eng.catalog().items()
+                  if entry["dataflow"] == view.dataflow and e in (view.name, f"{view.dataflow}.{view.name}"))
+    return same[0] if same else None
 
 
 def _readers(eng, name: str) -> list:
@@ -193,22 +216,47 @@ class CellNumber:
     """The number IPython shows for the cell being run (``In[n]``): ``shell.execution_count`` is n + 1
     while a cell kept in history runs (IPython counts it before running it) and n otherwise; IPython's
     ``pre_execute`` (every cell) and ``pre_run_cell`` (not silent ones) events tell which (the extension
-    registers them)."""
+    registers them). ``raw`` is the text of the cell being run as the user wrote it (None for a silent one),
+    for ``cell_source``."""
 
     def __init__(self):
         self.stored = False
+        self.raw = None
 
     def pre_execute(self):
         self.stored = False
+        self.raw = None
 
     def pre_run_cell(self, info):
         self.stored = bool(getattr(info, "store_history", False))
+        raw = getattr(info, "raw_cell", None)
+        self.raw = raw if isinstance(raw, str) else None
 
     def of(self, shell) -> int:
         return shell.execution_count - (1 if self.stored else 0)
 
 
 CELL_NUMBER = CellNumber()  # (one per process, as IPython's shell is)
+
+
+def cell_source(magic: str, line: str, body: str) -> tuple:
+    """(the cell's text as the user sees it, the number of its lines before ``body``), so that a failure
+    names the line of the cell itself: the raw cell IPython runs, where ``body`` is its end after a
+    ``%%magic`` line (the cell starts with it, or with other cell magics wrapping it, such as ``%%time``).
+    Where the raw cell is not known or does not end with the body (a cell run silently, or the magic run
+    from code), the ``%%magic`` line and the body, the body from line 2."""
+    raw = CELL_NUMBER.raw
+    if raw and body:
+        tail = body
+        if not raw.endswith(tail) and tail.endswith("\n") and raw.endswith(tail[:-1]):
+            tail = tail[:-1]  # (IPython ends the transformed cell with a newline)
+        if tail and raw.endswith(tail):
+            head = raw[:len(raw) - len(tail)]
+            magic_line = head.rstrip("\r\n").rsplit("\n", 1)[-1].strip()
+            if head.endswith(("\n", "\r")) and magic_line.startswith(f"%%{magic}") \
+                    and magic_line[len(magic) + 2:][:1] in ("", " ", "\t"):
+                return raw, len(re.findall(r"\r\n|\r|\n", head))  # (the line ends Python counts)
+    return f"%%{magic} {line}\n{body}", 1
 
 
 def drop_loaded(eng, created: list):
@@ -242,9 +290,15 @@ def _made_by_body(eng, before: dict) -> list:
 
 
 class CellInterrupt(CellError, KeyboardInterrupt):
-    """Ctrl-C (a KeyboardInterrupt) stopped a cell: shown at the cell's line as any cell error is (the
-    extension's handler shows ``error``, the KeyboardInterrupt, with the user's frames only), and still a
-    KeyboardInterrupt, so that it stops the cell (and a "run all") as Ctrl-C does."""
+    """Ctrl-C (a KeyboardInterrupt) stopped a cell, in its body or while it waited for results: shown at
+    the cell's line as any cell error is (the extension's handler shows ``error``, the KeyboardInterrupt,
+    with the user's frames only), and still a KeyboardInterrupt, so that it stops the cell (and a "run
+    all") as Ctrl-C does and ``except KeyboardInterrupt`` catches it. Named ``KeyboardInterrupt`` (what a
+    cell's result and a kernel's reply call it), as ``cellerror`` names other failures as the user's error."""
+
+
+CellInterrupt.__name__ = CellInterrupt.__qualname__ = "KeyboardInterrupt"
+CellInterrupt.__module__ = KeyboardInterrupt.__module__
 
 
 def wrap(error: BaseException, note: str | None = None) -> CellError:
@@ -329,11 +383,13 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             sources[name], session = input_for(eng, var, ns[var])
             if session is not None:
                 created.append(session)
-        filename = shell.compile.cache(f"%%dataflow {line}\n{body}", CELL_NUMBER.of(shell))
+        text, lead = cell_source("dataflow", line, body)
+        filename = shell.compile.cache(text, CELL_NUMBER.of(shell))
         try:
             source = _transform(shell, body)
-            # line 1 is the magic's; IPython drops leading blank lines, which must still count
-            code = compile("\n" * (1 + _blank_lead(body) - _blank_lead(source)) + source, filename, "exec")
+            # the body starts after the cell's first ``lead`` lines (the magic's, and those of cell magics
+            # wrapping it: %%time); IPython drops leading blank lines, which must still count
+            code = compile("\n" * (lead + _blank_lead(body) - _blank_lead(source)) + source, filename, "exec")
         except SyntaxError as e:
             raise CellError(e, None) from None
     except BaseException as e:
@@ -513,7 +569,7 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
                 progress.show(eng)
     except KeyboardInterrupt:
         progress.end(stopped=f"stopped waiting: {_position(eng, handle.name)}")
-        raise CellError(KeyboardInterrupt(f"stopped waiting: {how_far(eng, handle.name)}"), None) from None
+        raise CellInterrupt(KeyboardInterrupt(f"stopped waiting: {how_far(eng, handle.name)}"), None) from None
     except (DataflowError, KpgnbError) as e:
         progress.end(f"{type(e).__name__}: {e}")
         if first:

@@ -125,7 +125,7 @@ class DataflowMagics(Magics):
             raise IPyUsageError(str(e)) from None
         from .datalog import cell as datalog_cell
         prog, handle = datalog_cell.run(self.shell, kernel.engine(), args.name, inputs, body, args.output,
-                                        not args.no_wait, self.warmer)
+                                        not args.no_wait, self.warmer, line)
         print(_summary(handle).replace("dataflow", "Datalog program", 1))
 
     @line_magic("dataflow")

@@ -54,15 +54,17 @@ class Analysis:
     plans: dict        # id(rule) -> RulePlan
 
 
-def analyze(program: Program, input_schema, bound_inputs=()) -> Analysis:
+def analyze(program: Program, input_schema, bound_inputs=(), flag: str = "inputs=") -> Analysis:
     """``input_schema(pred) -> (column names, dtypes)`` for a predicate that no rule defines, or None when
-    no input by that name exists; ``bound_inputs`` are the predicates the caller bound explicitly."""
-    return _Analyzer(program, input_schema, set(bound_inputs)).run()
+    no input by that name exists; ``bound_inputs`` are the predicates the caller bound explicitly, with
+    ``flag`` (errors name it: ``inputs=`` of ``eng.datalog``, ``--inputs`` of a ``%%datalog`` cell)."""
+    return _Analyzer(program, input_schema, set(bound_inputs), flag).run()
 
 
 class _Analyzer:
-    def __init__(self, program, input_schema, bound_inputs):
+    def __init__(self, program, input_schema, bound_inputs, flag: str = "inputs="):
         self.p = program
+        self.flag = flag
         self.text = program.text
         self.input_schema = input_schema
         self.bound_inputs = bound_inputs
@@ -80,7 +82,7 @@ class _Analyzer:
         for pred in self.bound_inputs:
             if pred in derived:
                 rule = next(r for r in self.p.rules if r.head.pred == pred)
-                raise self.err(rule.head, f"inputs= binds {pred!r}, but rules define it; a predicate is either "
+                raise self.err(rule.head, f"{self.flag} binds {pred!r}, but rules define it; a predicate is either "
                                           f"an input or defined by rules")
         inputs, columns, dtypes = {}, {}, {}
         for r in self.p.rules:
@@ -89,7 +91,7 @@ class _Analyzer:
                     schema = self.input_schema(lit.pred)
                     if schema is None:
                         raise self.err(lit, f"unknown predicate {lit.pred!r}: no rule defines it and there is no "
-                                            f"engine input named {lit.pred!r} (bind one with inputs=)")
+                                            f"engine input named {lit.pred!r} (bind one with {self.flag})")
                     names, types = list(schema[0]), list(schema[1])
                     if len(names) != arity[lit.pred]:
                         raise self.err(lit, f"{lit.pred!r} is bound to an input with {len(names)} columns "

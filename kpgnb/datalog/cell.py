@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import time
 
-from ..cell import bind_views, drop_loaded, input_for, seal_loaded, wait, wrap
+from ..cell import bind_views, cell_source, drop_loaded, input_for, seal_loaded, view_export, wait, wrap
 from ..cellerror import CellError
 from ..engine.dataflow import no_site
 from ..engine.errors import DatalogError, UsageError
+from ..engine.view import View
 from ..handle import DataflowHandle
-from .program import install
+from .program import Source, install
 
 
 def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = None, wait_first: bool = True,
-        warmer=None):
+        warmer=None, line: str = ""):
     ns = shell.user_ns
     created, bound = [], {}
     try:
@@ -25,13 +26,28 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
         for pred, var in inputs.items():
             if var not in ns:
                 raise UsageError(f"--inputs: no variable named {var!r} in the notebook")
+            view = ns[var]
+            if isinstance(view, View):  # another program's relation (or a view exported by its name)
+                export = view_export(eng, view) if view.engine is eng else None
+                if export is None:
+                    raise UsageError(
+                        f"--inputs: {var} is a view of another engine (not the kernel's)" if view.engine is not eng
+                        else f"--inputs: {var} is a view of dataflow {view.dataflow!r}, which is gone (dropped, "
+                             f"failed or cancelled)" if view.released
+                        else f"--inputs: {var} is a view that its dataflow does not export; export its "
+                             f"arrangement under the view's name (.export({view.name!r})) in that dataflow's "
+                             f"cell, and this cell reads it")
+                bound[pred] = Source("use", export)
+                continue
             bound[pred], session = input_for(eng, var, ns[var])
             if session is not None:
                 created.append(session)
         t0 = time.perf_counter()
-        # a leading newline: the program's line numbers are the cell's (line 1 is the %%datalog line)
+        # leading newlines: the program's line numbers are the cell's (after the %%datalog line, and those
+        # of cell magics wrapping it, %%time say)
+        lead = cell_source("datalog", line, body)[1]
         with no_site():  # (its failures name the program's line and column, not IPython's call of the magic)
-            prog = install(eng, "\n" + body, inputs=bound, name=name)
+            prog = install(eng, "\n" * lead + body, inputs=bound, name=name, flag="--inputs")
         install_s = time.perf_counter() - t0
     except DatalogError as e:
         drop_loaded(eng, created)
@@ -50,7 +66,8 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
                 if output:
                     ns[output] = prog
             else:
-                prog.drop()
+                if not eng.closed:  # (the cell's error is what it reports, not the drop's on a closed engine)
+                    prog.drop()
                 drop_loaded(eng, created)
             raise
     bind_views(ns, prog.views)

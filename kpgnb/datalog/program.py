@@ -23,27 +23,35 @@ from .syntax import Atom, Var, variables
 
 
 def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
-            materialize: bool = True) -> "Program":
+            materialize: bool = True, flag: str = "inputs=") -> "Program":
     """Parse, check and install ``text`` as one dataflow (see ``Engine.datalog``). With
     ``materialize=False`` the dataflow only indexes the inputs (by each column a rule joins on, exported
-    for goals to share) and derives nothing: for programs asked only through ``prog.goal``."""
+    for goals to share) and derives nothing: for programs asked only through ``prog.goal``. ``flag`` is
+    what errors about the bindings name (``--inputs`` for a ``%%datalog`` cell, whose ``inputs`` are the
+    engine inputs and exported arrangements its variables stand for)."""
     from ..cell import drop_loaded, input_for, seal_loaded
     program = parse(text)
     if inputs is not None and not isinstance(inputs, dict):
         raise ArgumentTypeError(f"inputs= maps predicates to what they read (an engine input's name, an exported "
                          f"arrangement's name, an input session or a DataFrame), got a {type(inputs).__name__}")
-    _check_bindings(program, inputs)
+    _check_bindings(program, inputs, flag)
     bound, created = {}, []   # pred -> Source
     try:
         catalog = eng.snapshot().catalog
         for pred, src in (inputs or {}).items():
-            if isinstance(src, str):
+            if isinstance(src, Source):  # (a %%datalog cell's view of another program's relation)
+                if src.kind == "use" and src.name not in catalog:
+                    raise UsageError(f"{flag} {pred}: arrangement {src.name!r} is no longer exported; "
+                                     f"arrangements are {sorted(catalog)}")
+                bound[pred] = src
+            elif isinstance(src, str):
                 if src in eng.inputs():
                     bound[pred] = Source("input", src)
                 elif src in catalog:
                     bound[pred] = Source("use", src)
                 else:
-                    raise UsageError(f"inputs={{{pred!r}: {src!r}}}: no engine input or exported arrangement "
+                    raise UsageError((f"inputs={{{pred!r}: {src!r}}}" if flag == "inputs=" else f"{flag} {pred}")
+                                     + f": no engine input or exported arrangement "
                                      f"named {src!r}; inputs are {sorted(eng.inputs())}, arrangements "
                                      f"{sorted(catalog)}")
             else:
@@ -63,7 +71,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
                     return None
                 schema = s.schema
             return list(schema.names), list(schema.dtypes)
-        analysis = analyze(program, input_schema, bound)
+        analysis = analyze(program, input_schema, bound, flag)
         name = _free_name(eng, "datalog") if name is None else name
         prog = Program(eng, name, analysis, materialize)
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
@@ -276,7 +284,10 @@ class Program:
     def drop(self):
         """Uninstall the program's dataflow, its goals' dataflows and the inputs they made (those made from
         DataFrames by ``inputs=`` too; not those a notebook cell loaded from its variables, which later
-        cells may read). Dataflows that import its relations keep them."""
+        cells may read). Dataflows that import its relations keep them. On a closed engine it raises
+        EngineError, as every call does (its snapshot lists no dataflow: the drop is not done)."""
+        if self.engine.closed:
+            raise EngineError("the engine is closed")
         with self._lock:
             self._dropped = True
             goals = list(self.goals)
@@ -326,8 +337,12 @@ class Goal:
         self.view = gp.views[answer_pred]
         self._lock = threading.Lock()
         self._asked: set = set()  # the bindings asked (as the rows of the bindings' input, NaN as _NAN)
-        self._leaders = self._upstream() if self._session is not None else []
-        for s in self._leaders:  # the bindings' input keeps up with the inputs the goal reads, and
+        # every engine input the goal reads, closed ones too: a binding goes in no earlier than their last
+        # epoch (a closed input's last changes, and the arrangements imported from dataflows installed
+        # after it advanced, are at times up to it; a binding below them would never see them)
+        self._reads = self._upstream() if self._session is not None else []
+        self._leaders = [s for s in self._reads if not s.closed]
+        for s in self._leaders:  # the bindings' input keeps up with the open inputs the goal reads, and
             self._session.follow(s, carry=True)  # bindings waiting for an input's changes go with them
 
     def _rewritten(self) -> tuple:
@@ -363,9 +378,9 @@ class Goal:
                 return goal, whole
 
     def _upstream(self) -> list:
-        """The open engine inputs the goal's dataflow reads (directly or through imports), but its own, and
-        every input of its program: a binding lends them all its epoch, so the program's inputs move on
-        together, whichever goals are asked (lent one goal's inputs at a time, they drift apart, and a
+        """The engine inputs the goal's dataflow reads (directly or through imports), but its own, and
+        every input of its program: a binding lends the open ones its epoch, so the program's inputs move
+        on together, whichever goals are asked (lent one goal's inputs at a time, they drift apart, and a
         binding sealed at the furthest one waits for the others' owners to catch up)."""
         eng = self.program.engine
         sessions = eng.inputs()
@@ -374,7 +389,7 @@ class Goal:
         for df in (self.name, self.program.name):
             info = snap.dataflows.get(df)
             names |= set(info.sources) if info is not None else set()
-        return [sessions[n] for n in names if n in sessions and n != self._session.name and not sessions[n].closed]
+        return [sessions[n] for n in sorted(names) if n in sessions and n != self._session.name]
 
     def _rows(self, values):
         k = len(self.pattern.asked)
@@ -417,7 +432,8 @@ class Goal:
         with self._lock:
             if (key in self._asked) == ask:
                 return
-            epoch = max([s.epoch for s in base] + [self._session.epoch])
+            # (closed inputs too: their last changes are at their last epoch, which the binding must reach)
+            epoch = max([s.epoch for s in self._reads] + [self._session.epoch])
             self._session.advance_to(epoch)
             (self._session.insert if ask else self._session.remove)([row])
             (self._asked.add if ask else self._asked.discard)(key)
@@ -440,6 +456,8 @@ class Goal:
 
     def _uninstall(self):
         eng = self.program.engine
+        if eng.closed:  # (its snapshot lists no dataflow: skipping the drop would pass for one)
+            raise EngineError("the engine is closed")
         if self.name in eng.snapshot().dataflows:
             eng.drop(self.name)  # (and the inputs made for it: ``own_inputs``, engine/builder.py)
         for s in self._leaders:
@@ -449,12 +467,12 @@ class Goal:
         return f"<goal {self.pattern} of {self.program.name!r}: dataflow {self.name!r}>"
 
 
-def _check_bindings(program, inputs):
-    """``inputs=`` binds only predicates some rule reads (a typo or a stale binding is an error)."""
+def _check_bindings(program, inputs, flag: str = "inputs="):
+    """``inputs=`` (``flag``) binds only predicates some rule reads (a typo or a stale binding is an error)."""
     read = {lit.pred for r in program.rules for lit in r.body if isinstance(lit, Atom)}
     for pred in inputs or {}:
         if not isinstance(pred, str) or pred not in read:
-            raise UsageError(f"inputs= binds {pred!r}, which no rule reads; the predicates rules read are "
+            raise UsageError(f"{flag} binds {pred!r}, which no rule reads; the predicates rules read are "
                              f"{sorted(read)}")
 
 
