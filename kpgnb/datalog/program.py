@@ -13,6 +13,7 @@ import numpy as np
 
 from ..engine.collection import Arranged
 from ..engine.errors import ArgumentTypeError, DatalogError, EngineError, KpgnbError, UnknownNameError, UsageError
+from ..engine.session import InputSession
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate, ground_defined
 from .errors import at
@@ -36,6 +37,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
                          f"arrangement's name, an input session or a DataFrame), got a {type(inputs).__name__}")
     _check_bindings(program, inputs, flag)
     bound, created = {}, []   # pred -> Source
+    shared = []  # inputs loaded from the same DataFrame for an earlier program: this one owns them too
     try:
         catalog = eng.snapshot().catalog
         for pred, src in (inputs or {}).items():
@@ -59,6 +61,8 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
                 bound[pred] = Source("input", input_name)
                 if session is not None:
                     created.append(session)
+                elif not isinstance(src, InputSession):
+                    shared.append(input_name)
         sessions = eng.inputs()
 
         def input_schema(pred):
@@ -75,7 +79,8 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
         name = _free_name(eng, "datalog") if name is None else name
         prog = Program(eng, name, analysis, materialize)
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
-        prog.owned = [s.name for s in created]  # made from DataFrames for the program: dropped with it
+        # made from DataFrames for the program: dropped with it (with the last of the programs sharing one)
+        prog.owned = [s.name for s in created] + shared
         prog._build(lambda df, p: prog.sources[p].read(df))
     except BaseException:
         drop_loaded(eng, created)
