@@ -12,47 +12,14 @@ import sys
 import threading
 import time
 
-import numpy as np
-import pandas as pd
 import pytest
 
 import kpgnb as kp
-from kpgnb import kernel
 from kpgnb.engine import faults
 
-from notebook_shell import run, shell  # noqa: F401 - shell is a fixture
+from notebook_shell import ip, ok, quiet, run, shell  # noqa: F401 - fixtures
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-KEEP = ("In", "Out", "get_ipython", "exit", "quit", "open")
-
-
-@pytest.fixture(autouse=True)
-def _quiet(monkeypatch):
-    monkeypatch.setenv("KPGNB_LIVE_VIEWS", "0")
-    monkeypatch.setenv("KPGNB_PROGRESS", "0")
-
-
-@pytest.fixture
-def ip(shell, capsys):
-    """The shell with the extension loaded, a fresh kernel engine of 2 workers and a clean namespace."""
-    if shell.find_cell_magic("dataflow") is None:
-        shell.run_line_magic("load_ext", "kpgnb")
-    kernel.close()
-    kernel.configure(workers=2)
-    shell.user_ns.update(np=np, pd=pd, kp=kp)
-    capsys.readouterr()
-    yield shell
-    faults.disarm()
-    kernel.close()
-    for k in [k for k in shell.user_ns if not k.startswith("_") and k not in KEEP]:
-        shell.user_ns.pop(k, None)
-
-
-def ok(sh, capsys, code):
-    r, out = run(sh, capsys, code)
-    assert r.success, out
-    return out
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"), pytest.mark.usefixtures("quiet")]
 
 
 def rows(view):
