@@ -1,27 +1,18 @@
 """Attack s27: the live dashboard and widgets, and the benchmarks' --quick runs and answer checks.
 Each test is a bug found by attacking (it fails until the product is fixed)."""
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import kpgnb as kp
+from threads import until
 
 widgets = pytest.importorskip("kpgnb.widgets")
 from kpgnb.widgets.reading import Reading  # noqa: E402
 from kpgnb.widgets.updater import Part, Updater  # noqa: E402
 
 WAIT = 20
-
-
-def until(cond, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def widget_threads():

@@ -18,17 +18,9 @@ import kpgnb as kp
 from kpgnb.engine.lattice import Antichain
 from kpgnb.engine.trace import Trace
 from kpgnb.listing import Listing
+from threads import until
 
 WAIT = 20
-
-
-def until(cond, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _traces() -> int:

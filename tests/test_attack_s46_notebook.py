@@ -17,6 +17,7 @@ import pytest
 
 import kpgnb as kp
 from kpgnb.engine import faults
+from threads import until
 
 from notebook_shell import ip, ok, quiet, run, run_numbered, shell, state  # noqa: F401 - fixtures
 
@@ -31,15 +32,6 @@ def rows(view):
 
 def edges():
     return pd.DataFrame({"src": [1, 2, 3], "dst": [2, 3, 4]})
-
-
-def until(cond, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _main_thread_in(fn_name: str, filename_part: str, stop: threading.Event, timeout: float = 20.0) -> bool:

@@ -8,7 +8,6 @@ Answers are checked against references computed here from the updates sent. Test
 xfail(strict=True) are bugs: they assert the documented (or obviously expected) behaviour."""
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import numpy as np
@@ -16,17 +15,9 @@ import pytest
 
 import kpgnb as kp
 from kpgnb.engine.lattice import Antichain
+from threads import until
 
 WORKERS = [1, 2, 3]
-
-
-def until(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _boom_on_999(k, v):
@@ -302,7 +293,6 @@ def test_cursor_of_a_shard_that_does_not_exist_is_a_usage_error():
             assert "shard" in str(ei.value)
         finally:
             h.close()
-
 
 
 def _first_frame_after_close(workers):

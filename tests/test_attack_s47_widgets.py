@@ -18,20 +18,12 @@ import numpy as np
 import pytest
 
 import kpgnb as kp
+from threads import until
 
 widgets = pytest.importorskip("kpgnb.widgets")
 from kpgnb.widgets.reading import Reading  # noqa: E402
 
 WAIT = 20
-
-
-def until(cond, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def widget_threads():

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import kpgnb as kp
+from threads import until
 
 widgets = pytest.importorskip("kpgnb.widgets")
 from kpgnb.engine import latency as lat  # noqa: E402
@@ -27,15 +28,6 @@ from kpgnb.widgets.reading import Reading  # noqa: E402
 
 WAIT = 20
 C0 = (0x1F, 0x77, 0xB4)  # matplotlib's first colour: the first dataflow's curve
-
-
-def until(cond, timeout: float = WAIT) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def widget_threads():

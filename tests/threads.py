@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import threading
+import time
 
 import pytest
 
@@ -57,3 +58,14 @@ def gated(eng, name: str, source: str):
         df.input(source).map(hold).view(f"{name}_v")
     eng.wait(name, timeout=T)
     return gate, inside
+
+
+def until(cond, timeout: float = T) -> bool:
+    """Poll ``cond`` until it holds (True) or ``timeout`` seconds pass (False): for what another thread (a
+    widget refresh, the scheduler) makes true some time later."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
