@@ -394,6 +394,7 @@ class TraceHandle:
     def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None,
                  on_close=None, owner: str | None = None, final_only: bool = False):
         self._trace = trace
+        self._depth = trace.depth
         self._final_only = final_only  # (eng.trace's: a time not final yet is refused, as views refuse it)
         self._key = next(_ids)
         self._logical = logical if logical is not None else trace.logical
@@ -415,16 +416,16 @@ class TraceHandle:
     def _frontier(self, frontier, what: str) -> Antichain:
         """``frontier`` as an Antichain of this trace's times: an Antichain, or one time (an int epoch, a tuple
         of ints). Checked at the call: a frontier the trace cannot use would fail its producer later."""
-        if not isinstance(frontier, Antichain):
+        if frontier.__class__ is not Antichain and not isinstance(frontier, Antichain):
             parts = tuple(frontier) if isinstance(frontier, (tuple, list)) else (frontier,)
             if not parts or not all(is_int(x) for x in parts):
                 raise ArgumentTypeError(f"{what}: a frontier is an Antichain of times, or one time (an int epoch "
                                         f"or a tuple of ints), got {frontier!r}")
             frontier = Antichain([tuple(int(x) for x in parts)])
-        depth = self.trace.depth
-        for t in frontier.elements:
-            if len(t) != depth:
-                raise UsageError(f"{what}: time {t} has depth {len(t)}; this trace's times have depth {depth}")
+        els = frontier.elements  # (an antichain's times are of one depth: its first tells; operators call
+        if els and len(els[0]) != self._depth:  # this every step)
+            raise UsageError(f"{what}: time {els[0]} has depth {len(els[0])}; this trace's times have depth "
+                             f"{self._depth}")
         return frontier
 
     def set_logical_compaction(self, frontier: Antichain):
