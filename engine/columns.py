@@ -196,7 +196,8 @@ class SymbolTable:
             bad = next((s for s in values if not isinstance(s, str)), None)
             if bad is not None or any(s is None for s in values):
                 raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
-            values = [str(s) for s in values]  # str subclasses (np.str_) are stored as str
+            # str subclasses (np.str_, a str Enum) are stored as the text they hold, not as their str()
+            values = [str.__str__(s) for s in values]
         get = self._ids.get
         with self._lock:
             ids = [get(s, -1) for s in values]
@@ -242,7 +243,8 @@ _NAN_BITS = np.array([np.nan], dtype=np.float64).view(np.int64)[0]
 def float_bits(f: np.ndarray) -> np.ndarray:
     """The engine's int64 representation of float64 values: their bits, canonical so that equal values
     have equal bits (-0.0 as 0.0, every NaN as NumPy's nan). A fresh array."""
-    f = np.asarray(f, np.float64) + 0.0  # -0.0 -> 0.0
+    with np.errstate(invalid="ignore"):  # (a signalling NaN is a NaN like any other)
+        f = np.asarray(f, np.float64) + 0.0  # -0.0 -> 0.0
     bits = f.view(np.int64).copy()
     bits[np.isnan(f)] = _NAN_BITS
     return bits

@@ -225,7 +225,8 @@ class InputSession:
         advance too: they were written to go with the leader's epoch."""
         leader._followers.add(self)
         self._carry = self._carry or carry
-        self._catch_up(leader.epoch)
+        # (a closed leader's last epoch is complete: as closing it moves its followers past it)
+        self._catch_up(min(leader.epoch + 1, _MAX_EPOCH) if leader.closed else leader.epoch)
 
     def unfollow(self, leader: "InputSession"):
         leader._followers.discard(self)
@@ -275,7 +276,7 @@ class InputSession:
             last = self.epoch
             self._send(None)
         for f in list(self._followers):  # (the epoch the close sealed is complete for them too)
-            f._catch_up(last + 1)
+            f._catch_up(min(last + 1, _MAX_EPOCH))
 
     def _send(self, target: int | None):
         """Hand the buffered rows to the scheduler, sealed up to epoch ``target`` (None: closed), and move

@@ -302,7 +302,7 @@ class Trace:
         shapes = tuple([s.shape for s in spines])
         last = self.snapshot
         if shapes == self._shapes and not any(last.merges):
-            self.snapshot = TraceSnapshot(last.shards, upper, last.merges, last.merge_bytes, spines[0].cleared_since,
+            self.snapshot = TraceSnapshot(last.shards, upper, last.merges, last.merge_bytes, self._cleared_since(),
                                           last.merge_rows)
             return
         self._shapes = shapes
@@ -313,8 +313,16 @@ class Trace:
             merges.append(m)
             mbytes.append(mb)
             mrows.append(mr)
-        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), spines[0].cleared_since,
+        self.snapshot = TraceSnapshot(tuple(shards), upper, tuple(merges), tuple(mbytes), self._cleared_since(),
                                       tuple(mrows))
+
+    def _cleared_since(self) -> Antichain:
+        """The since of the history every shard folded away when it emptied (their join: the same history
+        reads the same whichever shard its rows hashed to)."""
+        since = self.spines[0].cleared_since
+        for s in self.spines[1:]:
+            since = _later(since, s.cleared_since)
+        return since
 
     # -- reading ------------------------------------------------------------------------------
     @property
