@@ -127,9 +127,11 @@ class Discard:
 
 @dataclass
 class Cancel:
-    """Stop a dataflow's computation (no reply: Ctrl-C must not wait)."""
+    """Stop a dataflow's computation (no reply: Ctrl-C must not wait); with ``serial``, only that install of
+    the name (a wait interrupted on a view spares the install that replaced its dataflow meanwhile)."""
     name: str
     reason: str
+    serial: int | None = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ import contextvars
 import os
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +30,15 @@ from .session import InputSession, input_key
 from .snapshot import EngineSnapshot
 from .spine import EFFORT
 from .trace import live_records, trace_stats
-from .view import View, raise_failure
+from .view import View, raise_failure, rows_decoder
+
+
+@dataclass(frozen=True)
+class _InputNow:
+    """An input session with its epoch and closing as read at one moment (``Engine._inputs_now``)."""
+    session: InputSession
+    epoch: int
+    closed: bool
 
 
 class Engine:
@@ -55,6 +64,7 @@ class Engine:
         self._loading: set = set()  # names of inputs whose first rows are being read (not inputs yet)
         self._pool = WorkerPool(self.workers)
         self._scheduler = Scheduler(self._pool)
+        self._move_wake = 0  # the command number of the last wake a handle's frontier move sent
         self._closed = False
 
     # -- inputs and dataflows -------------------------------------------------------------------------
@@ -258,17 +268,49 @@ class Engine:
         check_name(name, "eng.trace", "an exported arrangement")
         cmd = OpenHandle(name, self._handle_closed)
         try:
-            return self._scheduler.call(cmd)
+            h = self._scheduler.call(cmd)
+            h._attach(self._handle_moved, self._decoder(name, h))
+            return h
         except BaseException:
             if cmd.reply.took_effect():  # interrupted as it opened: a handle nobody gets would hold compaction
                 cmd.reply.result.close()  # back for as long as the traceback lives (the scheduler closes one
             raise                         # opened after the caller gave up)
+
+    def _decoder(self, name: str, h):
+        """The decoding of the columns of the export ``h`` reads (None: all int64), from its schema in the
+        catalog published with the handle (the entry of that name, or any naming the same trace)."""
+        tr = h.live_trace()
+        catalog = self.snapshot().catalog
+        info = catalog.get(name)
+        if info is None or info.live_trace() is not tr:
+            info = next((i for i in catalog.values() if i.live_trace() is tr), None)
+        if info is None or tr is None:
+            return None
+        return rows_decoder(info.schema, tr.kk, self.symbols)
 
     def _handle_closed(self):
         try:
             self._scheduler.submit(Collect())
         except EngineError:
             pass  # closed engine
+
+    def _handle_moved(self):
+        """A user's handle moved its frontiers: wake the scheduler (with a Collect, no reply) so that
+        idle maintenance compacts what the move released, also while no epoch comes. One wake in flight
+        at a time: a move while the last one is still queued or running is seen by it (the frontiers
+        are set before this is called, and the scheduler reads them after the command)."""
+        sched = self._scheduler
+        if self._move_wake > sched._done:
+            return
+        try:
+            self._move_wake = sched.submit(Collect())
+        except EngineError:
+            pass  # closed engine
+
+    def _inputs_now(self) -> dict:
+        """Every input's session with its epoch and closing read once: the tables of one ``stats()`` agree
+        on them (another thread may advance, close or make an input meanwhile)."""
+        return {n: _InputNow(s, s.epoch, s.closed) for n, s in self.inputs().items()}
 
     def arrangements(self, live: bool = False, snapshot: EngineSnapshot | None = None) -> list:
         """Every arrangement the engine maintains, exported or internal, inputs included: one dict each
@@ -283,7 +325,9 @@ class Engine:
         reports ``live``: the records it would hold if fully merged and compacted to its readers' frontier
         (exact, and costs a pass over every trace). ``snapshot``: read that engine snapshot (``stats`` reads
         all its parts from one)."""
-        snap = snapshot or self.snapshot()
+        return self._arrangements(live, snapshot or self.snapshot(), self._inputs_now())
+
+    def _arrangements(self, live: bool, snap: EngineSnapshot, inputs: dict) -> list:
         exported: dict = {}
         for cname, entry in sorted(snap.catalog.items()):
             tr = entry.live_trace()
@@ -303,9 +347,9 @@ class Engine:
                 row["live"] = live_records(ts, tr.kk, tr.kv, tr.depth, tr.logical)
             rows.append(row)
 
-        for name, s in self.inputs().items():
+        for name, now in inputs.items():
             info = snap.inputs.get(name)
-            add(s.trace, info and info.contents, f"input:{name}", None, "input")
+            add(now.session.trace, info and info.contents, f"input:{name}", None, "input")
         for infos in (snap.dataflows, snap.retired):
             for info in infos.values():
                 label = info.name + (" (dropped)" if info.name in snap.retired else "")
@@ -326,8 +370,9 @@ class Engine:
         reflect yet, or since its install if later), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
         ``updated_at`` (wall-clock time its frontier last moved), ``serial`` (which install of the name: a
         replacement gets another). Any thread may call it."""
-        snap = snapshot or self.snapshot()
-        sessions = self.inputs()
+        return self._dataflow_stats(retired, snapshot or self.snapshot(), self._inputs_now())
+
+    def _dataflow_stats(self, retired: bool, snap: EngineSnapshot, inputs: dict) -> list:
         now = time.perf_counter()
         out = []
         for infos in (snap.dataflows, snap.retired) if retired else (snap.dataflows,):
@@ -337,7 +382,7 @@ class Engine:
                 ins, meet, open_epochs, all_epochs, behind = {}, Antichain(), [], [], []
                 at = epoch_of(d.frontier)
                 for src in sorted(d.sources):
-                    s, i = sessions.get(src), snap.inputs.get(src)
+                    s, i = inputs.get(src), snap.inputs.get(src)
                     sealed = i.sealed if i is not None else Antichain([(0,)])
                     ins[src] = {"epoch": s.epoch if s is not None else None, "sealed": sealed,
                                 "closed": bool(s is not None and s.closed)}
@@ -347,7 +392,7 @@ class Engine:
                         if not s.closed:
                             open_epochs.append(s.epoch)
                         if at is not None:
-                            t = s.advanced_past(at)
+                            t = s.session.advanced_past(at)
                             if t is not None:
                                 behind.append(t)
                 goal = min(open_epochs) if open_epochs else max(all_epochs, default=None)
@@ -413,13 +458,14 @@ class Engine:
 
     def _stats(self, snap: EngineSnapshot, live: bool) -> dict:
         lat = np.array(self._scheduler.latency_samples()) * 1e3
+        inputs = self._inputs_now()
         return {
             "workers": self.workers,
-            "arrangements": self.arrangements(live, snap),
-            "dataflows": self.dataflow_stats(snapshot=snap),
+            "arrangements": self._arrangements(live, snap, inputs),
+            "dataflows": self._dataflow_stats(False, snap, inputs),
             "inputs": [{"name": n, "epoch": s.epoch, "closed": s.closed,
                         "failure": None if n not in snap.inputs or snap.inputs[n].failure is None
-                        else str(snap.inputs[n].failure)} for n, s in self.inputs().items()],
+                        else str(snap.inputs[n].failure)} for n, s in inputs.items()],
             "latency_ms": {"count": int(len(lat)),
                            "p50": float(np.percentile(lat, 50)) if len(lat) else None,
                            "p99": float(np.percentile(lat, 99)) if len(lat) else None},
@@ -438,17 +484,10 @@ class Engine:
         old. Only dataflows the (given, else current) snapshot lists are reported, retired ones (dropped or
         replaced, kept for readers of their exports: ``NAME~k``) included."""
         snap = snapshot or self.snapshot()
-        live = {(df.name, df.serial): df
-                for df in list(self._scheduler.dataflows.values()) + list(self._scheduler.retired)}
         out = []
         for name, info in list(snap.dataflows.items()) + list(snap.retired.items()):
-            df = live.get((name, info.serial))
-            if df is None:
-                continue
-            graph = df.graph
-            builder = getattr(graph, "builder", None)
-            for r in list(builder.reports) if builder is not None else []:
-                out.append(dict(r.report(), dataflow=name))
+            if not snap.gone(info):  # (as the other tables of one stats() skip it)
+                out += [dict(r.report(), dataflow=name) for r in info.reports]
         return out
 
     # -- waiting ------------------------------------------------------------------------------------
@@ -584,7 +623,7 @@ class Engine:
                 behind = not _past(info.frontier, goals[None]) or any(
                     not _past(uppers[n], g) for n, g in goals.items() if n is not None and n in uppers)
             if behind:
-                self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)"))
+                self._scheduler.submit(Cancel(name, "interrupted while waiting (KeyboardInterrupt)", info.serial))
 
     def _goal_of(self, info, sources=None):
         """The epoch a dataflow's views must reach: the least its open inputs (or ``sources``, those one

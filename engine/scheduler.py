@@ -193,6 +193,8 @@ class Dataflow:
                                   weakref.ref(t)) for label, op, t in owned)
             self._views = tuple((n, weakref.ref(v.op.handle.trace)) for n, v in self.views.items()
                                 if v.op.handle is not None and v.op.handle.alive)
+            builder = getattr(self.graph, "builder", None)
+            self._reports = tuple(builder.reports) if builder is not None else ()
         # the arrangements' contents as of this snapshot (their own snapshots move on within a step, before
         # the engine publishes it): statistics read these, so a dataflow and its arrangements agree
         contents = tuple([None if (t := ref()) is None else t.snapshot for _, ref in self._traces])
@@ -212,7 +214,8 @@ class Dataflow:
                                   installed_at=self._installed,
                                   view_uppers=tuple((n, t.snapshot.upper) for n, ref in views
                                                     for t in [ref()] if t is not None),
-                                  view_sources=tuple(self.view_sources.items()), trace_contents=contents)
+                                  view_sources=tuple(self.view_sources.items()), trace_contents=contents,
+                                  reports=self._reports)
         return self._info
 
 
@@ -467,7 +470,7 @@ class Scheduler:
             df.graph.wake()  # (a command may reach into a dataflow: its next run must look)
         if isinstance(cmd, Cancel):
             df = self.dataflows.get(cmd.name)
-            if df is not None and df.error is None:
+            if df is not None and df.error is None and cmd.serial in (None, df.serial):
                 self._fail(df, Cancelled(f"dataflow {cmd.name!r} was cancelled ({cmd.reason})"), "cancelled")
             return
         if isinstance(cmd, Collect):

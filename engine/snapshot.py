@@ -35,6 +35,7 @@ class DataflowInfo:
     view_uppers: tuple = ()          # (view name, its trace's upper) as of this snapshot: what eng.wait decides on
     view_sources: tuple = ()         # (view name, names of the inputs it reads): what eng.wait(view) waits for
     trace_contents: tuple = ()       # the TraceSnapshot of each of ``traces`` as of this snapshot
+    reports: tuple = ()              # its IFE operators' reporters (``report()``: engine/ife.py), for ife_stats
 
 
 @dataclass(frozen=True)
