@@ -18,7 +18,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from .cellerror import CellError
+from .cellerror import REPORTS, CellError, CellInterrupt
 from .cellerror import wrap as _wrap
 from .engine.errors import ArgumentTypeError, DataflowError, KpgnbError, SchemaError, UsageError
 from .handle import DataflowHandle
@@ -60,11 +60,14 @@ _loaded = weakref.WeakKeyDictionary()   # engine -> {input name: _Source it was 
 
 class _Source:
     """What an input was loaded from, without keeping it alive: a weak reference, or, for a dict (which
-    cannot be referenced weakly), its id and weak references to its arrays; and the session loaded from it
-    (weakly: an input of that name made otherwise later is not this one)."""
+    cannot be referenced weakly), its id and weak references to its arrays; the session loaded from it
+    (weakly: an input of that name made otherwise later is not this one); and whether a program loaded it
+    (``eng.datalog(inputs={...: frame})``, which later programs reusing it co-own) or a notebook cell
+    (``--inputs``: the cell's, which no program owns)."""
 
-    def __init__(self, obj, session):
+    def __init__(self, obj, session, for_program: bool = False):
         self.session = weakref.ref(session)
+        self.for_program = for_program
         try:
             self._ref, self._parts = weakref.ref(obj), None
         except TypeError:
@@ -152,8 +155,17 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
             session = eng.input(var, columns, dtypes, rows=obj)
     except KpgnbError as e:  # (a cell may load several frames: the error says which one is wrong)
         raise _naming(e, f"inputs={{{var!r}: ...}}" if flag == "inputs=" else f"{flag}: {var}") from e.__cause__
-    sources[var] = _Source(obj, session)
+    sources[var] = _Source(obj, session, for_program=flag == "inputs=")
     return var, session
+
+
+def loaded_for_program(eng, name: str) -> bool:
+    """Whether input ``name`` is one ``input_for`` loaded from a DataFrame for a program
+    (``eng.datalog(inputs={...: frame})``), not for a notebook cell: only those may programs own."""
+    src = _loaded.get(eng, {}).get(name)
+    if src is None or src.session() is not _inputs_of(eng).get(name):
+        return False
+    return src.for_program
 
 
 def _naming(error: KpgnbError, prefix: str) -> KpgnbError:
@@ -170,11 +182,21 @@ def _naming(error: KpgnbError, prefix: str) -> KpgnbError:
 
 
 def view_export(eng, view) -> str | None:
-    """The name under which ``view``'s dataflow exports the view's arrangement (a Datalog relation's view:
-    ``NAME.pred``; a ``%%dataflow`` view: an export of the view's own name), or None."""
-    same = sorted(e for e, entry in eng.catalog().items()
-                  if entry["dataflow"] == view.dataflow and e in (view.name, f"{view.dataflow}.{view.name}"))
-    return same[0] if same else None
+    """The name under which ``view``'s dataflow exports the view's arrangement itself (a Datalog relation's
+    view: ``NAME.pred``; a ``%%dataflow`` view: an export of the view's own name, or of another name), or
+    None. An export is the view's only where it is the very arrangement the view reads (its trace): a
+    dataflow exporting another collection under the view's name does not export the view."""
+    try:
+        trace = view._trace()
+        catalog = eng.snapshot().catalog
+    except KpgnbError:  # (a closed engine)
+        return None
+    if trace is None:  # (released: its dataflow dropped, failed or cancelled)
+        return None
+    own = (view.name, f"{view.dataflow}.{view.name}")
+    same = sorted((e not in own, e) for e, entry in catalog.items()
+                  if entry.dataflow == view.dataflow and not entry.dropped and entry.live_trace() is trace)
+    return same[0][1] if same else None
 
 
 def _readers(eng, name: str) -> list:
@@ -216,21 +238,51 @@ class CellNumber:
     """The number IPython shows for the cell being run (``In[n]``): ``shell.execution_count`` is n + 1
     while a cell kept in history runs (IPython counts it before running it) and n otherwise; IPython's
     ``pre_execute`` (every cell) and ``pre_run_cell`` (not silent ones) events tell which (the extension
-    registers them). ``raw`` is the text of the cell being run as the user wrote it (None for a silent one),
-    for ``cell_source``."""
+    registers them, and ``post_run_cell``). ``raw`` is the text of the cell being run as the user wrote it
+    (None for a silent one), for ``cell_source``.
+
+    A cell may run code as a cell of its own while it runs: ``%%capture`` (and ``%%timeit``-like magics,
+    or user code calling ``shell.run_cell``) runs its body with ``shell.run_cell``, whose events fire
+    again. Such a nested run that is not kept in history has no number of its own: the cell the user sees
+    is still the outer one, so its number and text stay (a nested run kept in history is a cell of its own
+    and counts until it ends). Each ``pre_run_cell`` is paired with its ``post_run_cell`` by the execution
+    info both carry (IPython fires ``post_run_cell`` also for an empty cell, which had no ``pre_run_cell``)."""
 
     def __init__(self):
         self.stored = False
         self.raw = None
+        self._running = []   # (info, stored, raw before it) of each non-silent cell running, outermost first
+
+    def reset(self):
+        """Forget the cells running (the extension is loaded or unloaded: events of the cell doing it
+        are not all seen)."""
+        self._running.clear()
 
     def pre_execute(self):
-        self.stored = False
-        self.raw = None
+        if not self._running:  # (a silent run inside a cell is not the cell the user sees)
+            self.stored = False
+            self.raw = None
 
     def pre_run_cell(self, info):
-        self.stored = bool(getattr(info, "store_history", False))
+        stored = bool(getattr(info, "store_history", False))
+        self._running.append((info, self.stored, self.raw))
+        if len(self._running) > 1 and not stored:
+            return  # run by the cell the user sees, which it stays
+        self.stored = stored
         raw = getattr(info, "raw_cell", None)
         self.raw = raw if isinstance(raw, str) else None
+
+    def post_run_cell(self, result=None):
+        info = getattr(result, "info", None)
+        at = next((i for i in range(len(self._running) - 1, -1, -1) if self._running[i][0] is info), None)
+        if at is None:
+            if result is not None or not self._running:
+                return  # (an empty cell: no pre_run_cell; or one that began before the extension was loaded)
+            at = len(self._running) - 1  # (a kernel's run that raised reports no result: the latest cell)
+        _, stored, raw = self._running[at]
+        del self._running[at:]
+        if self._running:  # a nested run ended: the cell running it is the one being run again
+            self.stored, self.raw = stored, raw
 
     def of(self, shell) -> int:
         return shell.execution_count - (1 if self.stored else 0)
@@ -289,25 +341,10 @@ def _made_by_body(eng, before: dict) -> list:
     return [sess for name, sess in _inputs_of(eng).items() if before.get(name) is not sess and name not in read]
 
 
-class CellInterrupt(CellError, KeyboardInterrupt):
-    """Ctrl-C (a KeyboardInterrupt) stopped a cell, in its body or while it waited for results: shown at
-    the cell's line as any cell error is (the extension's handler shows ``error``, the KeyboardInterrupt,
-    with the user's frames only), and still a KeyboardInterrupt, so that it stops the cell (and a "run
-    all") as Ctrl-C does and ``except KeyboardInterrupt`` catches it. Named ``KeyboardInterrupt`` (what a
-    cell's result and a kernel's reply call it), as ``cellerror`` names other failures as the user's error."""
-
-
-CellInterrupt.__name__ = CellInterrupt.__qualname__ = "KeyboardInterrupt"
-CellInterrupt.__module__ = KeyboardInterrupt.__module__
-
-
-def wrap(error: BaseException, note: str | None = None) -> CellError:
-    """``cellerror.wrap``, a KeyboardInterrupt (Ctrl-C in the cell's body, or while the cell loads its
-    inputs) included: a CellInterrupt."""
-    wrapped = _wrap(error, note)
-    if isinstance(wrapped.error, KeyboardInterrupt) and not isinstance(wrapped, KeyboardInterrupt):
-        return CellInterrupt(wrapped.error, wrapped.tb, wrapped.note)
-    return wrapped
+def wrap(error: BaseException, note: str | None = None) -> CellError | CellInterrupt:
+    """``cellerror.wrap``: a CellError, or a CellInterrupt for a KeyboardInterrupt (Ctrl-C in the cell's
+    body, or while the cell loads its inputs)."""
+    return _wrap(error, note)
 
 
 def _frame_kind(obj) -> str | None:
@@ -394,7 +431,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             raise CellError(e, None) from None
     except BaseException as e:
         drop_loaded(eng, created)
-        if isinstance(e, CellError):
+        if isinstance(e, REPORTS):
             raise
         raise wrap(e) from None
 
@@ -428,8 +465,8 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     try:
         if spec.wait:
             wait(eng, handle, warmer, first=True)
-    except CellError as e:
-        if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
+    except REPORTS as e:
+        if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
             _bind(ns, handle, spec.output)
         else:
             _restore(ns, saved, bound)

@@ -1,6 +1,7 @@
 """How a failing ``%%dataflow`` cell reports: the user's error, at the cell's own line.
 
-The magic raises :class:`CellError` around the original exception. The extension registers
+The magic raises :class:`CellError` around the original exception (:class:`CellInterrupt` around a
+KeyboardInterrupt, which stays no Exception). The extension registers
 :func:`show` as IPython's handler for it, which prints the original exception with a traceback cut to
 the user's frames (the cell, and functions the user wrote elsewhere): the magic's and the engine's
 frames are dropped, so the traceback reads ``Cell In[n], line k`` and then the message naming the
@@ -42,6 +43,30 @@ class CellError(Exception):
 
     def __str__(self):
         return Exception.__str__(self)
+
+
+class CellInterrupt(KeyboardInterrupt):
+    """Ctrl-C (a KeyboardInterrupt, ``error``) stopped a cell, in its body or while it waited for results:
+    reported as a CellError is (``error``, ``tb``, ``note``; the extension's handler shows ``error`` at the
+    cell's line, with the user's frames only), yet a KeyboardInterrupt only, no Exception, so that it stops
+    the cell (and a "run all") as Ctrl-C does, ``except KeyboardInterrupt`` catches it and ``except
+    Exception`` does not. Named ``KeyboardInterrupt`` (what a cell's result and a kernel's reply call it),
+    as CellError names other failures as the user's error."""
+
+    def __init__(self, error: BaseException, tb=None, note: str | None = None):
+        KeyboardInterrupt.__init__(self, f"{type(error).__name__}: {error}")
+        self.error = error
+        self.tb = tb
+        self.note = note
+
+    def __str__(self):
+        return KeyboardInterrupt.__str__(self)
+
+
+CellInterrupt.__name__ = CellInterrupt.__qualname__ = "KeyboardInterrupt"
+CellInterrupt.__module__ = KeyboardInterrupt.__module__
+
+REPORTS = (CellError, CellInterrupt)  # what a failing cell raises: the handler shows its ``error``
 
 
 _classes: dict = {}
@@ -92,19 +117,24 @@ def user_error(error: BaseException) -> BaseException:
     return error
 
 
-def wrap(error: BaseException, note: str | None = None) -> CellError:
+def wrap(error: BaseException, note: str | None = None) -> CellError | CellInterrupt:
+    """``error`` as a cell reports it: a CellError, or a CellInterrupt for a KeyboardInterrupt (Ctrl-C in
+    the cell's body, or while it loads its inputs or waits)."""
     shown = user_error(error)
     seen, e = set(), shown.__cause__ or shown.__context__
     while e is not None and id(e) not in seen:  # the causes IPython prints above it: user frames too
         seen.add(id(e))
         e.__traceback__ = user_frames(e.__traceback__)
         e = e.__cause__ or e.__context__
+    if isinstance(shown, KeyboardInterrupt):
+        return CellInterrupt(shown, user_frames(shown.__traceback__), note)
     return CellError(shown, user_frames(shown.__traceback__), note)
 
 
 def show(shell, etype, value, tb, tb_offset=None):
-    """IPython custom exception handler for CellError (anything else: IPython's usual traceback)."""
-    if not isinstance(value, CellError):
+    """IPython custom exception handler for CellError and CellInterrupt (anything else: IPython's usual
+    traceback)."""
+    if not isinstance(value, REPORTS):
         return shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
     err = value.error
     # what %tb and %debug read (IPython sets them where it shows a traceback itself)

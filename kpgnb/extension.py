@@ -29,11 +29,11 @@ def load(ip):
     magics = DataflowMagics(ip, warmer)
     ip.register_magics(magics)
     previous = (ip.custom_exceptions, getattr(ip, "CustomTB", None))
-    handled = tuple(c for c in ip.custom_exceptions if c is not cellerror.CellError) + (cellerror.CellError,)
+    handled = tuple(c for c in ip.custom_exceptions if c not in cellerror.REPORTS) + cellerror.REPORTS
     prev_handler = previous[1] if ip.custom_exceptions else None
 
     def handler(shell, etype, value, tb, tb_offset=None):
-        if isinstance(value, cellerror.CellError) or prev_handler is None:
+        if isinstance(value, cellerror.REPORTS) or prev_handler is None:
             return cellerror.show(shell, etype, value, tb, tb_offset)
         return prev_handler(etype, value, tb, tb_offset)
 
@@ -41,7 +41,9 @@ def load(ip):
     from . import display
     display.register(ip)  # views shown as a cell's result render live
     from .cell import CELL_NUMBER
-    events = (("pre_execute", CELL_NUMBER.pre_execute), ("pre_run_cell", CELL_NUMBER.pre_run_cell))
+    CELL_NUMBER.reset()  # (this cell's pre_run_cell was not seen: it ends unpaired)
+    events = (("pre_execute", CELL_NUMBER.pre_execute), ("pre_run_cell", CELL_NUMBER.pre_run_cell),
+              ("post_run_cell", CELL_NUMBER.post_run_cell))
     for event, fn in events:  # (a failing cell's traceback names it by its number)
         ip.events.register(event, fn)
     _state[ip] = dict(magics=magics, warmer=warmer, previous=previous, events=events)
@@ -58,6 +60,8 @@ def unload(ip):
     kernel.close()  # (another shell's next cell starts a fresh one)
     for event, fn in state["events"]:
         ip.events.unregister(event, fn)
+    from .cell import CELL_NUMBER
+    CELL_NUMBER.reset()  # (this cell's post_run_cell is not seen)
     for kind, names in state["magics"].magics.items():  # every magic the class registered
         for name in names:
             ip.magics_manager.magics[kind].pop(name, None)

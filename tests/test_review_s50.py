@@ -59,10 +59,6 @@ def test_following_a_closed_input_completes_its_last_epoch_as_closing_a_followed
 
 
 
-@pytest.mark.xfail(strict=True, reason="datalog/program.py install(): an input_for answer of (name, None) for a "
-                                       "DataFrame is taken as 'loaded for an earlier program' (shared) and owned, "
-                                       "but it is also the answer for a frame a notebook cell loaded: prog.drop() "
-                                       "then drops the cell's input, which Program.drop says it keeps")
 def test_a_program_does_not_own_an_input_a_notebook_cell_loaded_from_the_same_frame():
     import pandas as pd
 
@@ -79,10 +75,6 @@ def test_a_program_does_not_own_an_input_a_notebook_cell_loaded_from_the_same_fr
         assert eng.inputs().get("e") is loaded and not loaded.dropped
 
 
-@pytest.mark.xfail(strict=True, reason="cell.py cell_source/CellNumber: %%capture runs its body with shell.run_cell, "
-                                       "whose pre_execute/pre_run_cell events overwrite CELL_NUMBER (raw: the inner "
-                                       "text; stored: False), so the error names In[n+1], line 3: neither the cell "
-                                       "nor the line the user sees (under %%time it is right: line 4)")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.usefixtures("quiet")
 def test_error_line_of_a_dataflow_cell_under_capture(ip, capsys):
@@ -95,10 +87,6 @@ def test_error_line_of_a_dataflow_cell_under_capture(ip, capsys):
     assert re.findall(r"Cell In\[(\d+)\], line (\d+)", text) == [(str(r.execution_count), "4")], text
 
 
-@pytest.mark.xfail(strict=True, reason="cell.py: CellInterrupt(CellError, KeyboardInterrupt) is an Exception too "
-                                       "(CellError derives from Exception), and wait() now raises it for Ctrl-C: "
-                                       "renamed KeyboardInterrupt, yet `except Exception:` in the user's code "
-                                       "swallows the Ctrl-C, which a real KeyboardInterrupt never is")
 def test_ctrl_c_reported_as_a_keyboard_interrupt_is_not_an_exception():
     from kpgnb import cell
     err = cell.CellInterrupt(KeyboardInterrupt("stopped waiting: final before epoch 3"), None)
@@ -131,11 +119,6 @@ def test_closing_a_leader_at_the_last_epoch_keeps_its_follower_within_int64():
         assert eng.dataflows()["d"] != "failed"
 
 
-@pytest.mark.xfail(strict=True, reason="cell.py view_export() matches a view to an export by name only (the view's "
-                                       "name or DATAFLOW.name, exported by the view's dataflow), not by its "
-                                       "arrangement; %%datalog --inputs now binds what it finds, so a view whose "
-                                       "dataflow exports another collection under the view's name silently feeds "
-                                       "the program that other collection")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.usefixtures("quiet")
 def test_datalog_inputs_of_a_view_read_the_views_own_rows(ip, capsys):

@@ -53,7 +53,8 @@ class Dashboard(w.VBox):
 
     def close(self):
         """Stop refreshing and close every widget; the updater thread ends if nothing else is live."""
-        self.updater.remove(*self.parts)
+        if hasattr(self, "updater"):  # (not when the engine argument was refused: nothing was made)
+            self.updater.remove(*self.parts)
         close_tree(self.children)  # the parts and the titles and boxes around them: ipywidgets keeps
         super().close()             # every widget not closed (and a box keeps its plots' figures)
         close_models(self)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from ..cell import bind_views, cell_source, drop_loaded, input_for, seal_loaded, view_export, wait, wrap
-from ..cellerror import CellError
+from ..cellerror import REPORTS, CellError, CellInterrupt
 from ..engine.dataflow import no_site
 from ..engine.errors import DatalogError, UsageError
 from ..engine.view import View
@@ -34,9 +34,11 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
                         f"--inputs: {var} is a view of another engine (not the kernel's)" if view.engine is not eng
                         else f"--inputs: {var} is a view of dataflow {view.dataflow!r}, which is gone (dropped, "
                              f"failed or cancelled)" if view.released
-                        else f"--inputs: {var} is a view that its dataflow does not export; export its "
-                             f"arrangement under the view's name (.export({view.name!r})) in that dataflow's "
-                             f"cell, and this cell reads it")
+                        else f"--inputs: {var} is a view that its dataflow does not export"
+                             + (f" ({view.name!r} is exported, but is another arrangement than the view's)"
+                                if view.name in eng.catalog() else "")
+                             + f"; export the view's own arrangement (the collection it is a view of: "
+                             f".export('NAME')) in that dataflow's cell, and this cell reads it")
                 bound[pred] = Source("use", export)
                 continue
             bound[pred], session = input_for(eng, var, ns[var])
@@ -60,8 +62,8 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
     if wait_first:
         try:
             wait(eng, handle, warmer, first=True)
-        except CellError as e:
-            if isinstance(e.error, KeyboardInterrupt):  # installed, still computing: bound like a success
+        except REPORTS as e:
+            if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
                 bind_views(ns, prog.views)
                 if output:
                     ns[output] = prog

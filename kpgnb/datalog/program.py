@@ -30,14 +30,14 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
     for goals to share) and derives nothing: for programs asked only through ``prog.goal``. ``flag`` is
     what errors about the bindings name (``--inputs`` for a ``%%datalog`` cell, whose ``inputs`` are the
     engine inputs and exported arrangements its variables stand for)."""
-    from ..cell import drop_loaded, input_for, seal_loaded
+    from ..cell import drop_loaded, input_for, loaded_for_program, seal_loaded
     program = parse(text)
     if inputs is not None and not isinstance(inputs, dict):
         raise ArgumentTypeError(f"inputs= maps predicates to what they read (an engine input's name, an exported "
                          f"arrangement's name, an input session or a DataFrame), got a {type(inputs).__name__}")
     _check_bindings(program, inputs, flag)
     bound, created = {}, []   # pred -> Source
-    shared = []  # inputs loaded from the same DataFrame for an earlier program: this one owns them too
+    shared = []  # inputs loaded from the same DataFrame for an earlier program (not a cell): co-owned
     try:
         catalog = eng.snapshot().catalog
         for pred, src in (inputs or {}).items():
@@ -61,8 +61,8 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
                 bound[pred] = Source("input", input_name)
                 if session is not None:
                     created.append(session)
-                elif not isinstance(src, InputSession):
-                    shared.append(input_name)
+                elif not isinstance(src, InputSession) and loaded_for_program(eng, input_name):
+                    shared.append(input_name)  # (not an input a notebook cell loaded: the cell's)
         sessions = eng.inputs()
 
         def input_schema(pred):
