@@ -159,7 +159,9 @@ class Cursor:
         if arr.size and arr.dtype.kind not in "iub":
             raise ArgumentTypeError(f"seek_keys takes keys in the engine's int64 encoding, got {arr.dtype} "
                                     f"values; a str or float key column is stored encoded (str interned, "
-                                    f"floats by their bits): read such an arrangement with accumulate()")
+                                    f"floats by their bits), and cursors read that encoding: read such an "
+                                    f"arrangement with eng.trace(name).accumulate(at), which gives str and "
+                                    f"float columns decoded")
         if arr.size and arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:
             raise ArgumentTypeError(f"seek_keys: key {int(arr.max())} is beyond int64, which no int64 key "
                                     f"column holds (it would wrap around to another key)")

@@ -110,11 +110,13 @@ class Trace:
 
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
-               on_close=None, owner: str | None = None, final_only: bool = False) -> "TraceHandle":
+               on_close=None, owner: str | None = None, final_only: bool = False, on_move=None,
+               decode=None) -> "TraceHandle":
         """A new reader; ``owner`` names it in statistics (e.g. as the reader holding compaction back).
         ``final_only``: its ``accumulate`` refuses times not final yet (a user's handle: what it would
-        answer there changes as the trace grows; operators and the trace's own tests read any time)."""
-        return TraceHandle(self, logical, physical, on_close, owner, final_only)
+        answer there changes as the trace grows; operators and the trace's own tests read any time).
+        ``on_move`` and ``decode``: see :class:`TraceHandle`."""
+        return TraceHandle(self, logical, physical, on_close, owner, final_only, on_move, decode)
 
     def begins_at(self, epoch: int):
         """This trace's producer, a dataflow installed late, computes from its inputs as of ``epoch``: the
@@ -394,14 +396,23 @@ def _release(trace: Trace, key, on_close):
 
 class TraceHandle:
     """A reader of a trace. Keeps it alive; its frontiers tell maintenance what it still needs. Reads
-    go through the trace's published snapshot, so they are safe from any thread."""
+    go through the trace's published snapshot, so they are safe from any thread.
+
+    ``on_move()`` (optional) is called, on the caller's thread, after each change of its frontiers: a
+    user's handle (``eng.trace``) wakes the scheduler with it, so that frontiers moved while the engine
+    is idle let the trace compact then; operators' handles, moved on the scheduler thread every step,
+    have none. ``decode(keys, vals)`` (optional) turns the stored int64 encoding into the user's values
+    for ``accumulate`` (``eng.trace``'s handles decode str and float columns with the export's schema)."""
 
     def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
         raise not_copyable(self)
 
     def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None,
-                 on_close=None, owner: str | None = None, final_only: bool = False):
+                 on_close=None, owner: str | None = None, final_only: bool = False, on_move=None,
+                 decode=None):
         self._trace = trace
+        self._on_move = on_move
+        self._decode = decode
         self._depth = trace.depth
         self._final_only = final_only  # (eng.trace's: a time not final yet is refused, as views refuse it)
         self._key = next(_ids)
@@ -411,6 +422,12 @@ class TraceHandle:
         self._woken = None
         trace._set_reader(self._key, self._logical, self._physical, owner)
         self._finalizer = weakref.finalize(self, _release, trace, self._key, on_close)
+
+    def _attach(self, on_move=None, decode=None):
+        """Give a handle made elsewhere (the scheduler makes ``eng.trace``'s) its ``on_move`` and
+        ``decode`` before anyone else holds it."""
+        self._on_move = on_move
+        self._decode = decode
 
     # -- frontiers ----------------------------------------------------------------------------
     @property
@@ -446,6 +463,8 @@ class TraceHandle:
             raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {frontier}")
         self._logical = frontier
         self.trace._set_reader(self._key, frontier, self._physical)
+        if self._on_move is not None:
+            self._on_move()
 
     def set_physical_compaction(self, frontier: Antichain):
         """Ask for batch boundaries to be kept at ``frontier`` (empty: no constraint)."""
@@ -454,6 +473,8 @@ class TraceHandle:
             return
         self._physical = frontier
         self.trace._set_reader(self._key, self._logical, frontier)
+        if self._on_move is not None:
+            self._on_move()
 
     def set_compaction(self, logical: Antichain, physical: Antichain):
         """Both frontiers at once, as ``set_logical_compaction`` then ``set_physical_compaction`` would
@@ -467,6 +488,8 @@ class TraceHandle:
             raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
         self._logical, self._physical = logical, physical
         self.trace._set_reader(self._key, logical, physical)
+        if self._on_move is not None:
+            self._on_move()
 
     def subscribe(self, woken=None):
         """Receive (batches, lower, upper) of every later append in ``inbox`` (scheduler thread), calling
@@ -522,9 +545,13 @@ class TraceHandle:
     def cursor(self, shard: int = 0, through: Antichain | None = None, lens: TimeLens = IDENTITY) -> Cursor:
         return Cursor(self.batches(shard, through), self.trace.kv, self.trace.depth, lens, kk=self.trace.kk)
 
-    def accumulate(self, at=None, snapshot: TraceSnapshot | None = None):
+    def accumulate(self, at=None, snapshot: TraceSnapshot | None = None, raw: bool = False):
         """The collection as of time ``at`` (default: everything recorded so far), consolidated:
-        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot."""
+        (keys ``kk x m``, vals ``kv x m``, multiplicities ``m``), across all shards of one snapshot.
+        A handle that knows its columns' types (``eng.trace``'s) gives them decoded: str columns as str,
+        float columns as floats, bool as bool (a part whose columns differ in type is an object array);
+        ``raw=True``
+        gives the stored int64 encoding (what cursors and ``seek_keys`` work in)."""
         trace = self.trace
         snap = snapshot if snapshot is not None else trace.snapshot
         if at is not None:
@@ -544,4 +571,8 @@ class TraceHandle:
             if self._final_only and snap.upper.dominates(at):
                 raise UsageError(f"time {at} is not final yet in this arrangement (its upper is {snap.upper}); "
                                  f"wait for its dataflow, or read a time before the upper")
-        return accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)
+        out = accumulate_batches(snap.all_batches(), trace.kk, trace.kv, trace.depth, at)
+        if self._decode is None or raw:
+            return out
+        keys, vals = self._decode(out[0], out[1])
+        return keys, vals, out[2]

@@ -374,6 +374,32 @@ def arrow_table(data: np.ndarray, schema, symbols, extra: dict | None = None, ro
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def decode_rows(data: np.ndarray, dtypes, symbols) -> np.ndarray:
+    """A ``k x n`` matrix of engine columns (int64, ``dtypes`` their types) as the user's values: the
+    same matrix when every column is int64, else one of the columns' common type (float64, bool, or
+    objects for str and for columns of different types). Vectorized per column."""
+    dtypes = tuple(dtypes)
+    if all(d == "int64" for d in dtypes):
+        return data
+    kinds = set(dtypes)
+    cols = [decode_column(data[i], d, symbols) for i, d in enumerate(dtypes)]
+    dtype = {"float64": np.float64, "bool": bool}.get(next(iter(kinds)), object) if len(kinds) == 1 else object
+    out = np.empty(data.shape, dtype)
+    for i, c in enumerate(cols):
+        out[i] = c
+    return out
+
+
+def rows_decoder(schema, kk: int, symbols):
+    """``decode(keys, vals)`` for a trace whose ``kk`` key columns then values have ``schema``'s types
+    (``decode_rows`` of each part), or None when every column is int64 (nothing to decode)."""
+    dtypes = tuple(schema.dtypes)
+    if all(d == "int64" for d in dtypes):
+        return None
+    kd, vd = dtypes[:kk], dtypes[kk:]
+    return lambda keys, vals: (decode_rows(keys, kd, symbols), decode_rows(vals, vd, symbols))
+
+
 def raise_failure(dataflow: str, error: BaseException):
     """Raise the error a dataflow ended with, as its own type when it is one of ours."""
     if isinstance(error, KpgnbError) and not isinstance(error, DataflowError):

@@ -1237,7 +1237,7 @@ class Case:
         top = up if up is not None else max(ep.values()) + 2
         lo = max(epoch_of(handle.logical) or 0, h[5]["ready"] if h[5]["ready"] is not None else top - 1)
         for e in range(lo, top):
-            keys, vals, cnt = handle.accumulate(e)
+            keys, vals, cnt = handle.accumulate(e, raw=True)
             data = np.concatenate([keys, vals], axis=0)
             got = Counter()
             cols = EXPORT_COLS[kind]

@@ -836,7 +836,7 @@ def run_case(seed, workers, nviews=3, steps=7, depth=3, late=False, close_p=0.0,
                         except (TooBig, NotConverged) as ex:
                             STATS[type(ex).__name__] += 1
                             return fails
-                        keys, vals, cnt = h.accumulate(at=e)
+                        keys, vals, cnt = h.accumulate(at=e, raw=True)
                         data = np.concatenate([keys, vals], axis=0)
                         cols = [decode_column(data[j], d, eng.symbols) for j, d in enumerate(dts)]
                         got = Counter()
