@@ -30,15 +30,7 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
             if isinstance(view, View):  # another program's relation (or a view exported by its name)
                 export = view_export(eng, view) if view.engine is eng else None
                 if export is None:
-                    raise UsageError(
-                        f"--inputs: {var} is a view of another engine (not the kernel's)" if view.engine is not eng
-                        else f"--inputs: {var} is a view of dataflow {view.dataflow!r}, which is gone (dropped, "
-                             f"failed or cancelled)" if view.released
-                        else f"--inputs: {var} is a view that its dataflow does not export"
-                             + (f" ({view.name!r} is exported, but is another arrangement than the view's)"
-                                if view.name in eng.catalog() else "")
-                             + f"; export the view's own arrangement (the collection it is a view of: "
-                             f".export('NAME')) in that dataflow's cell, and this cell reads it")
+                    raise UsageError(f"--inputs: {var} is a view {_unreadable(eng, view)}")
                 bound[pred] = Source("use", export)
                 continue
             bound[pred], session = input_for(eng, var, ns[var])
@@ -76,3 +68,15 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
     if output:
         ns[output] = prog
     return prog, handle
+
+
+def _unreadable(eng, view) -> str:
+    """Why a %%datalog cell cannot read ``view`` (no export of its own arrangement it could ``use``)."""
+    if view.engine is not eng:
+        return "of another engine (not the kernel's)"
+    if view.released:
+        return f"of dataflow {view.dataflow!r}, which is gone (dropped, failed or cancelled)"
+    other = f" ({view.name!r} is exported, but is another arrangement than the view's)" if view.name in eng.catalog() \
+        else ""
+    return (f"that its dataflow does not export{other}; export the view's own arrangement (the collection it is "
+            f"a view of: .export('NAME')) in that dataflow's cell, and this cell reads it")
