@@ -136,9 +136,12 @@ class Cancel:
 
 @dataclass
 class OpenHandle:
-    """A TraceHandle on a named arrangement, for a caller outside the dataflows."""
+    """A TraceHandle on a named arrangement, for a caller outside the dataflows: ``on_close`` and
+    ``on_move`` as in TraceHandle; ``symbols`` decode its str columns (by the export's schema)."""
     name: str
     on_close: object
+    on_move: object
+    symbols: object
     reply: Reply = field(default_factory=Reply)
 
 

@@ -30,7 +30,7 @@ from .session import InputSession, input_key
 from .snapshot import EngineSnapshot
 from .spine import EFFORT
 from .trace import live_records, trace_stats
-from .view import View, raise_failure, rows_decoder
+from .view import View, raise_failure
 
 
 @dataclass(frozen=True)
@@ -266,27 +266,13 @@ class Engine:
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
         self._live()
         check_name(name, "eng.trace", "an exported arrangement")
-        cmd = OpenHandle(name, self._handle_closed)
+        cmd = OpenHandle(name, self._handle_closed, self._handle_moved, self.symbols)
         try:
-            h = self._scheduler.call(cmd)
-            h._attach(self._handle_moved, self._decoder(name, h))
-            return h
+            return self._scheduler.call(cmd)
         except BaseException:
             if cmd.reply.took_effect():  # interrupted as it opened: a handle nobody gets would hold compaction
                 cmd.reply.result.close()  # back for as long as the traceback lives (the scheduler closes one
             raise                         # opened after the caller gave up)
-
-    def _decoder(self, name: str, h):
-        """The decoding of the columns of the export ``h`` reads (None: all int64), from its schema in the
-        catalog published with the handle (the entry of that name, or any naming the same trace)."""
-        tr = h.live_trace()
-        catalog = self.snapshot().catalog
-        info = catalog.get(name)
-        if info is None or info.live_trace() is not tr:
-            info = next((i for i in catalog.values() if i.live_trace() is tr), None)
-        if info is None or tr is None:
-            return None
-        return rows_decoder(info.schema, tr.kk, self.symbols)
 
     def _handle_closed(self):
         try:
@@ -300,7 +286,7 @@ class Engine:
         at a time: a move while the last one is still queued or running is seen by it (the frontiers
         are set before this is called, and the scheduler reads them after the command)."""
         sched = self._scheduler
-        if self._move_wake > sched._done:
+        if self._move_wake > sched.done():
             return
         try:
             self._move_wake = sched.submit(Collect())

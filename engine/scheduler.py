@@ -33,6 +33,7 @@ from .lattice import Antichain
 from .latency import LatencyHistogram
 from .scope import epoch_of
 from .snapshot import DataflowInfo, EngineSnapshot, InputInfo
+from .view import rows_decoder
 
 RETRY_S = 0.2  # how soon a failed seal is tried again when nothing else wakes the scheduler
 SLICE_S = 0.05  # a dataflow runs this long before the next one gets its turn
@@ -289,6 +290,10 @@ class Scheduler:
     @property
     def submitted(self) -> int:
         return self._submitted
+
+    def done(self) -> int:
+        """The serial of the last command applied (``submit`` returns each one's)."""
+        return self._done
 
     def wait_published(self, seen: EngineSnapshot, timeout: float):
         """Block until a snapshot newer than ``seen`` is published (or the timeout). Refused on the
@@ -885,7 +890,8 @@ class Scheduler:
                 raise UnknownNameError(f"no arrangement named {cmd.name!r} is exported: dataflow {ended.name!r}, "
                                        f"which exported it, {ended.ended}: {ended.error}") from ended.error
             raise UnknownNameError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
-        h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})", final_only=True)
+        h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})", final_only=True,
+                               on_move=cmd.on_move, decode=rows_decoder(entry.schema, entry.trace.kk, cmd.symbols))
         entry.handles.add(h)
         return h
 

@@ -423,12 +423,6 @@ class TraceHandle:
         trace._set_reader(self._key, self._logical, self._physical, owner)
         self._finalizer = weakref.finalize(self, _release, trace, self._key, on_close)
 
-    def _attach(self, on_move=None, decode=None):
-        """Give a handle made elsewhere (the scheduler makes ``eng.trace``'s) its ``on_move`` and
-        ``decode`` before anyone else holds it."""
-        self._on_move = on_move
-        self._decode = decode
-
     # -- frontiers ----------------------------------------------------------------------------
     @property
     def logical(self) -> Antichain:
@@ -456,35 +450,21 @@ class TraceHandle:
     def set_logical_compaction(self, frontier: Antichain):
         """Promise to read only as of times in advance of ``frontier`` (an Antichain, or one time: an int
         epoch) from now on."""
-        frontier = self._frontier(frontier, "set_logical_compaction")
-        if frontier == self._logical:
-            return
-        if not self._logical.less_equal(frontier):
-            raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {frontier}")
-        self._logical = frontier
-        self.trace._set_reader(self._key, frontier, self._physical)
-        if self._on_move is not None:
-            self._on_move()
+        self._move(self._frontier(frontier, "set_logical_compaction"), self._physical)
 
     def set_physical_compaction(self, frontier: Antichain):
         """Ask for batch boundaries to be kept at ``frontier`` (empty: no constraint)."""
-        frontier = self._frontier(frontier, "set_physical_compaction")
-        if frontier == self._physical:
-            return
-        self._physical = frontier
-        self.trace._set_reader(self._key, self._logical, frontier)
-        if self._on_move is not None:
-            self._on_move()
+        self._move(self._logical, self._frontier(frontier, "set_physical_compaction"))
 
     def set_compaction(self, logical: Antichain, physical: Antichain):
-        """Both frontiers at once, as ``set_logical_compaction`` then ``set_physical_compaction`` would
-        set them, in one update of the trace's readers (operators move both every step)."""
-        logical = self._frontier(logical, "set_compaction")
-        physical = self._frontier(physical, "set_compaction")
-        if logical == self._logical:
-            self.set_physical_compaction(physical)
+        """Both frontiers at once, in one update of the trace's readers (operators move both every step)."""
+        self._move(self._frontier(logical, "set_compaction"), self._frontier(physical, "set_compaction"))
+
+    def _move(self, logical: Antichain, physical: Antichain):
+        same = logical == self._logical
+        if same and physical == self._physical:
             return
-        if not self._logical.less_equal(logical):
+        if not same and not self._logical.less_equal(logical):
             raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
         self._logical, self._physical = logical, physical
         self.trace._set_reader(self._key, logical, physical)
