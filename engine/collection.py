@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .columns import Schema, SchemaError, as_column, check_name, is_int, na_row, value_dtype
+from .columns import Schema, SchemaError, as_column, check_flag, check_name, is_int, na_row, value_dtype
 from .dataflow import Site
 from .errors import ArgumentTypeError, UsageError
 from .scope import Scope
@@ -33,8 +33,10 @@ def _names(cols, what="columns") -> list:
         return []
     if isinstance(cols, str):
         return [cols]
-    if isinstance(cols, (dict, bytes)) or not hasattr(cols, "__iter__"):
-        raise SchemaError(f"{what} must be a column name (str) or a list of them, got {cols!r}")
+    if isinstance(cols, (dict, bytes, set, frozenset)) or not hasattr(cols, "__iter__"):
+        raise SchemaError(f"{what} must be a column name (str) or a list of them"
+                          + (" in order (a set has none)" if isinstance(cols, (set, frozenset)) else "")
+                          + f", got {cols!r}")
     out = list(cols)
     for c in out:
         if not isinstance(c, str):
@@ -252,6 +254,8 @@ class Collection:
         self._live()
         site = Site.capture()
         params = self._params(fn, "flat_map")
+        if repeat is not None:
+            repeat = check_flag(repeat, "flat_map's repeat")
 
         def cols_only(**kw):
             res = fn(**kw)
@@ -550,6 +554,9 @@ class Collection:
         site = Site.capture()
         columns = _names(columns, "columns")
         self._check(columns)
+        if out is None and not columns:
+            raise SchemaError("reduce(columns=[]) gives fn no value columns, so the output has no columns to "
+                              "take names and dtypes from: name them with out={name: dtype}")
         if out is None:
             out = {c: self.schema.dtype(c) for c in columns}
         if not isinstance(out, dict) or not out:

@@ -40,6 +40,16 @@ def check_timeout(timeout, who: str):
         raise ArgumentTypeError(f"{who}: timeout is NaN; give a number of seconds or None")
 
 
+def check_flag(value, who: str) -> bool:
+    """An option that is True or False (None, 0 and 1 read as such): a str or anything else is refused,
+    which Python's truth would take as True ("no")."""
+    if value is None:
+        return False
+    if isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1)):
+        return bool(value)
+    raise ArgumentTypeError(f"{who} is True or False, not {type(value).__name__} ({value!r})")
+
+
 def check_name(name, call: str, of: str):
     """Refuse a name argument that is not a str, saying which name the object given would have meant (a
     view's dataflow, an input session's name)."""
@@ -178,15 +188,30 @@ class SymbolTable:
 
     def intern_array(self, values) -> np.ndarray:
         """ids for an array of strings: one dict lookup per distinct string, never per row."""
+        uniq, inverse = self.distinct(values)
+        return self.intern_distinct(uniq)[inverse]
+
+    def distinct(self, values) -> tuple:
+        """(the distinct strings, each value's index among them), checked as ``intern_distinct`` checks
+        them (SchemaError) but interning nothing: rows are interned only once all their columns passed."""
         arr = np.asarray(values, dtype=object)
         if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
+            return np.empty(0, object), np.zeros(0, np.int64)
         try:
             uniq, inverse = np.unique(arr, return_inverse=True)
         except TypeError:
             bad = next(v for v in arr if not isinstance(v, str))
             raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})") from None
-        return self.intern_distinct(uniq)[inverse.reshape(-1)]
+        vals = uniq.tolist()
+        if set(map(type, vals)) != {str}:
+            bad = next((v for v in vals if not isinstance(v, str)), None)
+            if bad is not None:
+                raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
+        get = self._ids.get
+        bad = next((v for v in vals if get(v, -1) < 0 and not _utf8(v)), None)
+        if bad is not None:
+            raise SchemaError(f"expected text, found {text_problem(bad)}")
+        return uniq, inverse.reshape(-1)
 
     def intern_distinct(self, values) -> np.ndarray:
         """ids for a sequence of distinct strings (e.g. the dictionary of a dictionary-encoded column):
@@ -329,18 +354,25 @@ def _show(v) -> str:
     return r if len(r) <= 80 else r[:77] + "..."
 
 
+def distinct_text(values, symbols: SymbolTable, name: str = "?") -> tuple:
+    """A str column's distinct values and each row's index among them (``SymbolTable.distinct``), or the
+    error naming the column and the first row that is not text; interns nothing."""
+    arr = _as_object(values, name)
+    try:
+        return symbols.distinct(arr)
+    except SchemaError:
+        i, why = next((i, w) for i, w in enumerate(map(text_problem, arr.tolist())) if w is not None)
+        raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
+
+
 def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> np.ndarray:
     """Turn user values into the engine's int64 representation, with errors that name the column."""
     if isinstance(values, np.ma.MaskedArray) and np.ma.is_masked(values):  # NumPy would drop the mask
         i = int(np.flatnonzero(np.ma.getmaskarray(values))[0])
         raise SchemaError(f"column {name!r} holds a null (a masked value) at row {i}{_NULL}")
     if dtype == "str":
-        arr = _as_object(values, name)
-        try:
-            return symbols.intern_array(arr)
-        except SchemaError:
-            i, why = next((i, w) for i, w in enumerate(map(text_problem, arr.tolist())) if w is not None)
-            raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
+        uniq, inverse = distinct_text(values, symbols, name)
+        return symbols.intern_distinct(uniq)[inverse]
     arr = as_column(values)  # (a list mixing numbers and str stays objects: the error names the row)
     if arr.ndim != 1:  # values that are sequences (NumPy would unwrap or broadcast them)
         raise _not_one_value(values, arr, dtype, name)
@@ -436,8 +468,10 @@ def _convert_object(arr, name, dtype, conv):
             if dtype == "int64" and isinstance(v, float) and not v.is_integer():
                 why = ", which is not an integer"
                 raise ValueError
-            if isinstance(v, (str, bytes, bytearray, memoryview)) or type(v).__module__ == "datetime":
-                raise ValueError  # (int() would parse text and bytes; times are not numbers)
+            if isinstance(v, (str, bytes, bytearray, memoryview, complex, np.complexfloating)) or \
+                    type(v).__module__ == "datetime":
+                raise ValueError  # (int() would parse text and bytes, float() keep a complex's real part;
+                #                    times are not numbers)
             if hasattr(v, "__len__") and not (isinstance(v, np.ndarray) and v.ndim == 0):
                 why = f", a sequence; expected one {dtype} value per row"  # (float() takes a 1-element array)
                 raise ValueError
@@ -618,10 +652,13 @@ def encode_outputs(result, schema, n: int, symbols, who: str, inferred: bool = F
 
 
 def flat_map_how(how) -> np.ndarray:
-    """A flat_map function's index or repeat counts as int64 (floats only when whole), else an error: the
-    engine's and kp.spark.run's workers' one check."""
+    """A flat_map function's index or repeat counts as int64 (floats only when whole), or a boolean mask as
+    it is (``flat_map_rows`` reads it as 0/1 counts), else an error: the engine's and kp.spark.run's
+    workers' one check."""
     how = np.asarray(how).reshape(-1)
-    if how.dtype.kind not in "iub" and len(how) and not (how.dtype.kind == "f" and whole(how).all()):
+    if how.dtype.kind == "b":
+        return how
+    if how.dtype.kind not in "iu" and len(how) and not (how.dtype.kind == "f" and whole(how).all()):
         raise SchemaError(f"the flat_map function's index or repeat counts must be integers, got "
                           f"{how.dtype} values such as {how[:3].tolist()}")
     return how.astype(np.int64)
@@ -676,6 +713,14 @@ def flat_map_rows(repeat, how: np.ndarray, n_in: int, n_out: int) -> tuple:
     """(the input row of each output row, what ``how`` turned out to be when ``repeat`` left it open: True
     for repeat counts, False for an index, None when nothing told) from the function's index or counts."""
     learned = None
+    if how.dtype.kind == "b":  # a mask: which input rows are kept, once each
+        if repeat is False:
+            raise SchemaError("the flat_map function returned a boolean mask where repeat=False expects an "
+                              "index (the input row of each output row); a mask reads as repeat counts (0 or "
+                              "1 per input row): pass repeat=True, or leave repeat unset")
+        how = how.astype(np.int64)
+        learned = True if repeat is None else None
+        repeat = True
     if repeat is None and len(how):
         learned = _counts_or_index(how, n_in, n_out)
         repeat = True if learned is None else learned

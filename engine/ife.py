@@ -20,7 +20,7 @@ import numpy as np
 from .columns import SchemaError, is_int
 from .dataflow import Site
 from .dropping import Drop
-from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep, message_values
+from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep, message_split, message_values
 
 MODES = ("full", "jod", "drop")
 
@@ -213,9 +213,7 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
         def emit(**c):
             pay = [np.asarray(c[rnames[p]]) for p in payload]
             res = call(np.asarray(c[value]), pay, np.asarray(c[cname]) if degree else None)
-            keep = None
-            if isinstance(res, tuple):
-                res, keep = res
+            res, keep = message_split(res)
             n = len(c[value])
             res = message_values(res, n)
             rows = np.flatnonzero(message_keep(keep, n)) if keep is not None else np.arange(n)
@@ -232,6 +230,7 @@ def _full(state, edges, groups, node, value, src, dst, payload, call, degree, ag
         needed = list(dict.fromkeys(groups + [value] + [rnames[p] for p in payload] + [rnames[d] for d in dst]
                                     + ([cname] if degree else [])))
         msgs = j.select(needed).flat_map(emit, out={c: dtypes[c] for c in key + [value]}, repeat=False)
+        msgs.op.kind = "ife"  # (its failures are the message function's: named as jod's and drop's are)
         entry = state if start_rounds is None else state.enter_at(d.scope, start_rounds)
         cat = msgs.concat(entry).arrange_by(*key, vals=[value])
         res = getattr(cat, agg)(by=key, col=value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .columns import Schema, SchemaError, SymbolTable, encode_column, object_column, text_problem, whole
+from .columns import Schema, SchemaError, SymbolTable, distinct_text, encode_column, object_column, text_problem, whole
 from .kernels import MAX_MULT
 
 
@@ -268,26 +268,34 @@ class Coded:
         return len(self.codes)
 
     def encode(self, dtype: str, symbols: SymbolTable, name: str) -> np.ndarray:
+        if dtype != "str":
+            return encode_column(self.values(name), dtype, symbols, name)
+        uniq, inverse = self.distinct(symbols, name)
+        return symbols.intern_distinct(uniq)[inverse]
+
+    def values(self, name: str) -> np.ndarray:
         missing = self.codes < 0
         if missing.any():
             i = int(np.flatnonzero(missing)[0])
             raise SchemaError(f"column {name!r} holds a {self.nulls} at row {i}; kpgnb columns cannot hold "
                               f"nulls: drop or fill them first")
-        if dtype != "str":
-            return encode_column(self.uniques[self.codes], dtype, symbols, name)
-        try:
-            ids = symbols.intern_distinct(self.uniques)
-        except SchemaError:  # a value no row reads (an Arrow dictionary's spare entry) does not count
-            used = np.zeros(len(self.uniques), bool)
-            used[self.codes] = True
+        return self.uniques[self.codes]
+
+    def distinct(self, symbols: SymbolTable, name: str) -> tuple:
+        """As ``distinct_text``: the dictionary's values that rows read, and each row's index among them."""
+        self.values(name)  # (nulls refused)
+        used = np.zeros(len(self.uniques), bool)
+        used[self.codes] = True
+        try:  # (a value no row reads, an Arrow dictionary's spare entry, does not count)
+            uniq, _ = symbols.distinct(self.uniques[used])
+        except SchemaError:
             bad = [(int(np.flatnonzero(self.codes == k)[0]), w)
                    for k, w in enumerate(map(text_problem, self.uniques.tolist())) if w is not None and used[k]]
-            if bad:
-                i, why = min(bad)
-                raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
-            ids = np.full(len(self.uniques), -1, np.int64)
-            ids[used] = symbols.intern_distinct(self.uniques[used])
-        return ids[self.codes]
+            i, why = min(bad)
+            raise SchemaError(f"column {name!r} is str but row {i} holds {why}") from None
+        where = np.full(len(self.uniques), -1, np.int64)
+        where[used] = np.arange(int(used.sum()))
+        return self.uniques[used], where[self.codes]
 
 
 def _check_names(names, schema: Schema, what: str):
@@ -364,6 +372,7 @@ def _from_tuples(rows, schema: Schema, symbols) -> np.ndarray:
                                   f"(a row is a 1-tuple or the value itself)")
         rows = [r[0] if isinstance(r, (tuple, list)) else r for r in rows]
         return _encode_all([object_column(rows) if schema.dtypes[0] == "str" else rows], schema, symbols)
+    rows = [r.tolist() if isinstance(r, np.ndarray) and r.ndim == 1 else r for r in rows]  # (list(arr2d))
     for i, r in enumerate(rows):
         if not isinstance(r, (tuple, list)) or len(r) != k:
             got = f"{len(r)} values" if isinstance(r, (tuple, list)) else f"{type(r).__name__} {r!r}"
@@ -374,16 +383,25 @@ def _from_tuples(rows, schema: Schema, symbols) -> np.ndarray:
 
 
 def _encode_all(cols, schema: Schema, symbols, n: int | None = None) -> np.ndarray:
-    """The columns as a ``k x n`` matrix; ``n`` counts the rows of a schema of no columns (``()`` rows)."""
+    """The columns as a ``k x n`` matrix; ``n`` counts the rows of a schema of no columns (``()`` rows).
+    str columns are interned last, once every column passed: refused rows leave no strings behind."""
     n = len(cols[0]) if cols else (n or 0)
     data = np.empty((len(schema), n), np.int64)
+    texts = []
     for i, (c, name, dtype) in enumerate(zip(cols, schema.names, schema.dtypes)):
         try:
-            data[i] = c.encode(dtype, symbols, name) if isinstance(c, Coded) else encode_column(c, dtype, symbols, name)
+            if dtype == "str":
+                texts.append((i, c.distinct(symbols, name) if isinstance(c, Coded) else
+                              distinct_text(c, symbols, name)))
+            else:
+                data[i] = c.encode(dtype, symbols, name) if isinstance(c, Coded) else \
+                    encode_column(c, dtype, symbols, name)
         except SchemaError:
             raise
         except (TypeError, ValueError, OverflowError) as e:
             raise SchemaError(f"column {name!r} ({dtype}): {e}") from None
+    for i, (uniq, inverse) in texts:
+        data[i] = symbols.intern_distinct(uniq)[inverse]
     return data
 
 

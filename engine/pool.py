@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 PARALLEL_ROWS = 10_000  # below this many rows a step's shards run inline: a pool hand-off costs more
+MAX_WORKERS = 1024  # (a thread each, and per-worker arrays: a count past this is a typo, not a machine)
 
 
 class WorkerPool:

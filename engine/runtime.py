@@ -19,11 +19,11 @@ import numpy as np
 
 from . import latency
 from .builder import DataflowBuilder
-from .columns import Schema, SymbolTable, check_name, check_timeout, is_int
+from .columns import Schema, SymbolTable, check_flag, check_name, check_timeout, is_int
 from .commands import Cancel, Collect, Discard, Drop, DropInput, Install, OpenHandle, Own
 from .errors import ArgumentTypeError, EngineError, UnknownNameError, UsageError, not_copyable
 from .lattice import Antichain
-from .pool import WorkerPool
+from .pool import MAX_WORKERS, WorkerPool
 from .scheduler import Scheduler
 from .scope import epoch_of
 from .session import InputSession, input_key
@@ -48,14 +48,16 @@ class Engine:
         raise not_copyable(self)
 
     def __init__(self, workers: int | None = None, effort: str = "default"):
-        if effort not in EFFORT:
-            raise UsageError(f"effort must be one of {sorted(EFFORT)}")
+        if not isinstance(effort, str) or effort not in EFFORT:
+            raise (UsageError if isinstance(effort, str) else ArgumentTypeError)(
+                f"effort must be one of {sorted(EFFORT)}, got {effort!r}")
         if workers is None:
             workers = os.cpu_count() or 1
         if not is_int(workers):
             raise ArgumentTypeError(f"workers must be an int, at least 1 (None: one per core), got {workers!r}")
-        if workers < 1:
-            raise UsageError(f"workers must be an int, at least 1 (None: one per core), got {workers!r}")
+        if not 1 <= workers <= MAX_WORKERS:
+            raise UsageError(f"workers must be an int, at least 1 and at most {MAX_WORKERS} (None: one per core), "
+                             f"got {workers!r}")
         self.workers = int(workers)
         self.effort = effort
         self.symbols = SymbolTable()
@@ -69,8 +71,8 @@ class Engine:
 
     # -- inputs and dataflows -------------------------------------------------------------------------
     def input(self, name: str, columns, dtypes=None, rows=None, key=None) -> InputSession:
-        """Create an input collection with named columns (dtypes default to int64; str is interned).
-        ``rows`` are inserted at epoch 0; if they cannot be (a bad value, an interrupt) no input is
+        """Create an input collection with named columns (dtypes default to int64; str is interned;
+        ``columns`` may map names to dtypes instead). ``rows`` are inserted at epoch 0; if they cannot be (a bad value, an interrupt) no input is
         created, so the name stays free for a corrected retry. The input keeps its rows arranged by
         ``key``, its leading columns (default: all of them): a dataflow that joins on those columns reads
         that arrangement itself, instead of indexing the rows a second time."""
@@ -81,9 +83,15 @@ class Engine:
             raise UsageError(f"an input's name must be a non-empty str, got {name!r}")
         if isinstance(columns, str):
             columns = [columns]
-        if isinstance(columns, bytes) or not hasattr(columns, "__iter__"):
-            raise ArgumentTypeError(f"input {name!r}: columns must be a list of column names (str), got "
-                                    f"{columns!r}")
+        if isinstance(columns, dict):  # {name: dtype}
+            if dtypes is not None:
+                raise ArgumentTypeError(f"input {name!r}: columns is a dict of dtypes and dtypes= is given too: "
+                                        f"give the dtypes once")
+            columns, dtypes = list(columns), list(columns.values())
+        if isinstance(columns, (bytes, set, frozenset)) or not hasattr(columns, "__iter__"):
+            raise ArgumentTypeError(f"input {name!r}: columns must be a list of column names (str)"
+                                    + (" in order (a set has none)" if isinstance(columns, (set, frozenset)) else "")
+                                    + f", got {columns!r}")
         schema = Schema.of(columns, dtypes)
         nkey = input_key(schema, key)
         with self._lock:
@@ -131,6 +139,7 @@ class Engine:
         if not isinstance(name, str) or not name:
             raise (UsageError if isinstance(name, str) else ArgumentTypeError)(
                 f"a dataflow's name must be a non-empty str, got {name!r}")
+        replace = check_flag(replace, f"eng.dataflow({name!r}): replace")
         if not replace and name in self.snapshot().dataflows:
             raise UsageError(f"a dataflow named {name!r} is installed already; eng.drop({name!r}) first "
                              f"or replace it (eng.dataflow({name!r}, replace=True))")
@@ -172,7 +181,7 @@ class Engine:
         import its exports as well."""
         self._live()
         check_name(name, "eng.drop", "a dataflow")
-        self._scheduler.call(Drop(name, cascade))
+        self._scheduler.call(Drop(name, check_flag(cascade, "eng.drop's cascade")))
         with self._lock:
             self._forget_dropped()  # (the inputs it owned)
 

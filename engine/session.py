@@ -223,6 +223,12 @@ class InputSession:
         input written only now and then (a goal's asked bindings) never holds back the dataflows that
         read both: their frontier is the least of their inputs'. With ``carry``, rows buffered here
         advance too: they were written to go with the leader's epoch."""
+        if not isinstance(leader, InputSession):
+            raise ArgumentTypeError(f"input {self.name!r}: follow(leader) takes an InputSession, got "
+                                    f"{type(leader).__name__} {leader!r}")
+        if leader._submit != self._submit or leader is self:
+            raise UsageError(f"input {self.name!r}: follow({leader.name!r}) takes another input of the same "
+                             f"engine")
         leader._followers.add(self)
         self._carry = self._carry or carry
         # (a closed leader's last epoch is complete: as closing it moves its followers past it)

@@ -273,6 +273,9 @@ class View:
         (``HEAD`` rows by default), the same for the same contents whatever the workers' order. The head's
         ``attrs["epoch"]`` is the epoch the rows were read at, as ``to_pandas`` says."""
         k = self.HEAD if k is None else k
+        if not is_int(k) or k < 0:
+            raise (UsageError if is_int(k) else ArgumentTypeError)(
+                f"view {self.name!r}: head(k) takes a number of rows k >= 0, got {k!r}")
         df = self.to_pandas(diffs=True)  # (distinct rows: a multiplicity of 2**61 is not repeated)
         diff = self.schema.free("diff")
         cnt = df[diff].to_numpy()

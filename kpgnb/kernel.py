@@ -11,6 +11,7 @@ import threading
 
 from .engine.columns import is_int
 from .engine.errors import ArgumentTypeError, UsageError
+from .engine.pool import MAX_WORKERS
 
 _lock = threading.Lock()
 _engine = None
@@ -39,8 +40,9 @@ def configured_workers() -> int:
 def _check_workers(workers):
     if workers is not None and not is_int(workers):
         raise ArgumentTypeError(f"workers must be an int, at least 1 (None: the configured count), got {workers!r}")
-    if workers is not None and workers < 1:
-        raise UsageError(f"workers must be an int, at least 1 (None: the configured count), got {workers!r}")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UsageError(f"workers must be an int, at least 1 and at most {MAX_WORKERS} (None: the configured "
+                         f"count), got {workers!r}")
 
 
 def engine(workers: int | None = None):

@@ -17,7 +17,7 @@ import sys
 import threading
 import weakref
 
-from .engine.columns import Schema
+from .engine.columns import Schema, is_int
 from .engine.errors import ArgumentTypeError, SchemaError, UsageError
 from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table, spark_arrow
 
@@ -36,6 +36,11 @@ def session(app: str = "kpgnb", cores: int = 2, partitions: int | None = None, l
     otherwise pick a Python without pyarrow). ``conf`` adds Spark settings (dots as in Spark:
     ``session(**{"spark.driver.memory": "2g"})``). The JVM's stderr is ``sys.stderr``'s descriptor: in a Jupyter
     kernel, the kernel's log rather than the running cell."""
+    if cores != "*" and not (is_int(cores) and cores >= 1):
+        raise ArgumentTypeError(f"kp.spark.session: cores is a number of cores >= 1 (or '*', all of them), "
+                                f"got {cores!r}")
+    if partitions is not None and not (is_int(partitions) and partitions >= 1):
+        raise ArgumentTypeError(f"kp.spark.session: partitions is a number >= 1 (or None), got {partitions!r}")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -53,7 +58,7 @@ def session(app: str = "kpgnb", cores: int = 2, partitions: int | None = None, l
     from pyspark import SparkContext
     if partitions is not None or SparkContext._active_spark_context is None:
         settings["spark.sql.shuffle.partitions"] = str(4 if partitions is None else int(partitions))
-    master = f"local[{int(cores)}]"
+    master = f"local[{cores if cores == '*' else int(cores)}]"
     _start_jvm(master, app, settings)
     builder = SparkSession.builder.master(master).appName(app)
     for k, v in settings.items():

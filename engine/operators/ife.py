@@ -113,6 +113,16 @@ class _Rows:
         self.q, self.vals, self.counts = q, vals, counts
 
 
+def message_split(res) -> tuple:
+    """A message function's result, values or (values, keep mask), as (values, keep or None)."""
+    if not isinstance(res, tuple):
+        return res, None
+    if len(res) != 2:
+        raise SchemaError(f"the message function must return the messages' values, or (values, keep mask); "
+                          f"got a tuple of {len(res)}")
+    return res
+
+
 def message_keep(keep, n: int) -> np.ndarray:
     """A message function's keep mask as n booleans (one value stands for every row); any other shape is
     an error, not a silent selection of the wrong rows."""
@@ -407,10 +417,8 @@ class IfeOp(Operator):
         spec = self.spec
         fl = spec.value_float
         res = spec.message(sv.view(np.float64) if fl else sv, pay, deg)
-        keep = np.ones(len(sv), bool)
-        if isinstance(res, tuple):
-            res, keep = res
-            keep = message_keep(keep, len(sv))
+        res, keep = message_split(res)
+        keep = np.ones(len(sv), bool) if keep is None else message_keep(keep, len(sv))
         res = message_values(res, len(sv))
         if fl:
             return float_bits(res), keep  # (canonical, as full mode's columns are: one NaN, no -0.0)

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.collection import Arranged
+from ..engine.columns import SymbolTable
 from ..engine.errors import ArgumentTypeError, DatalogError, EngineError, KpgnbError, UnknownNameError, UsageError
+from ..engine.inputs import rows_to_columns
 from ..engine.session import InputSession
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate, ground_defined
@@ -436,6 +438,8 @@ class Goal:
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
             if (key in self._asked) == ask:
+                if not ask:  # (nothing to retract: still refused as ``ask`` would refuse it, interning nothing)
+                    rows_to_columns([row], self._session.schema, SymbolTable())
                 return
             # (closed inputs too: their last changes are at their last epoch, which the binding must reach)
             epoch = max([s.epoch for s in self._reads] + [self._session.epoch])
