@@ -2,6 +2,8 @@
 offending text. ``line``/``column`` are 1-based positions in the program (for a cell: in the cell)."""
 from __future__ import annotations
 
+import unicodedata
+
 from ..engine.errors import DatalogError
 
 
@@ -12,8 +14,11 @@ def datalog_error(text: str, line: int, column: int, message: str, span=None) ->
     width = 1
     if span is not None and span.end_line == span.line:
         width = max(1, span.end_column - span.column)
-    pad = "".join(c if c == "\t" else " " for c in src[:column - 1])  # tabs kept: the caret lines up as shown
-    caret = pad.ljust(column - 1) + "^" * min(width, max(1, len(src) - column + 1))
+    # as wide as the text before it as a terminal shows it: tabs kept, wide (CJK, emoji) characters two
+    # cells, combining marks none
+    pad = "".join(c if c == "\t" else "" if unicodedata.combining(c) else
+                  "  " if unicodedata.east_asian_width(c) in "WF" else " " for c in src[:column - 1])
+    caret = pad + " " * max(0, column - 1 - len(src)) + "^" * min(width, max(1, len(src) - column + 1))
     gutter = f"{line:>4} | "
     err = DatalogError(f"line {line}, column {column}: {message}\n{gutter}{src}\n{' ' * len(gutter)}{caret}")
     err.line, err.column, err.reason = line, column, message
