@@ -761,8 +761,16 @@ class Variable(Collection):
             from .operators.basic import EmptyOp
             init = Collection(builder, EmptyOp(scope, site), schema, scope)
         else:
+            if initial.builder is not builder:
+                raise SchemaError("a Variable's initial collection is of another dataflow: collections from "
+                                  "different dataflows cannot be combined; export an arrangement and df.use() it")
             init = initial.enter(scope) if initial.scope is not scope else initial
             schema = init.schema
+            for given, have, what in ((columns, list(schema.names), "columns"),
+                                      (dtypes, list(schema.dtypes), "dtypes")):
+                if given is not None and list(_names(given) if what == "columns" else given) != have:
+                    raise SchemaError(f"kp.Variable: {what}={given!r} disagree with the initial collection's "
+                                      f"{have}; leave {what}= out (it names a variable with no initial)")
         op = VariableOp(scope, init._stream(), site)
         super().__init__(builder, op, schema, scope)
         self.initial = init
@@ -777,10 +785,15 @@ class Variable(Collection):
         if result.builder is not self.builder:
             raise SchemaError("a Variable can only be set from the same dataflow")
         if result.scope is not self.scope:
-            if result.scope.is_ancestor_of(self.scope):
-                result = result.enter(self.scope)
-            else:
-                raise SchemaError("a Variable must be set from a collection in its own loop scope")
+            if not result.scope.is_ancestor_of(self.scope):
+                raise SchemaError("the next round's value is a collection of a loop nested in this one: leave() "
+                                  "it first" if self.scope.is_ancestor_of(result.scope) else
+                                  "the next round's value is a collection of another loop, not of this one")
+            if _reads_scope(result.op, self.scope):
+                raise SchemaError("the next round's value is computed outside the loop from the loop's own "
+                                  "result (a leave() fed back in): each round must be computed inside the loop; "
+                                  "use the loop's collections directly, not left ones")
+            result = result.enter(self.scope)
         if set(result.schema.names) != set(self.schema.names):
             raise SchemaError(f"the loop result has columns {list(result.schema.names)}; the variable has "
                               f"{list(self.schema.names)}")
@@ -807,6 +820,20 @@ class Variable(Collection):
         self.op.connect(fb)
         self.result = result
         return result
+
+
+def _reads_scope(op, scope: Scope) -> bool:
+    """Whether ``op`` reads, through any path upstream, an operator of ``scope`` or of a loop inside it."""
+    seen, todo = set(), [op]
+    while todo:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if o.scope is scope or scope.is_ancestor_of(o.scope):
+            return True
+        todo.extend(o.inputs)
+    return False
 
 
 def _scope_of(scope, who: str) -> Scope:
