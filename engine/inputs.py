@@ -415,6 +415,10 @@ def diffs_array(diffs, n: int) -> np.ndarray:
     if isinstance(diffs, np.ma.MaskedArray) and np.ma.is_masked(diffs):  # (NumPy would read what is masked)
         i = int(np.flatnonzero(np.ma.getmaskarray(diffs))[0])
         raise SchemaError(f"diffs must be integers, but row {i} has a masked (null) diff")
+    if is_pandas(diffs) and callable(getattr(diffs, "isna", None)):  # (a nullable column's NA, not a NaN)
+        na = np.asarray(diffs.isna()).reshape(-1)
+        if na.any() and getattr(getattr(diffs, "dtype", None), "kind", "O") != "f":
+            raise SchemaError(f"diffs must be integers, but row {int(np.flatnonzero(na)[0])} has a null diff")
     try:
         d = np.asarray(diffs)
     except (TypeError, ValueError, OverflowError) as e:

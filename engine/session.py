@@ -134,7 +134,7 @@ class InputSession:
 
     def update(self, rows, diffs):
         """Add rows with explicit multiplicity changes (negative retracts)."""
-        if is_pandas(diffs) and is_pandas(rows) and _reordered(diffs.index, rows.index):
+        if _labels(diffs) is not None and _labels(rows) is not None and _reordered(diffs.index, rows.index):
             # (diffs are paired with rows by position, whatever their index; labels that are the rows' own in
             # another order look like an alignment by label that would not happen)
             raise SchemaError("update: the diffs Series holds the rows' labels in another order; rows and diffs "
@@ -412,6 +412,13 @@ class InputSession:
 
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"
+
+
+def _labels(obj):
+    """A pandas Series' or DataFrame's index (its rows' labels); None for anything else (a pandas array or
+    Index has none)."""
+    index = getattr(obj, "index", None)
+    return index if is_pandas(obj) and index is not None and not callable(index) else None
 
 
 def _reordered(a, b) -> bool:
