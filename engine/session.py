@@ -17,6 +17,7 @@ later) fail, and every later call says so.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -100,6 +101,7 @@ class InputSession:
         self.failure: BaseException | None = None  # the seal failure being retried (scheduler-owned)
         self.broken: BaseException | None = None   # a failure no retry mends: no more epochs
         self._mass = 0.0  # the magnitudes of every diff buffered, summed (caller side; ``_check_totals``)
+        self.appends = 0  # calls whose rows were buffered: a caller interrupted in one tells whether it took
         self.seals: deque = deque()                 # (epoch sealed to or None, submitted): for latencies
         self.forget_at = HISTORY                    # the scheduler prunes both once seals pass this many
         self._report: BaseException | None = None   # raised once by the caller's next call
@@ -150,6 +152,7 @@ class InputSession:
             with self._lock:
                 self._open()  # closed while the rows were encoded: refuse rather than lose them
                 self._buffer.append((data, diffs))
+                self.appends += 1
                 self._mass += mass
 
     def let_go(self):
@@ -192,7 +195,8 @@ class InputSession:
             if epoch < self._owner:
                 raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
-            new, self._owner = epoch > self._owner, epoch
+            owner = self._owner
+            new, self._owner = epoch > owner, epoch
             target, peers = epoch, ()
             if epoch <= self.epoch:  # the owner's epoch, or one the input was moved past already
                 if not (new and self._buffer):
@@ -200,23 +204,38 @@ class InputSession:
                 # a step past the owner's numbering, which the inputs lent with this one take too (those
                 # with nothing buffered), so that inputs the owner advances together stay together
                 target, peers = self.epoch + 1, self._peers
-            self._send(target)
+            try:
+                self._send(target)
+            except BaseException:
+                if self.epoch != target:  # (not sent: the owner's epoch too is as it was, for a retry)
+                    self._owner = owner
+                raise
         for f in list(self._followers) + list(peers):
             f._catch_up(target)
 
-    def lend(self, epoch: int, peers=()) -> bool:
-        """Advance to ``epoch`` on behalf of a goal, so that a binding it was just asked is answered at once
-        (the goal reads this input, and its answers are final only where every input it reads is sealed);
-        only when nothing is buffered. ``peers``: the other inputs lent with it. Returns whether it
-        advanced. See ``advance_to`` for what the owner's next advance does."""
-        with self._lock:
-            if self.closed or self.dropped or self._buffer or epoch <= self.epoch or self._engine_closed():
+    @staticmethod
+    def lend(sessions, epoch: int) -> bool:
+        """Advance ``sessions`` to ``epoch`` on behalf of a goal, so that a binding it was just asked is
+        answered at once (the goal reads these inputs, and its answers are final only where every input it
+        reads is sealed). All or none, under all their locks at once: none moves when one has rows buffered
+        (its owner is mid-epoch, and may be mid-way through advancing inputs it changes together), so a lend
+        never splits what an owner advances together. Those moved become each other's peers (see
+        ``advance_to`` for what an owner's next advance does). Returns whether they moved."""
+        ordered = sorted({id(s): s for s in sessions if not (s.closed or s.dropped)}.values(), key=id)
+        with contextlib.ExitStack() as held:
+            for s in ordered:
+                held.enter_context(s._lock)
+            if any(s._buffer or s.closed or s.dropped for s in ordered) or \
+                    any(s._engine_closed() for s in ordered[:1]):
                 return False
-            self._send(epoch)
-            self._peers = tuple(p for p in peers if p is not self)
-        for f in list(self._followers):
-            f._catch_up(epoch)
-        return True
+            moved = [s for s in ordered if epoch > s.epoch]
+            for s in moved:
+                s._send(epoch)
+                s._peers = tuple(p for p in ordered if p is not s)
+        for s in moved:
+            for f in list(s._followers):
+                f._catch_up(epoch)
+        return bool(moved)
 
     def follow(self, leader: "InputSession", carry: bool = False):
         """Advance with ``leader`` whenever it advances and this input has nothing buffered, so that an

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.collection import Arranged
-from ..engine.columns import SymbolTable
-from ..engine.errors import ArgumentTypeError, DatalogError, EngineError, KpgnbError, UnknownNameError, UsageError
-from ..engine.inputs import rows_to_columns
+from ..engine.columns import SymbolTable, encode_column, object_column
+from ..engine.errors import (ArgumentTypeError, DatalogError, EngineError, KpgnbError, SchemaError, UnknownNameError,
+                             UsageError)
 from ..engine.session import InputSession
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate, ground_defined
@@ -407,15 +407,17 @@ class Goal:
         if len(values) != k:
             raise UsageError(f"ask/retract take {k} value(s), one per '?' of the goal; got {len(values)}")
         a, pred = self.program.analysis, self.pattern.pred
+        want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}
         for i, v in zip(self.pattern.asked, values):
+            dt = a.dtypes[pred][i]
             try:
-                hash(v)
-            except TypeError:  # (a set, a dict: no column holds one, and the bindings are a set of rows)
-                want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}
-                dt = a.dtypes[pred][i]
-                raise ArgumentTypeError(f"ask/retract: the value for argument {i + 1} of goal {self.pattern} "
-                                        f"is {v!r} ({type(v).__name__}), but column {a.columns[pred][i]!r} of "
-                                        f"{pred!r} is {dt}: the value must be {want.get(dt, dt)}") from None
+                hash(v)  # (a set, a dict: no column holds one, and the bindings are a set of rows)
+                encode_column(object_column([v]), dt, SymbolTable())  # (checked here, interning nothing)
+            except (TypeError, SchemaError) as e:
+                raise (ArgumentTypeError if isinstance(e, TypeError) else SchemaError)(
+                    f"ask/retract: the value for argument {i + 1} of goal {self.pattern} is {v!r} "
+                    f"({type(v).__name__}), but column {a.columns[pred][i]!r} of {pred!r} is {dt}: the value "
+                    f"must be {want.get(dt, dt)}") from None
         return [tuple(values)]
 
     def ask(self, *values):
@@ -429,31 +431,37 @@ class Goal:
 
     def _change(self, values, ask: bool):
         """The binding goes in at the latest epoch of the inputs the goal reads. If one of them has
-        changes buffered at that epoch, the binding waits for them: it is sealed when that input advances
-        (``follow``), so it is answered as of those changes. Otherwise it is sealed at once, and the
-        inputs advance with it (an empty epoch each), so the answer is complete at once, as K-Pg's
-        interactive queries advance the graph and the query inputs together."""
+        changes buffered, the binding waits for them: it is sealed when that input advances (``follow``),
+        so it is answered as of those changes. Otherwise it is sealed at once, and the inputs advance with
+        it (an empty epoch each, all or none: ``InputSession.lend``), so the answer is complete at once, as
+        K-Pg's interactive queries advance the graph and the query inputs together."""
+        if self._session is not None and self._session.dropped:  # (its bindings' input is an internal one)
+            raise UsageError(f"goal {self.pattern} was dropped (its dataflow {self.name!r} is gone); ask a new "
+                             f"goal of the program (prog.goal('{self.pattern}'))")
         row = self._rows(values)[0]
         key = tuple(_NAN if isinstance(v, float) and v != v else v for v in row)  # (NaN is one value here too)
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
             if (key in self._asked) == ask:
-                if not ask:  # (nothing to retract: still refused as ``ask`` would refuse it, interning nothing)
-                    rows_to_columns([row], self._session.schema, SymbolTable())
                 return
             # (closed inputs too: their last changes are at their last epoch, which the binding must reach)
             epoch = max([s.epoch for s in self._reads] + [self._session.epoch])
             self._session.advance_to(epoch)
-            (self._session.insert if ask else self._session.remove)([row])
+            taken = self._session.appends
             (self._asked.add if ask else self._asked.discard)(key)
+            try:
+                (self._session.insert if ask else self._session.remove)([row])
+            except BaseException:  # (a Ctrl-C: the set says whether the row went in, so a retry is right)
+                if self._session.appends == taken:
+                    (self._asked.discard if ask else self._asked.add)(key)
+                raise
             # an input's advance on another thread may have carried the bindings on (``follow``): then the
             # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
             epoch = self._session.epoch
-            if any(s.epoch == epoch and s.buffered for s in base):
+            if any(s.buffered for s in base):  # (an owner mid-epoch: the binding goes with its next advance)
                 return
             self._session.advance_to(epoch + 1)
-            for s in base:
-                s.lend(epoch + 1, base)  # (unless its owner advanced it meanwhile or has rows buffered)
+            InputSession.lend(base, epoch + 1)  # (all or none: unless an owner buffered rows meanwhile)
 
     def drop(self):
         """Uninstall the goal's dataflow and forget its bindings."""
