@@ -218,9 +218,9 @@ def test_bug_goal_retract_refuses_a_wrongly_typed_binding_as_ask_does():
         g.ask(1)
         eng.wait(g.view, timeout=T)
         assert rows(g.view) == [(1, 2), (1, 3)]
-        with pytest.raises(kp.SchemaError, match=r"column 'x' is int64 but row 0 holds '1' \(str\)"):
+        with pytest.raises(kp.SchemaError, match=r"goal tc\(\?, _\) is '1' \(str\), but column 'x' of 'tc' is int64"):
             g.ask("1")
-        with pytest.raises(kp.SchemaError, match=r"column 'x' is int64 but row 0 holds '1' \(str\)"):
+        with pytest.raises(kp.SchemaError, match=r"goal tc\(\?, _\) is '1' \(str\), but column 'x' of 'tc' is int64"):
             g.retract("1")  # (the user meant 1, read from a text box: it is not retracted)
         eng.wait(g.view, timeout=T)
         assert rows(g.view) == [(1, 2), (1, 3)]
