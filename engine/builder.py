@@ -40,21 +40,26 @@ class DataflowBuilder:
         self.dataflow = None
         self.serial = None  # which install of the name this is, once installed (DataflowInfo.serial)
         self.owned: list = []  # engine inputs made for this dataflow alone (``own_inputs``)
+        self.error = None  # why it was discarded: its block raised, or its install failed or was refused
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
-            self.state = "discarded"
+            self.state, self.error = "discarded", exc
             return False
         self.install()
         return False
 
     def check_building(self):
-        if self.state != "building":
-            raise SchemaError(f"dataflow {self.name!r} is {self.state}; build new collections in a new "
-                              f"eng.dataflow(...) block")
+        if self.state == "discarded":
+            raise SchemaError(f"dataflow {self.name!r} was discarded (its block or its install failed); build "
+                              f"new collections in a new dataflow")
+        if self.state != "building":  # (worded for a notebook cell and the engine API alike)
+            raise SchemaError(f"dataflow {self.name!r} is {self.state}; another dataflow cannot build on its "
+                              f"collections: export one there (.export('NAME')) and import it in the new one "
+                              f"with .use('NAME') (df.use('NAME') in a %%dataflow cell)")
 
     def install(self):
         self.check_building()
@@ -64,8 +69,8 @@ class DataflowBuilder:
         self.state = "installing"
         try:
             self.dataflow = self._install_fn(self)
-        except BaseException:
-            self.state = "discarded"
+        except BaseException as e:
+            self.state, self.error = "discarded", e
             raise
         self.state = "installed"
         return self.dataflow

@@ -204,9 +204,9 @@ class SymbolTable:
             raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})") from None
         vals = uniq.tolist()
         if set(map(type, vals)) != {str}:
-            bad = next((v for v in vals if not isinstance(v, str)), None)
-            if bad is not None:
-                raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
+            for bad in vals:
+                if not isinstance(bad, str):
+                    raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
         get = self._ids.get
         bad = next((v for v in vals if get(v, -1) < 0 and not _utf8(v)), None)
         if bad is not None:

@@ -87,11 +87,23 @@ def _uniform(kh, rounds, seed) -> np.ndarray:
     """A deterministic uniform [0, 1) number per (key hash, round)."""
     with np.errstate(over="ignore"):  # (multiplication modulo 2**64 is the point)
         x = (kh.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ (rounds.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9))
-        x ^= np.full(len(x), seed & 0xFFFFFFFF, np.uint64) * np.uint64(0x94D049BB133111EB)
+        x ^= np.full(len(x), _seed64(seed), np.uint64) * np.uint64(0x94D049BB133111EB)
         x ^= x >> np.uint64(31)
         x *= np.uint64(0xD6E8FEB86659FD93)
         x ^= x >> np.uint64(32)
     return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _seed64(seed) -> int:
+    """Every bit of an int seed folded into 64 (its low 64 bits as they are, so small seeds choose as
+    before): seeds differing anywhere choose differently."""
+    s = int(seed)
+    x = s & 0xFFFFFFFFFFFFFFFF
+    s >>= 64
+    while s not in (0, -1):  # (a seed past 64 bits: each further word mixed in)
+        x = ((x ^ (s & 0xFFFFFFFFFFFFFFFF)) * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF
+        s >>= 64
+    return x
 
 
 class ExactTracker:
@@ -102,8 +114,9 @@ class ExactTracker:
 
     kind = "exact"
 
-    def __init__(self, kk: int, workers: int, name: str):
+    def __init__(self, kk: int, workers: int, name: str, key_names=()):
         self.trace = Trace(kk, 2, 1, workers, name=name)
+        self.trace.key_names = tuple(key_names)  # (keyed by the state's key: named for statistics)
         self.handle = self.trace.handle(owner=name)
         self.upper = 0
         self.markers = 0
@@ -186,6 +199,7 @@ class ExactTracker:
             self.handle = None
             t = self.trace
             self.trace = Trace(t.kk, t.kv, t.depth, t.workers, name=t.name)
+            self.trace.key_names = t.key_names
             self.markers = 0
 
 
@@ -264,7 +278,7 @@ def _filter(bits: int) -> np.ndarray:
                           f"kp.Drop a smaller bloom_bits, or tracker='exact'") from None
 
 
-def make_tracker(drop: Drop, kk: int, workers: int, name: str):
+def make_tracker(drop: Drop, kk: int, workers: int, name: str, key_names=()):
     if drop.tracker == "exact":
-        return ExactTracker(kk, workers, name)
+        return ExactTracker(kk, workers, name, key_names)
     return BloomTracker(drop.bloom_bits, drop.bloom_hashes)

@@ -53,6 +53,14 @@ class FullReport:
                 "bytes": {"state": sb, "join": jb, "dropped_tracker": 0}}
 
 
+def report_full(builder, name: str, join_trace, state_traces, agg: str) -> str:
+    """List a full-mode IFE built as a plain ``iterate`` (``kpgnb.graphs``' bfs, reachable, wcc over str
+    ids) in ``eng.stats()["ife"]`` as ``_full``'s are, so the modes can be compared; returns its name."""
+    name = _unique_name(builder, name)
+    builder.reports.append(FullReport(builder, name, join_trace, [t for t in state_traces if t is not None], agg))
+    return name
+
+
 def _message_adapter(message, value, payload, who):
     """message(value=..., payload columns..., degree=...) as fn(values, payload arrays, degrees)."""
     if not callable(message):
@@ -148,9 +156,9 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     if start.scope.parent is not None or edges.scope.parent is not None:  # (either read inside a loop)
         raise SchemaError(f"{who}: memory={memory!r} runs on the top-level epochs (which it processes in "
                           f"order); inside a loop use memory='full'")
-    by_src = edges_.arrange_by(*src)
+    by_src = _shared_arrangement(edges_, src, None)
     # in-neighbours: the edges by destination, which for symmetric edges are the edges by source
-    by_dst = by_src if symmetric else edges_.arrange_by(*dst, vals=src + payload)
+    by_dst = by_src if symmetric else _shared_arrangement(edges_, dst, src + payload)
     st = state.arrange_by(*key, vals=[value])
     pay_types = [edges_.schema.dtype(p) for p in payload]
 
@@ -160,9 +168,25 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
         return call(values, cols, deg)
     spec = IfeSpec(len(groups), len(node), len(payload), agg, msg, vdt == "float64", degree, rounds, memory, drop)
     eng = start.builder.engine
-    op = IfeOp(start.scope, st.op, by_src.op, by_dst.op, spec, eng.workers, Site.capture(), name)
+    op = IfeOp(start.scope, st.op, by_src.op, by_dst.op, spec, eng.workers, Site.capture(), name, key)
     start.builder.reports.append(op)
     return Collection(start.builder, op, state.schema, start.scope)
+
+
+def _shared_arrangement(coll, keys, vals):
+    """``coll.arrange_by(*keys, vals=vals)``, built once per dataflow for one collection (its operator,
+    columns and lens): IFE queries over the same edges (two sssp on one keyed input) then read one
+    arrangement of them by destination between them, as they read the input's by source, not a copy each.
+    (An arrangement is read by any number of operators; each reader holds its own compaction handle.)"""
+    from .collection import Arranged
+    lens = (tuple(coll.key_names), tuple(coll.val_names)) if isinstance(coll, Arranged) else None
+    sig = (id(coll.op), id(coll.scope), tuple(coll.schema.names), tuple(coll.schema.dtypes), lens, tuple(keys),
+           None if vals is None else tuple(vals))
+    cache = coll.builder.__dict__.setdefault("_ife_arrangements", {})
+    hit = cache.get(sig)
+    if hit is None or hit[0] is not coll.op:  # (the operator held too: its id is not reused meanwhile)
+        hit = cache[sig] = (coll.op, coll.arrange_by(*keys, vals=vals))
+    return hit[1]
 
 
 def _undelayed(start_rounds, who: str, rounds: int):
@@ -194,7 +218,7 @@ def _unique_name(builder, name: str) -> str:
 def _full(state, edges, groups, node, value, src, dst, payload, call, degree, agg, rounds, start_rounds, name):
     from .collection import Variable
     key = groups + node
-    by_src = edges.arrange_by(*src)
+    by_src = _shared_arrangement(edges, src, None)
     right = list(by_src.val_names)                    # dst + payload, in the edges' order
     deg = edges.count(by=src) if degree else None
     dtypes = {c: state.schema.dtype(c) for c in key + [value]}

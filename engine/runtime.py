@@ -145,19 +145,21 @@ class Engine:
                              f"or replace it (eng.dataflow({name!r}, replace=True))")
         return DataflowBuilder(self, name, lambda b: self._install(b, replace), replace=replace)
 
-    def datalog(self, text: str, inputs: dict | None = None, name: str | None = None, materialize: bool = True):
+    def datalog(self, text: str, inputs: dict | None = None, name: str | None = None, materialize: bool = True,
+                history: int = 1):
         """Install a Datalog program as one dataflow ``name``; returns its ``kpgnb.datalog.Program``
         (``prog["tc"]`` is a view; ``prog.goal("tc(?, _)")`` a goal-directed query). A body predicate no
         rule defines is an input: ``inputs={pred: engine input name, input session or DataFrame}``, by
         default the engine input of the same name. ``materialize=False`` derives nothing until asked through
-        goals (the inputs are indexed and shared with them). The front end lives in ``kpgnb.datalog``
+        goals (the inputs are indexed and shared with them). ``history``: epochs before the frontier each
+        relation's view keeps readable with ``at=``. The front end lives in ``kpgnb.datalog``
         (imported here on first use: the engine itself knows nothing of Datalog)."""
         import importlib
         if name is not None and (not isinstance(name, str) or not name):
             raise (UsageError if isinstance(name, str) else ArgumentTypeError)(
                 f"a Datalog program's name must be a non-empty str (or None: datalogN), got {name!r}")
         return importlib.import_module("kpgnb.datalog").install(self, text, inputs=inputs, name=name,
-                                                                 materialize=materialize)
+                                                                 materialize=materialize, history=history)
 
     def _install(self, builder, replace: bool = False):
         self._live()
@@ -506,7 +508,7 @@ class Engine:
             done = lambda snap: self._view_done(snap, target, goal)  # noqa: E731
         elif isinstance(target, str):
             snap = self.snapshot()
-            if target not in snap.dataflows:
+            if target not in snap.dataflows and target not in snap.retired:  # (kept NAME~k: its exports)
                 raise UsageError(f"eng.wait({target!r}): no dataflow named {target!r} is installed "
                                  f"(dataflows: {', '.join(sorted(snap.dataflows)) or 'none'})")
             goals = self._view_goals(self._check_dataflow(snap, target))
@@ -563,7 +565,8 @@ class Engine:
 
     @staticmethod
     def _check_dataflow(snap, name: str):
-        info = snap.dataflows.get(name)
+        # (a dropped or replaced dataflow kept while its exports are read is waited for by its listed name)
+        info = snap.dataflows.get(name) or snap.retired.get(name)
         if info is None:
             raise UsageError(f"dataflow {name!r} was dropped")
         if info.error is not None:

@@ -846,7 +846,9 @@ class Scheduler:
         for e in kept:
             self._rename_export(old, e, k)
         name = old.name
-        old.end_views(f"dataflow {name!r} was replaced by a new install of that name; read the new one's view")
+        # (worded for whatever becomes of the new install: it may fail on its first batch and be dropped)
+        old.end_views(f"dataflow {name!r} was replaced by a new install of that name; this view ended with the "
+                      f"version it read")
         self.replaced_serials = self.replaced_serials | {old.serial}
         self._rename(old, k)
         self.dataflows[old.name] = self.dataflows.pop(name)

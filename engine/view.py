@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 
-from .columns import check_timeout, decode_column, is_int
+from .columns import check_flag, check_timeout, decode_column, is_int
 from .commands import Follow
 from .cursor import accumulate_batches
 from .errors import ArgumentTypeError, CompactedError, DataflowError, EngineError, KpgnbError, UsageError, not_copyable
@@ -69,6 +69,12 @@ class View:
         if self.engine.closed:
             raise EngineError("the engine is closed")
         if self.op.handle is None:
+            builder = getattr(self.op.graph, "builder", None)
+            if builder is not None and builder.state == "discarded":
+                e = builder.error
+                why = "" if e is None else f": {type(e).__name__}: {e}"
+                raise UsageError(f"view {self.name!r} was never installed: dataflow {self.dataflow!r}'s block "
+                                 f"ended without installing it{why}")
             raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")
         if self.end_reason is not None:
             self._released()
@@ -118,6 +124,7 @@ class View:
     def _read_raw(self, at, diffs):
         """The engine's int64 column matrix, the multiplicities (rows repeated unless ``diffs``) and the
         first epoch the rows do not include (None: none is missing, every input closed)."""
+        check_flag(diffs, f"view {self.name!r}: diffs")
         snap = self._snapshot()
         if at is not None:
             if not is_int(at):

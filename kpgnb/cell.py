@@ -48,6 +48,9 @@ def parse_inputs(text: str | None) -> dict:
         for what, ident in (("name", name), ("variable", var)):
             if not ident.isidentifier():
                 raise UsageError(f"--inputs: {ident!r} is not a valid {what} (write --inputs a=x,b=y)")
+            if not notebook_name(ident):  # (bound where the cell's code cannot read it, as -o refuses)
+                raise UsageError(f"--inputs: {ident!r} is a Python keyword, not a valid {what}; pick "
+                                 f"another (write --inputs a=x,b=y)")
         if name in out:
             raise UsageError(f"--inputs names {name!r} twice")
         out[name] = var
@@ -118,6 +121,12 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         raise UsageError(f"{flag}: {var} is a view; export the arrangement in its dataflow "
                          f"(.export('name')) and import it here with df.use('name')")
     kind = _frame_kind(obj)
+    if kind is None and isinstance(obj, dict):  # (say what keeps it from being a dict of arrays)
+        bad = next((k for k in obj if not isinstance(k, str)), None)
+        raise ArgumentTypeError(f"{flag}: {var} is a dict with no columns; a dict of arrays maps column names to "
+                                f"arrays" if not obj else
+                                f"{flag}: {var} is a dict keyed by {bad!r} of type {type(bad).__name__}; a dict of "
+                                f"arrays maps column names (str) to arrays")
     if kind is None:
         raise ArgumentTypeError(f"{flag}: {var} is a {type(obj).__name__}; expected a pandas or Spark DataFrame, "
                          f"an Arrow table, a dict of arrays or an input session")
@@ -229,9 +238,11 @@ def _refuse_existing(eng, var: str, flag: str, src, readers: list):
 
 
 def seal_loaded(created: list):
-    """Seal the rows of the inputs a cell loaded as epoch 0, so its dataflow computes them."""
+    """Seal the rows of the inputs a cell loaded as epoch 0, so its dataflow computes them (not one the
+    cell's body advanced, closed or dropped itself: its rows are sealed already)."""
     for session in created:
-        session.advance_to(1)
+        if not session.dropped and not session.closed and session.epoch < 1:
+            session.advance_to(1)
 
 
 class CellNumber:
@@ -328,6 +339,28 @@ def _inputs_of(eng) -> dict:
         return eng.inputs()
     except KpgnbError:  # (a closed engine)
         return {}
+
+
+def _serials(eng) -> set:
+    try:
+        return {info.serial for info in eng.snapshot().dataflows.values()}
+    except KpgnbError:  # (a closed engine)
+        return set()
+
+
+def _drop_made_by_body(eng, before: set):
+    """Drop the dataflows installed since ``before`` (by a failed cell's body, or the cell's own), the latest
+    first (a reader before what it reads), so that the cell installs nothing."""
+    try:
+        made = sorted((info.serial, name) for name, info in eng.snapshot().dataflows.items()
+                      if info.serial not in before)
+    except KpgnbError:
+        return
+    for _, name in reversed(made):
+        try:
+            eng.drop(name)
+        except KpgnbError:
+            pass
 
 
 def _made_by_body(eng, before: dict) -> list:
@@ -445,6 +478,7 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     bound = _names_bound(source, filename)
     injected = {"df": builder}
     inputs_before = _inputs_of(eng)  # (inputs the body itself creates go again if the cell fails)
+    flows_before = _serials(eng)     # (and the dataflows it installs: kp.engine().dataflow(...) in the body)
     try:
         with builder:
             for name, src in sources.items():
@@ -457,12 +491,17 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             t0 = time.perf_counter()
     except BaseException as e:
         _restore(ns, saved, bound)
+        _drop_made_by_body(eng, flows_before)
         drop_loaded(eng, created + _made_by_body(eng, inputs_before))
         raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
     handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
                             replaced)
-    seal_loaded(created)
     try:
+        try:
+            seal_loaded(created)
+        except KpgnbError as e:  # (the engine closed meanwhile, say): the cell's dataflow goes again
+            _drop_made_by_body(eng, flows_before)
+            raise wrap(e, f"nothing was installed: dataflow {spec.name!r} could not start") from None
         if spec.wait:
             wait(eng, handle, warmer, first=True)
     except REPORTS as e:
@@ -470,7 +509,8 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
             _bind(ns, handle, spec.output)
         else:
             _restore(ns, saved, bound)
-            drop_loaded(eng, created + _made_by_body(eng, inputs_before))  # its dataflow was dropped again
+            _drop_made_by_body(eng, flows_before)  # (its own dataflow was dropped again; those its body made)
+            drop_loaded(eng, created + _made_by_body(eng, inputs_before))
         raise
     _bind(ns, handle, spec.output)
     return handle
@@ -593,10 +633,8 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
     progress = _Progress(handle.name, warmer)
     try:
         while True:
-            step = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-            try:
-                if step <= 0:
-                    raise TimeoutError
+            step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            try:  # (a deadline already past still looks once: an up-to-date dataflow is so)
                 eng.wait(handle.name, timeout=step, cancel_on_interrupt=False)
                 break
             except TimeoutError:
@@ -624,7 +662,8 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
 def _epochs(eng, name: str):
     """(the dataflow's first epoch not final or None when complete, the epoch its inputs are at or None),
     or None when it is not installed."""
-    info = eng.snapshot().dataflows.get(name)
+    snap = eng.snapshot()
+    info = snap.dataflows.get(name) or snap.retired.get(name)  # (NAME~k: kept while its exports are read)
     if info is None:
         return None
     from .engine.scope import epoch_of

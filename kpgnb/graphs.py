@@ -9,6 +9,7 @@ import numpy as np
 from .engine.collection import Arranged, Collection, Variable
 from .engine.columns import is_int
 from .engine.errors import ArgumentTypeError, SchemaError
+from .engine.ife import report_full
 from .engine.kernels.times import bit_lengths
 
 
@@ -49,12 +50,19 @@ def bfs(edges, roots, memory: str = "full", drop=None):
         return start.ife(edges, key="node", node="node", value="dist",
                          message=lambda dist: dist + 1, agg="min", memory=memory, drop=drop, name="bfs")
 
+    traces = []
+
     def step(d):
-        return (d.join(edges, left_on="node", right_on="src")
-                 .map(lambda dst, dist: {"node": dst, "dist": dist + 1})
-                 .concat(start)
-                 .min(by="node", col="dist"))
-    return start.iterate(step)
+        dk = d.arrange_by("node")  # (the arrangement the join would make: named, to be reported)
+        res = (dk.join(edges, left_on="node", right_on="src")
+               .map(lambda dst, dist: {"node": dst, "dist": dist + 1})
+               .concat(start)
+               .min(by="node", col="dist"))
+        traces[:] = [res.op.inputs[0].owned_trace(), dk.op.owned_trace(), res.op.owned_trace()]
+        return res
+    out = start.iterate(step)
+    report_full(start.builder, "bfs", traces[0], traces[1:], "min")
+    return out
 
 
 def reachable(edges, roots, memory: str = "full", drop=None):
@@ -67,8 +75,17 @@ def reachable(edges, roots, memory: str = "full", drop=None):
         return start.ife(edges, key="node", node="node", value="seen",
                          message=lambda seen: seen, agg="min", memory=memory, drop=drop,
                          name="reachable").select("node")
-    return roots.iterate(lambda r: r.join(edges, left_on="node", right_on="src")
-                         .map(lambda dst: {"node": dst}).concat(roots).distinct())
+    traces = []
+
+    def step(r):
+        rk = r.arrange_by("node")  # (the arrangement the join would make: named, to be reported)
+        res = rk.join(edges, left_on="node", right_on="src").map(lambda dst: {"node": dst}).concat(roots).distinct()
+        traces[:] = [res.op.inputs[0].owned_trace(), rk.op.owned_trace(), res.op.owned_trace()]
+        return res
+    out = roots.iterate(step)
+    # (a distinct: the min of a constant, as the other modes compute it)
+    report_full(roots.builder, "reachable", traces[0], traces[1:], "min")
+    return out
 
 
 def propagate_min_label(edges, nodes, label_rounds=None):
@@ -84,10 +101,16 @@ def propagate_min_label(edges, nodes, label_rounds=None):
     return lab.set(_relax(lab, edges, nodes.enter_at(scope, label_rounds))).leave()
 
 
-def _relax(lab, edges, start):
-    return (lab.join(edges, left_on="node", right_on="src")
-            .map(lambda dst, label: {"node": dst, "label": label})
-            .concat(start).min(by="node", col="label"))
+def _relax(lab, edges, start, traces=None):
+    """One round of label propagation; ``traces`` (a list): filled with the reduce's input, the labels'
+    arrangement and the reduce's output, for ``report_full``."""
+    lk = lab.arrange_by("node")  # (the arrangement the join would make)
+    res = (lk.join(edges, left_on="node", right_on="src")
+           .map(lambda dst, label: {"node": dst, "label": label})
+           .concat(start).min(by="node", col="label"))
+    if traces is not None:
+        traces[:] = [res.op.inputs[0].owned_trace(), lk.op.owned_trace(), res.op.owned_trace()]
+    return res
 
 
 def bit_length_rounds(label):
@@ -117,7 +140,10 @@ def wcc(edges, memory: str = "full", drop=None):
                               f"{edges.schema.dtype('src')} take memory='full'")
         if drop is not None:
             raise SchemaError("wcc: drop= applies to memory='drop' only (memory='full')")
-        return propagate_min_label(sym, nodes)
+        traces = []
+        out = nodes.iterate(lambda lab: _relax(lab, sym, nodes, traces))  # (propagate_min_label's loop)
+        report_full(nodes.builder, "wcc", traces[0], traces[1:], "min")
+        return out
     return nodes.ife(sym, key="node", node="node", value="label", message=lambda label: label, agg="min",
                      memory=memory, drop=drop, symmetric=True, name="wcc",
                      start_rounds=bit_length_rounds if memory == "full" else None)
@@ -175,10 +201,23 @@ def sssp(edges, sources, memory: str = "full", drop=None):
         edges.filter(_non_negative_weights)
         checked = edges
     else:
-        checked = edges.select("src", "dst", "w").filter(_non_negative_weights)
+        checked = _checked_edges(edges)
     return start.ife(checked, key=["source", "node"], node="node", value="dist",
                      message=_path_length if wt == "int64" else _float_path_length, agg="min",
                      memory=memory, drop=drop, name="sssp")
+
+
+def _checked_edges(edges):
+    """(src, dst, w) of ``edges`` with the weight check, built once per dataflow for one collection: sssp
+    queries over the same edges then read one (src, dst, w) collection, which ``ife`` arranges once for
+    them all (engine/ife.py ``_shared_arrangement``), not a copy of the edges each."""
+    lens = (tuple(edges.key_names), tuple(edges.val_names)) if isinstance(edges, Arranged) else None
+    sig = (id(edges.op), id(edges.scope), tuple(edges.schema.names), tuple(edges.schema.dtypes), lens)
+    cache = edges.builder.__dict__.setdefault("_sssp_checked_edges", {})
+    hit = cache.get(sig)
+    if hit is None or hit[0] is not edges.op:  # (the operator held too: its id is not reused meanwhile)
+        hit = cache[sig] = (edges.op, edges.select("src", "dst", "w").filter(_non_negative_weights))
+    return hit[1]
 
 
 def _float_path_length(dist, w):

@@ -54,8 +54,11 @@ class DataflowHandle:
             raise EngineError("the engine is closed")
         status = self.status
         if status in ("replaced", "dropped"):
+            kept = self._kept()
             raise UsageError(f"cannot {what} dataflow {self.name!r} through this handle: it was {status}"
-                             + (" by a newer version (use that cell's handle)" if status == "replaced" else ""))
+                             + (" by a newer version (use that cell's handle)" if status == "replaced" else "")
+                             + (f"; kept as {kept!r} while its exports are read, drop(cascade=True) drops it "
+                                f"with its readers" if kept is not None else ""))
 
     def __getitem__(self, view: str):
         try:
@@ -76,8 +79,21 @@ class DataflowHandle:
         self.engine.cancel(self.name)
 
     def drop(self, cascade: bool = False):
+        """Uninstall the dataflow (``cascade``: also those reading its exports). Once dropped or replaced but
+        kept while its exports are read (listed as NAME or NAME~k), ``cascade=True`` drops it by that name
+        with its readers, as ``%dataflow drop NAME --cascade`` does."""
+        kept = self._kept() if cascade and not getattr(self.engine, "closed", False) else None
+        if kept is not None:
+            self.engine.drop(kept, cascade=True)
+            return
         self._current("drop")
         self.engine.drop(self.name, cascade=cascade)
+
+    def _kept(self) -> str | None:
+        """The name this install is listed under while kept for its exports' readers, or None."""
+        if self.status not in ("replaced", "dropped"):
+            return None
+        return next((n for n, i in self.engine.snapshot().retired.items() if i.serial == self.serial), None)
 
     def __repr__(self):
         return (f"DataflowHandle({self.name!r}, status={self.status}, views={sorted(self.views)}, "

@@ -10,6 +10,7 @@ class Listing:
     dataflows: object    # pandas DataFrames
     inputs: object
     arrangements: object
+    error: str | None = None   # the engine's scheduler failed (sticky): what it failed with, shown first
 
     @classmethod
     def of(cls, eng) -> "Listing":
@@ -38,20 +39,28 @@ class Listing:
         flow_cols = ["dataflow", "status", "frontier", "views", "exports", "imports"]
         if any(f["error"] for f in flows):  # (why a dataflow failed or was cancelled; no column while none did)
             flow_cols.append("error")
+        # (the dataflows' statuses stay as they were when it failed: none computes any more, every wait raises)
+        failed = None if snap.error is None else (
+            f"{' '.join(str(snap.error).split())}; no dataflow computes any more: %dataflow config --restart "
+            f"starts a new engine, losing every dataflow and input")
         return cls(pd.DataFrame(flows, columns=flow_cols),
                    pd.DataFrame(inputs, columns=["input", "columns", "epoch", "closed", "records"]),
-                   pd.DataFrame(arrs, columns=["arrangement", "dataflow", "key", "values", "records", "readers"]))
+                   pd.DataFrame(arrs, columns=["arrangement", "dataflow", "key", "values", "records", "readers"]),
+                   failed)
 
     def _parts(self):
         return (("Dataflows", self.dataflows), ("Inputs", self.inputs), ("Arrangements", self.arrangements))
 
     def _repr_html_(self):
-        return "".join(f"<b>{title}</b>" + (t.to_html(index=False, escape=True) if len(t) else "<div>none</div>")
-                       for title, t in self._parts())
+        import html
+        failed = f"<div><b>Engine failed</b>: {html.escape(self.error)}</div>" if self.error else ""
+        return failed + "".join(f"<b>{title}</b>" + (t.to_html(index=False, escape=True) if len(t) else
+                                                     "<div>none</div>") for title, t in self._parts())
 
     def _repr_pretty_(self, p, cycle):
-        p.text("\n\n".join(f"{title}\n" + (t.to_string(index=False) if len(t) else "none")
-                           for title, t in self._parts()))
+        p.text((f"Engine failed: {self.error}\n\n" if self.error else "")
+               + "\n\n".join(f"{title}\n" + (t.to_string(index=False) if len(t) else "none")
+                             for title, t in self._parts()))
 
 
 def _epoch(e):

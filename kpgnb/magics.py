@@ -85,7 +85,7 @@ class DataflowMagics(Magics):
             raise IPyUsageError(str(e)) from None
         if not body.strip():
             raise IPyUsageError(f"%%dataflow {args.name}: the cell is empty; build the dataflow in its body")
-        handle = cell.run(self.shell, kernel.engine(), spec, line, body, self.warmer)
+        handle = cell.run(self.shell, _engine(f"%%dataflow {args.name}"), spec, line, body, self.warmer)
         print(_summary(handle))
 
     @magic_arguments("%datalog")
@@ -124,8 +124,8 @@ class DataflowMagics(Magics):
         except KpgnbError as e:
             raise IPyUsageError(str(e)) from None
         from .datalog import cell as datalog_cell
-        prog, handle = datalog_cell.run(self.shell, kernel.engine(), args.name, inputs, body, args.output,
-                                        not args.no_wait, self.warmer, line)
+        prog, handle = datalog_cell.run(self.shell, _engine(f"%%datalog {args.name}"), args.name, inputs, body,
+                                        args.output, not args.no_wait, self.warmer, line)
         print(_summary(handle).replace("dataflow", "Datalog program", 1))
 
     @line_magic("dataflow")
@@ -169,14 +169,25 @@ class DataflowMagics(Magics):
         a = _parse(rest, "drop", [("name", {}), ("--cascade", {"action": "store_true"})])
         eng = kernel.engine()
         before = set(eng.dataflows())
-        eng.drop(a.name, cascade=a.cascade)
+        try:
+            eng.drop(a.name, cascade=a.cascade)
+        except KpgnbError as e:  # (the engine's message names its own API; the notebook's is this option)
+            api = f"eng.drop({a.name!r}, cascade=True)"
+            if api not in str(e):
+                raise
+            raise type(e)(str(e).replace(api, f"%dataflow drop {a.name} --cascade")) from None
         also = sorted(before - set(eng.dataflows()) - {a.name})  # (the dataflows --cascade took with it)
         print(f"dropped dataflow {a.name!r}" + (", and those reading its exports: " + ", ".join(map(repr, also))
-                                               if also else ""))
+                                               if also else "") + _kept_for(eng, a.name))
 
     def _cancel(self, rest):
         a = _parse(rest, "cancel", [("name", {})])
-        kernel.engine().cancel(a.name)
+        eng = kernel.engine()
+        if a.name not in eng.dataflows() and a.name in eng.snapshot().retired:
+            raise KpgnbError(f"dataflow {a.name!r} was dropped or replaced and is kept only while its exports are "
+                             f"read: there is no computation of its own to cancel; %dataflow drop {a.name} "
+                             f"--cascade drops it with the dataflows reading it")
+        eng.cancel(a.name)
         print(f"cancelled dataflow {a.name!r}")
 
     def _wait(self, rest):
@@ -187,8 +198,8 @@ class DataflowMagics(Magics):
         if a.timeout is not None and not a.timeout > 0:  # (NaN too: it would wait without limit)
             raise KpgnbError(f"--timeout must be a positive number of seconds, not {a.timeout:g}")
         deadline = None if a.timeout is None else time.monotonic() + a.timeout  # for all of them together
-        for n in names:
-            if n not in eng.dataflows():
+        for n in names:  # (a dropped or replaced one kept while its exports are read, NAME~k, is listed: waited for)
+            if n not in eng.dataflows() and n not in eng.snapshot().retired:
                 raise KpgnbError(f"no dataflow named {n!r}; installed: {sorted(eng.dataflows())}")
         for n in names:
             try:
@@ -215,7 +226,10 @@ class DataflowMagics(Magics):
         if a.workers is not None:
             kernel.configure(workers=a.workers)
         eng = kernel.current()
-        state = f"running with {eng.workers} workers" if eng else "not started (starts on first use)"
+        failed = eng.snapshot().error if eng else None
+        state = (f"running with {eng.workers} workers" if failed is None else
+                 f"failed, {eng.workers} workers ({' '.join(str(failed).split())}; --restart starts a new "
+                 f"engine, losing every dataflow and input)") if eng else "not started (starts on first use)"
         warm = "compiled" if self.warmer is None or self.warmer.done else "compiling in the background"
         print(f"engine: {state}; workers when started: {kernel.configured_workers()}; kernels: {warm}")
 
@@ -228,6 +242,15 @@ class DataflowMagics(Magics):
                   "the same figures")
             return None
         return dashboard(kernel.engine())
+
+
+def _engine(magic: str):
+    """The kernel's engine, for a cell magic: one that cannot start (a bad KPGNB_WORKERS) is the magic's
+    one-line usage error, as the line magic's is, not a traceback through the magics."""
+    try:
+        return kernel.engine()
+    except KpgnbError as e:
+        raise IPyUsageError(f"{magic}: {e}") from None
 
 
 def _check_output(magic: str, var):
@@ -249,6 +272,21 @@ def _summary(handle) -> str:
     if info is not None and info.uses:
         parts.append("imports: " + ", ".join(info.uses))
     return " · ".join(parts)
+
+
+def _kept_for(eng, name: str) -> str:
+    """After dropping ``name``: that it runs on for the dataflows reading its exports (listed as dropped,
+    kept while its exports are read), and which; "" when it went."""
+    snap = eng.snapshot()
+    kept = snap.retired.get(name)
+    if kept is None:
+        return ""
+    readers = sorted(n for infos in (snap.dataflows, snap.retired) for n, i in infos.items()
+                     if n != name and set(i.uses) & set(kept.exports))
+    if not readers:  # (read through trace handles only)
+        return "; it is kept running while open trace handles read its exports (close them and it goes)"
+    return (f"; it is kept running while its exports are read by {', '.join(map(repr, readers))} "
+            f"(%dataflow drop {name} --cascade drops them too)")
 
 
 def _no_args(sub: str, rest):

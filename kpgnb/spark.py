@@ -17,7 +17,7 @@ import sys
 import threading
 import weakref
 
-from .engine.columns import Schema, is_int
+from .engine.columns import Schema, check_flag, is_int
 from .engine.errors import ArgumentTypeError, SchemaError, UsageError
 from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table, spark_arrow
 
@@ -160,6 +160,11 @@ def input_from(eng, name: str, df, advance: bool = True, progress=None):
     ``progress``: a ``kpgnb.widgets.Progress`` (or anything with its ``update``/``finish``/``fail``) told
     each stage (reading from Spark, loading the rows, sealing). Returns the InputSession."""
     _check_engine(eng, f"input_from(eng, {name!r}, df)")
+    advance = check_flag(advance, f"input_from(eng, {name!r}, df): advance")
+    if progress is not None and not all(callable(getattr(progress, m, None)) for m in ("update", "finish", "fail")):
+        raise ArgumentTypeError(f"input_from(eng, {name!r}, df): progress is a kpgnb.widgets.Progress (or anything "
+                                f"with its update, finish and fail methods) or None, not {type(progress).__name__}"
+                                f"{f' ({progress!r})' if isinstance(progress, (str, int, float)) else ''}")
     try:
         if progress is not None:
             progress.update(note="reading the DataFrame (toArrow)")
@@ -247,7 +252,8 @@ class BatchFeeder:
             if self.diff_col not in batch_df.columns:
                 raise SchemaError(f"the micro-batch has no diff column {self.diff_col!r}; its columns are "
                                   f"{list(batch_df.columns)}")
-            self.input.update(batch_df.drop(columns=[self.diff_col]), batch_df[self.diff_col].to_numpy())
+            # (the Series itself: the engine reads a pandas NA as a null diff, where to_numpy() makes it NaN)
+            self.input.update(batch_df.drop(columns=[self.diff_col]), batch_df[self.diff_col])
             return len(batch_df)
         table = _as_arrow(batch_df)
         if self.diff_col is None:
@@ -317,10 +323,24 @@ def follow(streaming_df, input, diff_col: str | None = None, engine=None, *, tri
     ``{"processingTime": "1 second"}`` or ``{"availableNow": True}``), ``checkpoint`` sets
     ``checkpointLocation``, ``name`` the query name. Returns the StreamingQuery; its ``kpgnb_feeder``
     attribute is the :class:`BatchFeeder` (counts of applied and replayed batches)."""
+    from collections.abc import Mapping
     from .engine.session import InputSession
     if not isinstance(input, (str, InputSession)):
         raise ArgumentTypeError(f"follow(input=...) takes an input's name (str) or an InputSession, not "
                                 f"{type(input).__name__} {input!r}")
+    if diff_col is not None and not isinstance(diff_col, str):
+        raise ArgumentTypeError(f"follow(diff_col=...) takes the name of the stream's diff column (a str) or None, "
+                                f"not {type(diff_col).__name__} ({diff_col!r})")
+    if trigger is not None and not isinstance(trigger, Mapping):
+        raise ArgumentTypeError(f"follow(trigger=...) takes a dict of writeStream.trigger's arguments (e.g. "
+                                f"{{'processingTime': '1 second'}} or {{'availableNow': True}}) or None, not "
+                                f"{type(trigger).__name__} ({trigger!r})")
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise ArgumentTypeError(f"follow(checkpoint=...) takes the checkpoint location (a str or a path) or None, "
+                                f"not {type(checkpoint).__name__} ({checkpoint!r})")
+    if name is not None and not isinstance(name, str):
+        raise ArgumentTypeError(f"follow(name=...) takes the query's name (a str) or None, not "
+                                f"{type(name).__name__} ({name!r})")
     if engine is not None:
         _check_engine(engine, "follow(engine=...)")
     if engine is None and isinstance(input, str):  # (a session needs no engine: it feeds its own)
@@ -405,6 +425,14 @@ class ChangeWriter:
         if not isinstance(path, (str, os.PathLike)):
             raise ArgumentTypeError(f"write_changes(view {view.name!r}, spark, path): path must be a str or a "
                                     f"path, not {type(path).__name__}")
+        if not isinstance(format, str):
+            raise ArgumentTypeError(f"write_changes(view {view.name!r}, spark, path): format is the name of a Spark "
+                                    f"data source (a str: 'parquet', 'json', ...), not {type(format).__name__} "
+                                    f"({format!r})")
+        from collections.abc import Mapping
+        if options is not None and not isinstance(options, Mapping):
+            raise ArgumentTypeError(f"write_changes(view {view.name!r}, spark, path): options is a dict of the "
+                                    f"writer's options, not {type(options).__name__}")
         self.view = view
         self.spark = spark
         self.path = str(path)
@@ -519,6 +547,7 @@ def datalog(text: str, inputs: dict, spark=None, *, diffs: bool = False) -> dict
     input predicate to a Spark (or pandas) DataFrame, columns by position. Returns derived predicate ->
     Spark DataFrame, equal to the engine's ``prog[pred]`` on the same inputs."""
     _check_session(spark, "kp.spark.datalog", optional=True)
+    diffs = check_flag(diffs, "kp.spark.datalog: diffs")
     if isinstance(inputs, dict):
         for pred, f in inputs.items():
             if getattr(f, "isStreaming", False) is True:

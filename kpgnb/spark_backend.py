@@ -38,8 +38,8 @@ import numpy as np
 
 from .engine.builder import DataflowBuilder
 from .engine.collection import Collection
-from .engine.columns import Schema
-from .engine.errors import DataflowError, SchemaError
+from .engine.columns import Schema, check_flag, is_int
+from .engine.errors import ArgumentTypeError, DataflowError, SchemaError
 from .engine.inputs import DIFF_LIMIT, arrow_dtype
 from .engine.kernels import reduce as rk
 from .engine.operators.arrange import ArrangeOp, ImportOp, SinkOp
@@ -824,8 +824,18 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     bridge._check_session(spark, "kp.spark.run", optional=True)
     if not isinstance(inputs, dict):
         raise SchemaError("inputs= must map input names to Spark (or pandas) DataFrames")
-    if spark is None:  # (the session of the first Spark input, before any pandas input is converted with it)
+    if diff_col is not None and not isinstance(diff_col, str):
+        raise ArgumentTypeError(f"kp.spark.run: diff_col is the name of the multiplicity column (a str) or None, "
+                                f"not {type(diff_col).__name__} ({diff_col!r})")
+    diffs = check_flag(diffs, "kp.spark.run: diffs")
+    if not (is_int(compact_every) and compact_every >= 1):
+        raise ArgumentTypeError(f"kp.spark.run: compact_every is a number of pieces >= 1, got {compact_every!r}")
+    if spark is None:  # (the session of the first Spark input, before any pandas input is converted with it;
+        # with none, the active session, as with no DataFrame inputs at all)
         spark = next((df.sparkSession for df in inputs.values() if hasattr(df, "sparkSession")), None)
+        if spark is None and inputs:
+            from pyspark.sql import SparkSession
+            spark = SparkSession.getActiveSession()
     frames, schemas, positive, scans = {}, {}, {}, []
     for n, df in inputs.items():
         if not hasattr(df, "sparkSession"):
@@ -866,7 +876,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     plan = record(build, schemas, name)
     for scan in scans:  # (once the builder is known to translate: a refused one runs no job)
         _scan_input(*scan)
-    runner = _Runner(spark, plan, frames, positive, max(1, int(compact_every)))
+    runner = _Runner(spark, plan, frames, positive, int(compact_every))
     top = runner.run_scope(plan.ops[0].graph.root, {}) if plan.ops else None
     out = {}
     for vname, view in plan.views.items():

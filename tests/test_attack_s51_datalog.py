@@ -368,8 +368,6 @@ def test_ask_of_a_wrong_type_names_the_goal_and_its_argument(value):
         assert "tc(?, _)" in msg and "row 0" not in msg, msg
 
 
-@pytest.mark.xfail(strict=True, reason="asking a dropped goal says internal input 'P.goal1#asked' was "
-                                       "dropped instead of that the goal (or its program) was")
 @pytest.mark.parametrize("how", ["goal", "program"])
 @pytest.mark.parametrize("op", ["ask", "retract"])
 def test_asking_a_dropped_goal_says_the_goal_was_dropped(how, op):
@@ -416,8 +414,6 @@ def test_recursive_aggregate_bounded_by_a_comparison_settles_or_is_refused(text,
         assert rows_of(prog["lp"]) == settled
 
 
-@pytest.mark.xfail(strict=True, reason="a %%datalog cell silently rebinds the notebook DataFrame it reads "
-                                       "through --inputs to its relation of the same name: a re-run reads the view")
 def test_datalog_cell_keeps_the_dataframe_it_reads(ip, capsys):
     """The cell reads ``edges_df`` (bound to ``e``) and derives a relation also called ``edges_df``: the
     views are bound by name after the cell, over the DataFrame, with no line (a module or a function of
@@ -454,9 +450,6 @@ def test_caret_lines_up_after_wide_and_combining_characters(const):
         str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="prog[pred].to_pandas(at=) of any epoch but the latest is a "
-                                       "CompactedError advising .view(name, history=...), which a Datalog "
-                                       "program has no way to pass")
 def test_datalog_view_reads_an_earlier_epoch():
     """Issue 13: ``prog["tc"]`` is a view (to_pandas, follow, ``at=``). The program's views keep no history
     and eng.datalog takes no ``history=``, so ``at=`` reads only the latest epoch; the refusal's advice

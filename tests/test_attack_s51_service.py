@@ -158,8 +158,6 @@ def test_an_ask_after_the_goal_was_dropped_by_another_thread_says_so(drop):
 
 # -- 4. bug: the view of an install that never happened says its block "has not finished" ---------------------------
 
-@pytest.mark.xfail(strict=True, reason="View._check says 'not installed yet (the dataflow block has not finished)' "
-                                       "for a block that finished and will never be installed")
 @pytest.mark.parametrize("how", ["refused", "raised"])
 def test_a_view_whose_install_never_happened_says_why(how):
     """Two threads (or cells) build a dataflow named ``d`` at once: both builders open before either
@@ -369,8 +367,6 @@ def test_ctrl_c_in_an_ask_leaves_no_binding_that_retract_cannot_remove():
 
 # -- 7. bug: reads of a dropped goal's view name the internal predicate 'answer__' -----------------------------------
 
-@pytest.mark.xfail(strict=True, reason="a goal's view is named after the magic-set predicate 'answer__': its "
-                                       "errors name it, not the goal")
 def test_reading_the_view_of_a_goal_another_thread_dropped_names_the_goal():
     """A thread reads ``g.view`` (``to_pandas``, ``eng.wait``) after another thread dropped the goal. The
     UsageError says "view 'answer__': dataflow 'p.goal1' has been dropped": ``answer__`` is the magic-set

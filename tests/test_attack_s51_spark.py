@@ -107,8 +107,6 @@ def _random_batches(seed, epochs=4, n=6):
 
 # -- defects -------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="kp.spark.run refuses pandas-only inputs with spark=None though a session "
-                                       "is active (it uses that session otherwise; kp.spark.datalog takes them)")
 def test_bug_run_converts_pandas_inputs_with_the_active_session(spark):
     """``kp.spark.run``'s ``spark`` defaults to None: with Spark inputs it takes their session, with no
     DataFrame inputs the active one, and ``kp.spark.datalog`` converts pandas inputs with the active session.
@@ -122,8 +120,6 @@ def test_bug_run_converts_pandas_inputs_with_the_active_session(spark):
     assert sorted(tuple(r) for r in out["o"].collect()) == [(1, 1), (2, 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="BatchFeeder (and input.update) call a null (pandas NA) in a pandas "
-                                       "micro-batch's diff column 'diff nan'; the Arrow path says null")
 def test_bug_a_null_diff_in_a_pandas_micro_batch_is_called_a_null(spark):
     """``BatchFeeder`` takes pandas micro-batches (README). A Spark (Arrow) batch with a null in the diff column
     is refused as "diff column 'd' has 1 null value(s)"; the same batch as pandas (an Int64 column holding
@@ -212,8 +208,6 @@ def _follow_checkpoint_int(spark, eng, view, tmp_path):
             shutil.rmtree(stray, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason="wrong-typed arguments of kp.spark.run/input_from/write_changes/follow are "
-                                       "ignored, taken, or fail raw instead of an ArgumentTypeError")
 @pytest.mark.parametrize("call", [_run_diff_col_int, _run_diff_col_list, _run_compact_every_none,
                                   _input_from_progress_int, _write_changes_format_int, _follow_trigger_str,
                                   _follow_checkpoint_int], ids=lambda f: f.__name__[1:])

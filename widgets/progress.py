@@ -103,7 +103,8 @@ class Progress(w.HBox, Part):
         check_engine(engine, "Progress.follow")
         if engine.closed:
             raise EngineError("the engine is closed")
-        stats = {d["name"]: d for d in engine.dataflow_stats()}.get(name)
+        # (also one dropped or replaced, kept while its exports are read: listed, as NAME~k, by the dashboard)
+        stats = {d["name"]: d for d in engine.dataflow_stats(retired=True)}.get(name)
         if stats is None:
             raise UnknownNameError(f"no dataflow named {name!r} is installed (dataflows: "
                                    f"{', '.join(sorted(engine.dataflows())) or 'none'})")

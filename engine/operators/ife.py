@@ -163,15 +163,18 @@ class IfeOp(Operator):
     kind = "ife"
     family = "ife"
 
-    def __init__(self, scope, start, by_src, by_dst, spec: IfeSpec, workers: int, site=None, name="ife"):
+    def __init__(self, scope, start, by_src, by_dst, spec: IfeSpec, workers: int, site=None, name="ife",
+                 key_names=()):
         super().__init__(scope, [start, by_src, by_dst], site)
         self.spec = spec
         self.workers = workers
         self.name = name
         kk = spec.ng + spec.nn
         self.timeline = Trace(kk, 2, 1, workers, name=f"{name} (state timeline)")
+        self.timeline.key_names = tuple(key_names)  # (keyed by the state's key: named for statistics)
         self.h_timeline = self.timeline.handle(owner=f"{name} (its timeline)")
-        self.tracker = make_tracker(spec.drop, kk, workers, f"{name} (dropped)") if spec.mode == "drop" else None
+        self.tracker = make_tracker(spec.drop, kk, workers, f"{name} (dropped)", key_names) \
+            if spec.mode == "drop" else None
         self.sides = [None, None, None]
         self.stash = [[], [], []]   # per input: (keys, vals, epochs, diffs) of updates not yet processed
         self.pending: set = set()   # epochs with updates not yet processed
@@ -210,6 +213,7 @@ class IfeOp(Operator):
             self.h_timeline = None
             t = self.timeline  # an empty one in its place: whoever holds this operator keeps no state
             self.timeline = Trace(t.kk, t.kv, t.depth, t.workers, name=t.name)
+            self.timeline.key_names = t.key_names
         if self.tracker is not None:
             self.tracker.close()  # (frees its pairs or filter too: a kept builder keeps none of them)
 
@@ -709,9 +713,31 @@ class IfeOp(Operator):
                 k = int(gone.sum())
                 found += k
                 marks[0].append(keys[:, gone]), marks[1].append(np.full(k, r)), marks[2].append(np.full(k, -1))
+        elif self.tracker is not None:
+            # a Bloom filter cannot tell which pairs it holds are live, but the old timeline had an entry
+            # at (v, r) exactly where the old state changed from r - 1 (X and prev_X carry the old states,
+            # elsewhere old = new): one not stored was dropped. Its -1 leaves the filter as it is (a
+            # stale pair is a false positive) and keeps ``hist`` exact, so that rounds past the new
+            # timeline's end are not re-run for ever after
+            had = (self._old_at(pkh, keys, X, cur) != self._old_at(pkh, keys, prev_X, before)) & ~at_r
+            if had.any():
+                k = int(had.sum())
+                found += k
+                marks[0].append(keys[:, had]), marks[1].append(np.full(k, r)), marks[2].append(np.full(k, -1))
         self._store(r, pkh[want], np.ascontiguousarray(keys[:, want]), cur[want], e, tl, marks)
         complete = r >= len(hist) or found == hist[r]
         return bool(want.any()), (np.ascontiguousarray(keys[:, want]) if complete else None)
+
+    @staticmethod
+    def _old_at(pkh, pkeys, X, new):
+        """Old states of these keys (distinct, in arrangement order) at X's round: X's old ones where X has
+        them, else their ``new`` states (outside X the new state is the old)."""
+        out = new.copy()
+        if len(X[0]):
+            idx = seek_keys(X[0], X[1], pkh, pkeys)
+            hit = idx >= 0
+            out[hit] = X[3][idx[hit]]
+        return out
 
     def _store(self, r, kh, keys, values, e, tl, marks):
         """Queue new timeline entries (vertex, r, value), leaving out those the drop policy picks."""
@@ -758,7 +784,7 @@ class IfeOp(Operator):
             mk = np.ascontiguousarray(np.concatenate(m_keys, axis=1), np.int64)
             mr, md = np.concatenate(m_rounds).astype(np.int64), np.concatenate(m_diffs).astype(np.int64)
             self.tracker.update(mk, mr, md, e, rt.run)
-            self._count(mr, md if self.tracker.kind == "exact" else np.abs(md))
+            self._count(mr, md)  # (a Bloom filter's -1s too: its pairs rewritten, see ``_rewrite``)
 
     def _count(self, rounds, diffs):
         top = int(rounds.max()) + 1 if len(rounds) else 0

@@ -50,13 +50,16 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
         drop_loaded(eng, created)
         raise wrap(e, f"nothing was installed: {name!r} is as it was") from None
     seal_loaded(created)
-    handle = DataflowHandle(eng, name, prog.views, [f"{name}.{p}" for p in prog.views], install_s, False)
+    info = eng.snapshot().dataflows.get(name)  # (its exports: the relations', then its inputs' arrangements)
+    exports = [f"{name}.{p}" for p in prog.views]
+    exports += [e for e in (info.exports if info is not None else ()) if e not in exports]
+    handle = DataflowHandle(eng, name, prog.views, exports, install_s, False)
     if wait_first:
         try:
             wait(eng, handle, warmer, first=True)
         except REPORTS as e:
             if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
-                bind_views(ns, prog.views)
+                _bind(ns, prog.views, inputs)
                 if output:
                     ns[output] = prog
             else:
@@ -64,10 +67,20 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
                     prog.drop()
                 drop_loaded(eng, created)
             raise
-    bind_views(ns, prog.views)
+    _bind(ns, prog.views, inputs)
     if output:
         ns[output] = prog
     return prog, handle
+
+
+def _bind(ns: dict, views: dict, inputs: dict):
+    """``bind_views``, except over a variable the cell's --inputs read (``--inputs edge=tc`` with a relation
+    ``tc``): the notebook's frame (or view) stays, so the same cell run again reads what it read."""
+    read = set(inputs.values())
+    bind_views(ns, {v: view for v, view in views.items() if v not in read})
+    for var in sorted(read & set(views)):
+        print(f"view {var!r} is not bound: the notebook's {var!r} is what the cell reads (--inputs); run the "
+              f"cell with -o VAR and read it as VAR[{var!r}]")
 
 
 def _unreadable(eng, view) -> str:

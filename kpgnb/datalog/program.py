@@ -26,7 +26,7 @@ from .syntax import Atom, Var, variables
 
 
 def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
-            materialize: bool = True, flag: str = "inputs=") -> "Program":
+            materialize: bool = True, flag: str = "inputs=", history: int = 1) -> "Program":
     """Parse, check and install ``text`` as one dataflow (see ``Engine.datalog``). With
     ``materialize=False`` the dataflow only indexes the inputs (by each column a rule joins on, exported
     for goals to share) and derives nothing: for programs asked only through ``prog.goal``. ``flag`` is
@@ -79,7 +79,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
             return list(schema.names), list(schema.dtypes)
         analysis = analyze(program, input_schema, bound, flag)
         name = _free_name(eng, "datalog") if name is None else name
-        prog = Program(eng, name, analysis, materialize)
+        prog = Program(eng, name, analysis, materialize, history)
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
         # made from DataFrames for the program: dropped with it (with the last of the programs sharing one)
         prog.owned = [s.name for s in created] + shared
@@ -135,8 +135,9 @@ class Program:
     relation; each is also the arrangement ``name.pred`` in the engine's catalog, for later dataflows
     (``df.use``) and Datalog programs."""
 
-    def __init__(self, eng, name: str, analysis, materialize: bool = True):
+    def __init__(self, eng, name: str, analysis, materialize: bool = True, history: int = 1):
         self.engine = eng
+        self.history = history  # epochs before the frontier its views keep readable with ``at=``
         self.name = name
         self.analysis = analysis
         self.materialized = materialize
@@ -149,9 +150,10 @@ class Program:
         self.owned: list = []  # names of engine inputs made for it by the caller (dropped with it)
         self._dropped = False  # prog.drop() was called: no more goals
 
-    def _build(self, source, view_preds=None, export=True, shared=None):
+    def _build(self, source, view_preds=None, export=True, shared=None, view_names=None):
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
-        ``shared(df, pred, keys)`` an arrangement of it to import (see ``Relations``)."""
+        ``shared(df, pred, keys)`` an arrangement of it to import (see ``Relations``); ``view_names``
+        renames views (a goal's answer is a view named after the relation it answers)."""
         a, eng = self.analysis, self.engine
         if self.name in eng.snapshot().dataflows:  # before any helper input is made under its name
             raise UsageError(f"a dataflow named {self.name!r} is installed already")
@@ -180,7 +182,7 @@ class Program:
                     final = final_relation(rel, a, pred)
                     if export:
                         final.export(f"{self.name}.{pred}")
-                    self.views[pred] = final.view(pred)
+                    self.views[pred] = final.view((view_names or {}).get(pred, pred), history=self.history)
                 if export:
                     for (pred, keys), arr in rel.named.items():
                         if arr is not rel.top.get(pred) and pred in a.inputs | a.derived:
@@ -335,7 +337,8 @@ class Goal:
                     return None
                 export = f"{prog.name}.{pred}[{','.join(keys)}]"
                 return df.use(export) if export in eng.snapshot().catalog else None
-            gp._build(source, view_preds=[answer_pred], export=False, shared=shared)
+            gp._build(source, view_preds=[answer_pred], export=False, shared=shared,
+                      view_names={answer_pred: pattern.pred})
         except BaseException:
             if self._session is not None:  # (queued: see Program._drop_helpers)
                 eng.drop_input(self._session.name, wait=False)
