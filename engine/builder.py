@@ -40,14 +40,15 @@ class DataflowBuilder:
         self.dataflow = None
         self.serial = None  # which install of the name this is, once installed (DataflowInfo.serial)
         self.owned: list = []  # engine inputs made for this dataflow alone (``own_inputs``)
-        self.error = None  # why it was discarded: its block raised, or its install failed or was refused
+        self.error = None  # why it was discarded ("Type: message"): its block raised, its install failed
+        self._memo: dict = {}  # ``memo``
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
-            self.state, self.error = "discarded", exc
+            self.state, self.error = "discarded", f"{exc_type.__name__}: {exc}"
             return False
         self.install()
         return False
@@ -70,10 +71,17 @@ class DataflowBuilder:
         try:
             self.dataflow = self._install_fn(self)
         except BaseException as e:
-            self.state, self.error = "discarded", e
+            self.state, self.error = "discarded", f"{type(e).__name__}: {e}"
             raise
         self.state = "installed"
         return self.dataflow
+
+    def memo(self, key, make):
+        """``make()``, once per ``key`` in this dataflow: what queries over one collection share (an
+        arrangement of the edges) instead of building a copy each (``Collection.shared``)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
 
     def own_inputs(self, *names: str):
         """Engine inputs made for this dataflow alone (a Datalog program's facts, a goal's bindings): the

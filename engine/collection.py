@@ -134,6 +134,15 @@ class Collection:
     def _enter_child(self, scope):
         return Collection(self.builder, EnterOp(scope, [self._stream()], Site.capture()), self.schema, scope)
 
+    def shared(self, tag, make):
+        """``make(self)``, built once per dataflow for this collection (its operator, scope, columns and, when
+        arranged, key) and ``tag``: queries over the same collection (two sssp on one edge input) then read
+        one result of it (an arrangement of the edges), not a copy each. The key holds the operator and
+        scope objects themselves, so no id is reused while the dataflow is built."""
+        lens = (tuple(self.key_names), tuple(self.val_names)) if isinstance(self, Arranged) else None
+        key = (self.op, self.scope, tuple(self.schema.names), tuple(self.schema.dtypes), lens, tag)
+        return self.builder.memo(key, lambda: make(self))
+
     def leave(self) -> "Collection":
         """This collection in the enclosing scope: it accumulates every round, i.e. the loop's fixed point."""
         self._live()
@@ -766,11 +775,12 @@ class Variable(Collection):
                                   "different dataflows cannot be combined; export an arrangement and df.use() it")
             init = initial.enter(scope) if initial.scope is not scope else initial
             schema = init.schema
-            for given, have, what in ((columns, list(schema.names), "columns"),
-                                      (dtypes, list(schema.dtypes), "dtypes")):
-                if given is not None and list(_names(given) if what == "columns" else given) != have:
-                    raise SchemaError(f"kp.Variable: {what}={given!r} disagree with the initial collection's "
-                                      f"{have}; leave {what}= out (it names a variable with no initial)")
+            if columns is not None or dtypes is not None:  # (they name a variable with no initial: here, checked)
+                given = Schema.of(list(schema.names) if columns is None else _names(columns),
+                                  list(schema.dtypes) if dtypes is None else dtypes)
+                if given.names != schema.names or given.dtypes != schema.dtypes:
+                    raise SchemaError(f"kp.Variable: columns={columns!r}, dtypes={dtypes!r} disagree with the "
+                                      f"initial collection's {schema}; leave them out")
         op = VariableOp(scope, init._stream(), site)
         super().__init__(builder, op, schema, scope)
         self.initial = init

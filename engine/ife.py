@@ -174,19 +174,11 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
 
 
 def _shared_arrangement(coll, keys, vals):
-    """``coll.arrange_by(*keys, vals=vals)``, built once per dataflow for one collection (its operator,
-    columns and lens): IFE queries over the same edges (two sssp on one keyed input) then read one
-    arrangement of them by destination between them, as they read the input's by source, not a copy each.
-    (An arrangement is read by any number of operators; each reader holds its own compaction handle.)"""
-    from .collection import Arranged
-    lens = (tuple(coll.key_names), tuple(coll.val_names)) if isinstance(coll, Arranged) else None
-    sig = (id(coll.op), id(coll.scope), tuple(coll.schema.names), tuple(coll.schema.dtypes), lens, tuple(keys),
-           None if vals is None else tuple(vals))
-    cache = coll.builder.__dict__.setdefault("_ife_arrangements", {})
-    hit = cache.get(sig)
-    if hit is None or hit[0] is not coll.op:  # (the operator held too: its id is not reused meanwhile)
-        hit = cache[sig] = (coll.op, coll.arrange_by(*keys, vals=vals))
-    return hit[1]
+    """``coll.arrange_by(*keys, vals=vals)``, built once per dataflow for one collection: IFE queries over
+    the same edges (two sssp on one keyed input) then read one arrangement of them by destination, as they
+    read the input's by source, not a copy each (each reader holds its own compaction handle)."""
+    tag = ("arrange_by", tuple(keys), None if vals is None else tuple(vals))
+    return coll.shared(tag, lambda c: c.arrange_by(*keys, vals=vals))
 
 
 def _undelayed(start_rounds, who: str, rounds: int):

@@ -415,9 +415,9 @@ def diffs_array(diffs, n: int) -> np.ndarray:
     if isinstance(diffs, np.ma.MaskedArray) and np.ma.is_masked(diffs):  # (NumPy would read what is masked)
         i = int(np.flatnonzero(np.ma.getmaskarray(diffs))[0])
         raise SchemaError(f"diffs must be integers, but row {i} has a masked (null) diff")
-    if is_pandas(diffs) and callable(getattr(diffs, "isna", None)):  # (a nullable column's NA, not a NaN)
-        na = np.asarray(diffs.isna()).reshape(-1)
-        if na.any() and getattr(getattr(diffs, "dtype", None), "kind", "O") != "f":
+    if is_pandas(diffs) and getattr(diffs, "ndim", 0) == 1 and callable(getattr(diffs, "isna", None)):
+        na = np.asarray(diffs.isna()).reshape(-1)  # (a nullable column's NA; a NumPy float's NaN is a value)
+        if na.any() and not (isinstance(diffs.dtype, np.dtype) and diffs.dtype.kind == "f"):
             raise SchemaError(f"diffs must be integers, but row {int(np.flatnonzero(na)[0])} has a null diff")
     try:
         d = np.asarray(diffs)

@@ -9,6 +9,7 @@ snapshots. The registry of input sessions is the one piece of state written outs
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import threading
@@ -31,6 +32,9 @@ from .snapshot import EngineSnapshot
 from .spine import EFFORT
 from .trace import live_records, trace_stats
 from .view import View, raise_failure
+
+
+_INSTALLS: contextvars.ContextVar = contextvars.ContextVar("kpgnb_installs", default=None)  # see recording_installs
 
 
 @dataclass(frozen=True)
@@ -161,11 +165,26 @@ class Engine:
         return importlib.import_module("kpgnb.datalog").install(self, text, inputs=inputs, name=name,
                                                                  materialize=materialize, history=history)
 
+    @contextlib.contextmanager
+    def recording_installs(self):
+        """A list of (name, serial) of the dataflows installed in the block by this thread (its context),
+        in order: what a failed notebook cell undoes (another thread's installs meanwhile are not its)."""
+        made: list = []
+        token = _INSTALLS.set(made)
+        try:
+            yield made
+        finally:
+            _INSTALLS.reset(token)
+
     def _install(self, builder, replace: bool = False):
         self._live()
         cmd = Install(builder, replace, contextvars.copy_context())
         try:
-            return self._scheduler.call(cmd)
+            done = self._scheduler.call(cmd)
+            made = _INSTALLS.get()
+            if made is not None:
+                made.append((builder.name, builder.serial))
+            return done
         except BaseException:
             if cmd.reply.took_effect() and not cmd.replaced:
                 # interrupted as it finished: undone, as one abandoned before it finished is (one that

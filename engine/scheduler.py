@@ -261,16 +261,20 @@ class Scheduler:
 
     # -- other threads ------------------------------------------------------------------------------
     def submit(self, cmd) -> int:
+        """Queue a command (or a list of them, all or none: one extend, which no Ctrl-C splits); returns
+        the serial of the (last) one."""
+        cmds = cmd if isinstance(cmd, list) else [cmd]
         with self._submit_lock:
             if self._stop:
                 raise EngineError("the engine is closed")
-            self._submitted += 1
-            seq = self._submitted
-            if isinstance(cmd, Seal):
-                cmd.queued = True  # (right before the append: no Ctrl-C can land between the two)
-            self._cmds.append((seq, cmd))
+            first = self._submitted + 1
+            self._submitted += len(cmds)
+            for c in cmds:
+                if isinstance(c, Seal):
+                    c.queued = True  # (right before the extend: no Ctrl-C can land between the two)
+            self._cmds.extend(zip(range(first, first + len(cmds)), cmds))
         self._wake.set()
-        return seq
+        return self._submitted if len(cmds) == 1 else first + len(cmds) - 1
 
     def inside(self) -> bool:
         """Whether the caller is the scheduler's thread or one of its pool's (a user function running in an

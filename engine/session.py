@@ -141,8 +141,10 @@ class InputSession:
             # another order look like an alignment by label that would not happen)
             raise SchemaError("update: the diffs Series holds the rows' labels in another order; rows and diffs "
                               "are paired by position, not aligned by label: pass diffs.reindex(rows.index)")
+        n = _row_count(rows)  # (diffs checked before the rows, whose strings encoding interns, when it can)
+        checked = diffs_array(diffs, n) if n is not None else None
         data = self._encode(rows)
-        diffs = diffs_array(diffs, data.shape[1])
+        diffs = checked if checked is not None and n == data.shape[1] else diffs_array(diffs, data.shape[1])
         self._append(data, diffs, float(np.abs(diffs).sum(dtype=np.float64)))  # (int64 could wrap)
 
     def _append(self, data, diffs, mass: float):
@@ -225,12 +227,21 @@ class InputSession:
         with contextlib.ExitStack() as held:
             for s in ordered:
                 held.enter_context(s._lock)
-            if any(s._buffer or s.closed or s.dropped for s in ordered) or \
-                    any(s._engine_closed() for s in ordered[:1]):
+            if not ordered or ordered[0]._engine_closed() or any(s._buffer for s in ordered):
                 return False
             moved = [s for s in ordered if epoch > s.epoch]
+            staged = []
+            try:  # (one submit of every seal: all queued or none, and those not queued put back)
+                for s in moved:
+                    staged.append(s._sealed(epoch))
+                if staged:
+                    ordered[-1]._submit([seal for seal, _ in staged])
+            except BaseException:
+                for seal, undo in staged:
+                    if not seal.queued:
+                        undo()
+                raise
             for s in moved:
-                s._send(epoch)
                 s._peers = tuple(p for p in ordered if p is not s)
         for s in moved:
             for f in list(s._followers):
@@ -308,6 +319,17 @@ class InputSession:
         the input there. The input moves first, so a Ctrl-C landing once the seal is queued leaves it where
         the scheduler takes it (a repeated call does nothing twice); if the seal was not queued (refused by
         a closed engine, or interrupted before) the input is put back as it was, rows and all."""
+        seal, undo = self._sealed(target)
+        try:
+            self._submit(seal)
+        except BaseException:
+            if not seal.queued:
+                undo()
+            raise
+
+    def _sealed(self, target: int | None):
+        """(the Seal of the buffered rows up to ``target``, a function putting the input back): the input
+        moved there, for ``_send`` (or ``lend``) to queue the seal."""
         buf, epoch, closed = self._buffer, self.epoch, self.closed
         upper = Antichain() if target is None else at_epoch(target)
         now = time.perf_counter()
@@ -318,13 +340,11 @@ class InputSession:
         else:
             self.epoch = target
         self._sent.append((target, now))
-        try:
-            self._submit(seal)
-        except BaseException:
-            if not seal.queued:
-                self._buffer, self.epoch, self.closed = buf, epoch, closed
-                self._sent.pop()
-            raise
+
+        def undo():
+            self._buffer, self.epoch, self.closed = buf, epoch, closed
+            self._sent.pop()
+        return seal, undo
 
     # -- scheduler side -----------------------------------------------------------------------------
     def forget(self, through):
@@ -431,6 +451,18 @@ class InputSession:
 
     def __repr__(self):
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"
+
+
+def _row_count(rows) -> int | None:
+    """How many rows ``rows`` holds, where that is known without encoding them (None otherwise)."""
+    if isinstance(rows, (list, tuple)):
+        return len(rows)
+    if isinstance(rows, np.ndarray) and rows.ndim == 2:
+        return rows.shape[0]
+    if hasattr(rows, "columns") and hasattr(rows, "iloc"):  # a pandas DataFrame
+        return len(rows)
+    n = getattr(rows, "num_rows", None)  # an Arrow table or record batch
+    return n if isinstance(n, int) else None
 
 
 def _labels(obj):

@@ -71,8 +71,7 @@ class View:
         if self.op.handle is None:
             builder = getattr(self.op.graph, "builder", None)
             if builder is not None and builder.state == "discarded":
-                e = builder.error
-                why = "" if e is None else f": {type(e).__name__}: {e}"
+                why = "" if builder.error is None else f": {builder.error}"
                 raise UsageError(f"view {self.name!r} was never installed: dataflow {self.dataflow!r}'s block "
                                  f"ended without installing it{why}")
             raise UsageError(f"view {self.name!r} is not installed yet (the dataflow block has not finished)")

@@ -341,26 +341,19 @@ def _inputs_of(eng) -> dict:
         return {}
 
 
-def _serials(eng) -> set:
+def _drop_made_by_body(eng, made: list):
+    """Drop the dataflows a failed cell installed (``(name, serial)``, by its body or its own), the latest
+    first (a reader before what it reads), those still installed as that install: the cell installs nothing."""
     try:
-        return {info.serial for info in eng.snapshot().dataflows.values()}
-    except KpgnbError:  # (a closed engine)
-        return set()
-
-
-def _drop_made_by_body(eng, before: set):
-    """Drop the dataflows installed since ``before`` (by a failed cell's body, or the cell's own), the latest
-    first (a reader before what it reads), so that the cell installs nothing."""
-    try:
-        made = sorted((info.serial, name) for name, info in eng.snapshot().dataflows.items()
-                      if info.serial not in before)
+        now = {name: info.serial for name, info in eng.snapshot().dataflows.items()}
     except KpgnbError:
         return
-    for _, name in reversed(made):
-        try:
-            eng.drop(name)
-        except KpgnbError:
-            pass
+    for name, serial in reversed(made):
+        if now.get(name) == serial:
+            try:
+                eng.drop(name)
+            except KpgnbError:
+                pass
 
 
 def _made_by_body(eng, before: dict) -> list:
@@ -478,42 +471,43 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     bound = _names_bound(source, filename)
     injected = {"df": builder}
     inputs_before = _inputs_of(eng)  # (inputs the body itself creates go again if the cell fails)
-    flows_before = _serials(eng)     # (and the dataflows it installs: kp.engine().dataflow(...) in the body)
-    try:
-        with builder:
-            for name, src in sources.items():
-                injected[name] = builder.input(src)
-            ns.update(injected)
-            try:
-                exec(code, ns)  # noqa: S102 - the cell's own code
-            finally:
-                _unbind(ns, saved, injected)
-            t0 = time.perf_counter()
-    except BaseException as e:
-        _restore(ns, saved, bound)
-        _drop_made_by_body(eng, flows_before)
-        drop_loaded(eng, created + _made_by_body(eng, inputs_before))
-        raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
-    handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
-                            replaced)
-    try:
+    # (and the dataflows it installs, kp.engine().dataflow(...) in the body: this thread's, not another's)
+    with eng.recording_installs() as made:
         try:
-            seal_loaded(created)
-        except KpgnbError as e:  # (the engine closed meanwhile, say): the cell's dataflow goes again
-            _drop_made_by_body(eng, flows_before)
-            raise wrap(e, f"nothing was installed: dataflow {spec.name!r} could not start") from None
-        if spec.wait:
-            wait(eng, handle, warmer, first=True)
-    except REPORTS as e:
-        if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
-            _bind(ns, handle, spec.output)
-        else:
+            with builder:
+                for name, src in sources.items():
+                    injected[name] = builder.input(src)
+                ns.update(injected)
+                try:
+                    exec(code, ns)  # noqa: S102 - the cell's own code
+                finally:
+                    _unbind(ns, saved, injected)
+                t0 = time.perf_counter()
+        except BaseException as e:
             _restore(ns, saved, bound)
-            _drop_made_by_body(eng, flows_before)  # (its own dataflow was dropped again; those its body made)
+            _drop_made_by_body(eng, made)
             drop_loaded(eng, created + _made_by_body(eng, inputs_before))
-        raise
-    _bind(ns, handle, spec.output)
-    return handle
+            raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
+        handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
+                                replaced)
+        try:
+            try:
+                seal_loaded(created)
+            except KpgnbError as e:  # (the engine closed meanwhile, say): the cell's dataflow goes again
+                _drop_made_by_body(eng, made)
+                raise wrap(e, f"nothing was installed: dataflow {spec.name!r} could not start") from None
+            if spec.wait:
+                wait(eng, handle, warmer, first=True)
+        except REPORTS as e:
+            if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
+                _bind(ns, handle, spec.output)
+            else:
+                _restore(ns, saved, bound)
+                _drop_made_by_body(eng, made)  # (its own dataflow was dropped again; those its body made)
+                drop_loaded(eng, created + _made_by_body(eng, inputs_before))
+            raise
+        _bind(ns, handle, spec.output)
+        return handle
 
 
 _DYNAMIC = {"get_ipython", "exec", "eval", "globals", "locals", "vars", "__import__"}

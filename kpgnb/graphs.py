@@ -211,13 +211,7 @@ def _checked_edges(edges):
     """(src, dst, w) of ``edges`` with the weight check, built once per dataflow for one collection: sssp
     queries over the same edges then read one (src, dst, w) collection, which ``ife`` arranges once for
     them all (engine/ife.py ``_shared_arrangement``), not a copy of the edges each."""
-    lens = (tuple(edges.key_names), tuple(edges.val_names)) if isinstance(edges, Arranged) else None
-    sig = (id(edges.op), id(edges.scope), tuple(edges.schema.names), tuple(edges.schema.dtypes), lens)
-    cache = edges.builder.__dict__.setdefault("_sssp_checked_edges", {})
-    hit = cache.get(sig)
-    if hit is None or hit[0] is not edges.op:  # (the operator held too: its id is not reused meanwhile)
-        hit = cache[sig] = (edges.op, edges.select("src", "dst", "w").filter(_non_negative_weights))
-    return hit[1]
+    return edges.shared("sssp edges", lambda e: e.select("src", "dst", "w").filter(_non_negative_weights))
 
 
 def _float_path_length(dist, w):

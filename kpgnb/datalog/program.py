@@ -325,7 +325,7 @@ class Goal:
                                       [a.dtypes[pattern.pred][i] for i in asked])
         try:
             self.analysis, whole = self._rewritten()
-            gp = Program(eng, self.name, self.analysis)
+            gp = Program(eng, self.name, self.analysis, history=prog.history)
             gp.owned = [self._session.name] if self._session is not None else []
 
             def source(df, pred):
@@ -417,10 +417,12 @@ class Goal:
                 hash(v)  # (a set, a dict: no column holds one, and the bindings are a set of rows)
                 encode_column(object_column([v]), dt, SymbolTable())  # (checked here, interning nothing)
             except (TypeError, SchemaError) as e:
+                kind = {"int64": int, "float64": (int, float), "str": str, "bool": bool}.get(dt, object)
+                why = f"the value must be {want.get(dt, dt)}" if not isinstance(v, kind) else \
+                    str(e).split(" holds ", 1)[-1]  # (of the right type, but not one the column holds: why)
                 raise (ArgumentTypeError if isinstance(e, TypeError) else SchemaError)(
                     f"ask/retract: the value for argument {i + 1} of goal {self.pattern} is {v!r} "
-                    f"({type(v).__name__}), but column {a.columns[pred][i]!r} of {pred!r} is {dt}: the value "
-                    f"must be {want.get(dt, dt)}") from None
+                    f"({type(v).__name__}), but column {a.columns[pred][i]!r} of {pred!r} is {dt}: {why}") from None
         return [tuple(values)]
 
     def ask(self, *values):
@@ -439,8 +441,10 @@ class Goal:
         it (an empty epoch each, all or none: ``InputSession.lend``), so the answer is complete at once, as
         K-Pg's interactive queries advance the graph and the query inputs together."""
         if self._session is not None and self._session.dropped:  # (its bindings' input is an internal one)
-            raise UsageError(f"goal {self.pattern} was dropped (its dataflow {self.name!r} is gone); ask a new "
-                             f"goal of the program (prog.goal('{self.pattern}'))")
+            prog = self.program
+            raise UsageError(f"goal {self.pattern} was dropped (its dataflow {self.name!r} is gone); "
+                             + (f"its program {prog.name!r} was dropped too" if prog._dropped else
+                                f"ask a new goal of the program (prog.goal('{self.pattern}'))"))
         row = self._rows(values)[0]
         key = tuple(_NAN if isinstance(v, float) and v != v else v for v in row)  # (NaN is one value here too)
         base = [s for s in self._leaders if not s.closed]
