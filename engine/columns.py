@@ -208,7 +208,7 @@ class SymbolTable:
                 if not isinstance(bad, str):
                     raise SchemaError(f"expected str values, found {bad!r} ({type(bad).__name__})")
         get = self._ids.get
-        bad = next((v for v in vals if get(v, -1) < 0 and not _utf8(v)), None)
+        bad = next((v for v in vals if not v.isascii() and get(v, -1) < 0 and not _utf8(v)), None)  # (ASCII: no lookup)
         if bad is not None:
             raise SchemaError(f"expected text, found {text_problem(bad)}")
         return uniq, inverse.reshape(-1)
