@@ -80,7 +80,8 @@ class Collection:
     def _derive(self, op, schema: Schema) -> "Collection":
         return Collection(self.builder, op, schema, op.scope)
 
-    def _check(self, names, what="column"):
+    def check_columns(self, names, what="column"):
+        """Raises SchemaError naming the first of ``names`` that is not a column of this collection."""
         for n in names:
             if n not in self.schema.names:
                 raise SchemaError(f"no {what} {n!r} in this collection; columns are {list(self.schema.names)}")
@@ -286,7 +287,7 @@ class Collection:
         """Keep (and reorder) the named columns."""
         self._live()
         names = _names(cols[0] if len(cols) == 1 and not isinstance(cols[0], str) else cols)
-        self._check(names)
+        self.check_columns(names)
         if names == list(self.schema.names):
             return self
         op = ProjectOp(self.scope, self._stream(), self.schema.indices(names), Site.capture())
@@ -295,7 +296,7 @@ class Collection:
     def rename(self, /, **mapping) -> "Collection":
         """Rename columns: rename(old=new, ...)."""
         self._live()
-        self._check(mapping)
+        self.check_columns(mapping)
         names = [mapping.get(n, n) for n in self.schema.names]
         op = ProjectOp(self.scope, self._stream(), list(range(len(names))), Site.capture())
         return self._derive(op, self.schema.rename(names))
@@ -337,9 +338,9 @@ class Collection:
         """Index by the key columns (the rest, or ``vals``, become values): a shareable arrangement."""
         self._live()
         key_names = _names(keys[0] if len(keys) == 1 and not isinstance(keys[0], str) else keys, "keys")
-        self._check(key_names)
+        self.check_columns(key_names)
         val_names = [n for n in self.schema.names if n not in key_names] if vals is None else _names(vals, "vals")
-        self._check(val_names)
+        self.check_columns(val_names)
         if set(key_names) & set(val_names):
             raise SchemaError(f"columns {sorted(set(key_names) & set(val_names))} cannot be both key and value")
         if isinstance(self, Arranged) and self.key_names == key_names and self.val_names == val_names:
@@ -382,8 +383,8 @@ class Collection:
         if len(lk) != len(rk_):
             raise SchemaError(f"left_on {lk} and right_on {rk_} must name the same number of columns")
         left, right = self._align(other)
-        left._check(lk, "left_on column")
-        right._check(rk_, "right_on column")
+        left.check_columns(lk, "left_on column")
+        right.check_columns(rk_, "right_on column")
         for a, b in zip(lk, rk_):
             if left.schema.dtype(a) != right.schema.dtype(b):
                 raise SchemaError(f"join key {a!r} is {left.schema.dtype(a)} but {b!r} is {right.schema.dtype(b)}")
@@ -411,7 +412,7 @@ class Collection:
     def _reduce(self, by, vals, spec: ReduceSpec, out_vals: list, out_dtypes: list, name: str) -> "Arranged":
         self._live()
         by = _names(by, "by")
-        self._check(by, "by column")
+        self.check_columns(by, "by column")
         clash = [n for n in out_vals if n in by]
         if clash:
             raise SchemaError(f"{name}(by={by}): its output column {clash[0]!r} is also a group column; rename "
@@ -441,7 +442,7 @@ class Collection:
             return self._reduce(list(self.schema.names), [], ReduceSpec(rk.DISTINCT, 0), [], [], "distinct")
         self._live()
         key = _names(key, "key")
-        self._check(key)
+        self.check_columns(key)
         vals = [n for n in self.schema.names if n not in key]
         return self._reduce(key, vals, ReduceSpec(rk.DISTINCT, len(vals)), vals,
                             [self.schema.dtype(n) for n in vals], "distinct")
@@ -478,7 +479,7 @@ class Collection:
             raise SchemaError(f"{what} needs {col_arg}=, the column to reduce")
         if not isinstance(col, str):
             raise SchemaError(f"{what}: {col_arg} must be a column name, got {col!r}")
-        self._check([col])
+        self.check_columns([col])
         by = _names(by, "by")
         if col in by:
             raise SchemaError(f"column {col!r} is also a by column")
@@ -562,7 +563,7 @@ class Collection:
         self._live()
         site = Site.capture()
         columns = _names(columns, "columns")
-        self._check(columns)
+        self.check_columns(columns)
         if out is None and not columns:
             raise SchemaError("reduce(columns=[]) gives fn no value columns, so the output has no columns to "
                               "take names and dtypes from: name them with out={name: dtype}")
@@ -705,7 +706,7 @@ class Arranged(Collection):
         """Rename columns: rename(old=new, ...). The same arrangement under the new names (renaming
         moves no row, so a join on the renamed key still reads this index)."""
         self._live()
-        self._check(mapping)
+        self.check_columns(mapping)
         schema = self.schema.rename([mapping.get(n, n) for n in self.schema.names])
         out = Arranged(self.builder, self.op, schema, self.scope, [mapping.get(n, n) for n in self.key_names],
                        [mapping.get(n, n) for n in self.val_names])

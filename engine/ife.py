@@ -116,8 +116,8 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     if not isinstance(edges, Collection):
         raise SchemaError(f"{who}: edges must be a Collection, got {type(edges).__name__}")
     key, node, src, dst = _names(key, "key"), _names(node, "node"), _names(src, "src"), _names(dst, "dst")
-    start._check(key + [value], "state column")
-    edges._check(src + dst, "edge column")
+    start.check_columns(key + [value], "state column")
+    edges.check_columns(src + dst, "edge column")
     if key[len(key) - len(node):] != node:
         raise SchemaError(f"{who}: the node columns {node} must be the last of the key {key}")
     if not (len(node) == len(src) == len(dst)):

@@ -42,20 +42,21 @@ class View:
         # gone knows why at once
         self.end_reason: BaseException | str | None = None
 
-    def _trace(self):
+    def live_trace(self):
+        """The trace the view reads, or None once its dataflow let go of it (see ``released``)."""
         h = self.op.handle
         return h.live_trace() if h is not None else None
 
     @property
     def frontier(self) -> Antichain:
         """Every epoch before this frontier is final in the view."""
-        t = self._trace()
+        t = self.live_trace()
         return t.snapshot.upper if t is not None else Antichain()
 
     @property
     def released(self) -> bool:
         """Whether the view's dataflow let go of it (dropped, failed or cancelled)."""
-        return self._trace() is None
+        return self.live_trace() is None
 
     @property
     def epoch(self):
@@ -82,7 +83,7 @@ class View:
             if info.error is not None:
                 raise_failure(self.dataflow, info.error)
             if any(n == self.name for n, _ in info.views):
-                return self._trace() is not None
+                return self.live_trace() is not None
         raise UsageError(f"view {self.name!r}: dataflow {self.dataflow!r} has been dropped")
 
     def check(self, snap=None):
@@ -103,7 +104,7 @@ class View:
 
     def _snapshot(self):
         """The view's trace snapshot, or raise why the view cannot be read."""
-        trace = self._trace() if self._check() else None
+        trace = self.live_trace() if self._check() else None
         if trace is None:
             self._released()
         return trace.snapshot
@@ -112,7 +113,7 @@ class View:
         try:
             return self.op.handle.accumulate(at, snapshot=snap)
         except UsageError:
-            if self._trace() is None:  # released while being read
+            if self.live_trace() is None:  # released while being read
                 self._released()
             raise
 

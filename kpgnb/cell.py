@@ -196,7 +196,7 @@ def view_export(eng, view) -> str | None:
     None. An export is the view's only where it is the very arrangement the view reads (its trace): a
     dataflow exporting another collection under the view's name does not export the view."""
     try:
-        trace = view._trace()
+        trace = view.live_trace()
         catalog = eng.snapshot().catalog
     except KpgnbError:  # (a closed engine)
         return None

@@ -97,7 +97,7 @@ def _start_jvm(master: str, app: str, settings: dict):
 
 # -- argument checks ------------------------------------------------------------------------------------------
 
-def _check_session(spark, where: str, optional: bool = False):
+def check_session(spark, where: str, optional: bool = False):
     """Refuse what is not a SparkSession (duck typed, so that a Spark Connect session passes and pyspark is
     not imported) with an ArgumentTypeError naming ``where``, before any job runs."""
     if optional and spark is None:
@@ -421,7 +421,7 @@ class ChangeWriter:
         if not isinstance(view, View):
             raise ArgumentTypeError(f"write_changes(view, spark, path): view must be a View, not "
                                     f"{type(view).__name__}")
-        _check_session(spark, f"write_changes(view {view.name!r}, spark, path)")
+        check_session(spark, f"write_changes(view {view.name!r}, spark, path)")
         if not isinstance(path, (str, os.PathLike)):
             raise ArgumentTypeError(f"write_changes(view {view.name!r}, spark, path): path must be a str or a "
                                     f"path, not {type(path).__name__}")
@@ -537,7 +537,7 @@ def run(build, inputs: dict, spark=None, *, diff_col: str | None = None, diffs: 
     DataFrame with the view's columns (rows repeated by multiplicity, or with ``diffs=True`` a ``diff``
     column, ``diff_`` for a view with a column named diff), equal to what the engine's views would hold. An operator Spark cannot run raises a
     DataflowError naming it before any job starts. See kpgnb/spark_backend.py."""
-    _check_session(spark, "kp.spark.run", optional=True)
+    check_session(spark, "kp.spark.run", optional=True)
     from .spark_backend import run as run_on_spark
     return run_on_spark(build, inputs, spark, diff_col=diff_col, diffs=diffs, compact_every=compact_every)
 
@@ -546,7 +546,7 @@ def datalog(text: str, inputs: dict, spark=None, *, diffs: bool = False) -> dict
     """A Datalog program (the language of ``eng.datalog``) evaluated as Spark jobs: ``inputs`` maps each
     input predicate to a Spark (or pandas) DataFrame, columns by position. Returns derived predicate ->
     Spark DataFrame, equal to the engine's ``prog[pred]`` on the same inputs."""
-    _check_session(spark, "kp.spark.datalog", optional=True)
+    check_session(spark, "kp.spark.datalog", optional=True)
     diffs = check_flag(diffs, "kp.spark.datalog: diffs")
     if isinstance(inputs, dict):
         for pred, f in inputs.items():

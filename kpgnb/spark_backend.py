@@ -821,7 +821,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     more than this many pieces (one per round it changed in) is merged into one first."""
     from pyspark.sql import functions as F
     from . import spark as bridge
-    bridge._check_session(spark, "kp.spark.run", optional=True)
+    bridge.check_session(spark, "kp.spark.run", optional=True)
     if not isinstance(inputs, dict):
         raise SchemaError("inputs= must map input names to Spark (or pandas) DataFrames")
     if diff_col is not None and not isinstance(diff_col, str):
