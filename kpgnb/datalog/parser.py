@@ -174,6 +174,10 @@ class _ToSyntax(Transformer):
     def number(self, meta, items):
         text = str(items[0])
         value = int(text) if text.isdigit() else float(text)
+        if value in (float("inf"), float("-inf")):  # 1e400: the literal is past float64's range
+            tok = items[0]
+            raise datalog_error(self.text, tok.line, tok.column, f"the float constant {text} is beyond the "
+                                f"largest float64 (about 1.8e308)", _span(tok))
         const = Const(value, _span(items[0]))
         if isinstance(value, int) and value > INT64[1]:  # (a unary minus may take it back: see neg)
             self._unsigned[id(const)] = items[0]
