@@ -335,9 +335,11 @@ def test_bug_spark_session_bad_options_are_kpgnb_errors(monkeypatch, kw, word):
             monkeypatch.setenv(var, os.environ[var])
         else:
             monkeypatch.delenv(var, raising=False)
-    from pyspark import SparkContext
-    if SparkContext._active_spark_context is not None:
-        pytest.skip("a SparkSession runs in this process: session() would apply the settings to it")
+    import kpgnb.spark as kspark
+
+    def no_jvm(*args, **kwargs):  # (a running SparkSession would take the settings: stop before the JVM)
+        raise AssertionError("session() reached the JVM with a bad option")
+    monkeypatch.setattr(kspark, "_start_jvm", no_jvm)
     with pytest.raises(kp.KpgnbError, match=word):
         kp.spark.session(**kw)
 
