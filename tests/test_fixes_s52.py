@@ -13,3 +13,36 @@ def test_datalog_float_literal_beyond_float64_is_an_error_at_its_column():
         prog = eng.datalog("p(x) :- e(x), x < 1.5e300.", inputs={"e": pd.DataFrame({"a": [1.0, 2.0]})})
         eng.wait(prog["p"], timeout=60)
         assert sorted(prog["p"].to_pandas()["x"]) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("shape", ["random", "runs", "equal", "descending", "short"])
+def test_sort_index_segment_is_a_stable_sort_by_key_val_time(shape):
+    """The natural merge sort orders any input as a stable lexicographic sort would, whatever runs it
+    starts from (random rows, a few sorted runs as a trace's batches give, all equal, reversed)."""
+    import numpy as np
+    from kpgnb.engine.kernels.sort import sort_index_segment
+
+    rng = np.random.default_rng(52)
+    for trial in range(40):
+        n = int(rng.integers(2, 24 if shape == "short" else 600))
+        keys = rng.integers(0, 3, (1, n))
+        vals = rng.integers(0, 4 if shape != "equal" else 1, (2, n))
+        times = rng.integers(0, 5 if shape != "equal" else 1, (n, 2))
+        if shape == "equal":
+            keys[:] = 1
+        idx = np.arange(n, dtype=np.int64)
+        order = np.lexsort((times[:, 1], times[:, 0], vals[1], vals[0], keys[0]))  # stable
+        if shape == "runs":  # rows given as a few sorted runs of the final order, as a trace's batches give
+            rank = np.argsort(order)
+            cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(1, 8))), replace=False))
+            idx = np.concatenate([part[np.argsort(rank[part])] for part in np.split(rng.permutation(n), cuts)])
+        elif shape == "descending":
+            idx = order[::-1].astype(np.int64).copy()
+        s = int(rng.integers(0, 3))
+        padded = np.concatenate([np.full(s, -7), idx, np.full(2, -9)]).astype(np.int64)
+        tmp = np.zeros_like(padded)
+        sort_index_segment(padded, s, s + n, keys, vals, times, tmp)
+        got = padded[s:s + n]
+        assert padded[:s].tolist() == [-7] * s and padded[s + n:].tolist() == [-9, -9]
+        want = idx[np.lexsort((times[idx, 1], times[idx, 0], vals[1, idx], vals[0, idx], keys[0, idx]))]
+        assert got.tolist() == want.tolist(), (shape, trial, n)

@@ -67,12 +67,25 @@ def unpack_positions(packed):
     return perm, skh
 
 
+MIN_RUN = 16  # natural runs shorter than this are extended by insertion sort before merging
+
+
 @kernel
-def _merge_pass(src, dst, s, e, width, keys, vals, times):
-    lo = s
-    while lo < e:
-        mid = min(lo + width, e)
-        hi = min(lo + 2 * width, e)
+def _merge_runs(src, dst, bounds, nb, keys, vals, times):
+    """One merge pass: runs src[bounds[r]:bounds[r+1]] merged in pairs into dst (ties from the left run
+    first: stable); an odd last run is copied. Returns the number of runs left, their bounds in place."""
+    out = 0
+    r = 0
+    while r < nb:
+        lo = bounds[r]
+        if r + 1 == nb:
+            for k in range(lo, bounds[r + 1]):
+                dst[k] = src[k]
+            bounds[out] = lo
+            out += 1
+            break
+        mid = bounds[r + 1]
+        hi = bounds[r + 2]
         i = lo
         j = mid
         k = lo
@@ -92,13 +105,20 @@ def _merge_pass(src, dst, s, e, width, keys, vals, times):
             dst[k] = src[j]
             j += 1
             k += 1
-        lo = hi
+        bounds[out] = lo
+        out += 1
+        r += 2
+    bounds[out] = bounds[nb]
+    return out
 
 
 @kernel
 def sort_index_segment(idx, s, e, keys, vals, times, tmp):
-    """Sort idx[s:e] by (key, val, time) of the rows it points at: insertion sort when short, a stable
-    bottom-up merge sort otherwise (``tmp`` is scratch at least as long as idx)."""
+    """Sort idx[s:e] by (key, val, time) of the rows it points at, stably: insertion sort when short,
+    otherwise a natural merge sort (``tmp`` is scratch at least as long as idx). Its input is mostly
+    sorted runs (a key's rows from each batch of a trace, times that advancing by a meet made equal),
+    which it merges as they are: O(n log runs), O(n) when already sorted, where a plain merge sort
+    spent O(n log n) on every key's whole history at every step."""
     m = e - s
     if m < 2:
         return
@@ -111,20 +131,34 @@ def sort_index_segment(idx, s, e, keys, vals, times, tmp):
                 b -= 1
             idx[b + 1] = x
         return
-    for a in range(s + 1, e):  # runs often arrive sorted (a key's rows from one batch): check first
-        if cmp_update(keys, vals, times, idx[a - 1], idx[a]) > 0:
-            break
-    else:
-        return
-    width = 1
+    bounds = np.empty(m // MIN_RUN + 3, np.int64)
+    nb = 0
+    lo = s
+    while lo < e:  # runs: each natural non-decreasing run, extended to MIN_RUN rows by insertion
+        hi = lo + 1
+        while hi < e and cmp_update(keys, vals, times, idx[hi - 1], idx[hi]) <= 0:
+            hi += 1
+        if hi - lo < MIN_RUN and hi < e:
+            top = min(lo + MIN_RUN, e)
+            for a in range(hi, top):
+                x = idx[a]
+                b = a - 1
+                while b >= lo and cmp_update(keys, vals, times, idx[b], x) > 0:
+                    idx[b + 1] = idx[b]
+                    b -= 1
+                idx[b + 1] = x
+            hi = top
+        bounds[nb] = lo
+        nb += 1
+        lo = hi
+    bounds[nb] = e
     in_idx = True
-    while width < m:
+    while nb > 1:
         if in_idx:
-            _merge_pass(idx, tmp, s, e, width, keys, vals, times)
+            nb = _merge_runs(idx, tmp, bounds, nb, keys, vals, times)
         else:
-            _merge_pass(tmp, idx, s, e, width, keys, vals, times)
+            nb = _merge_runs(tmp, idx, bounds, nb, keys, vals, times)
         in_idx = not in_idx
-        width *= 2
     if not in_idx:
         for a in range(s, e):
             idx[a] = tmp[a]
