@@ -13,7 +13,9 @@ readers' frontier lagged keeps times that later became indistinguishable. So a s
 - when its records exceed ``BLOAT`` times an estimate of its live records, it folds its two oldest
   batches together (once the logical frontier has reached the younger one, so its retractions can
   cancel). The estimate is the balance (records with positive diffs minus those with negative ones)
-  over the batches that start at or before the logical frontier, plus every record of the batches
+  over the batches that start at or before the logical frontier (at depth 1 at most their (key, value)
+  pairs, counting all records of a batch whose times do not all compact to one: a row inserted 60 times
+  and retracted a copy an epoch is 60 records of balance -58 that leave one), plus every record of the batches
   that start past it (times readers still tell apart), plus the oldest batch's records that its balance
   does not explain if compacting it further cannot merge them (it is consolidated, so they are distinct
   live pairs: negative rows, or rounds of an iteration's history). For a set it is exact once compacted;
@@ -138,15 +140,20 @@ class Spine:
         bs = self.batches()
         if not bs:
             return 0
-        balance, window = self._balance, 0
+        balance, window, settled = self._balance, 0, len(bs)
         for b in reversed(bs[1:]):  # batches starting past the frontier hold times readers tell apart
             if b.lower.less_equal(logical):
                 break
             balance -= b.balance
             window += b.n
+            settled -= 1
+        core = abs(balance)
+        if self.depth == 1:
+            # a batch whose every time compacts to one keeps at most one record per (key, value) pair
+            core = min(core, sum(b.pairs if b.upper.less_equal(logical) else b.n for b in bs[:settled]))
         first = bs[0]
         hidden = 0 if first.collapses(logical) else first.n - abs(first.balance)
-        est = abs(balance) + hidden + window
+        est = core + hidden + window
         self._estimate = (key, est)
         return est
 
@@ -156,13 +163,25 @@ class Spine:
         r = self._records
         if self._unfolded(logical):
             return True
-        # the estimate is at least |balance| (each batch's |balance| is at most its records), so most
-        # calls are answered without it (it is recomputed whenever the logical frontier moves)
-        if (r <= BLOAT * abs(self._balance) or r <= BLOAT * self.live_estimate(logical)) \
+        # most calls are answered by the estimate's floor, without it (it is recomputed whenever the
+        # logical frontier moves)
+        if (r <= BLOAT * self._floor() or r <= BLOAT * self.live_estimate(logical)) \
                 and not self._may_repeat():
             return False
         limit, hi = self._guard
         return r > limit or _passed(hi, logical)
+
+    def _floor(self) -> int:
+        """A lower bound of ``live_estimate`` whatever the logical frontier, in O(1) where it can be:
+        |balance| (each batch's |balance| is at most its records). At depth 1 with more records
+        retracting than inserting, which a collection of positive multiplicities only holds where
+        retractions cancel parts of them (a row inserted 60 times and retracted a copy an epoch is 60
+        records of balance -58 that leave one), at most the batches' (key, value) pairs, which bound the
+        estimate once the batches compact."""
+        floor = abs(self._balance)
+        if self.depth == 1 and self._balance < 0:
+            floor = min(floor, sum(b.pairs for b in self.batches()))
+        return floor
 
     def _unfolded(self, logical: Antichain) -> bool:
         """Whether a complete spine (its upper empty: every input closed, nothing more is appended) could
@@ -174,15 +193,16 @@ class Spine:
         return len(bs) > 1 or bs[0].collapses(logical)
 
     def _may_repeat(self) -> bool:
-        """Whether an epoch-timed bag without retractions may hold the same rows in several batches or
+        """Whether an epoch-timed bag of mostly insertions may hold the same rows in several batches or
         times (a click stream's repeated rows, which the balance counts once per record though compaction
-        adds them up): its records exceed ``BLOAT`` times a lower bound of its live records, the largest
-        batch's distinct (key, value) pairs (its records, for a batch bigger than that bound allows: one
-        merged while a reader held its times apart). Tidying is then worth a try; where the rows are all
-        distinct a fold leaves one batch holding most records, and the failed-tidy guard bounds the rest.
-        (Not inside loops, whose rounds are distinct times.)"""
+        adds them up; a retracted click does not change that): its records exceed ``BLOAT`` times the
+        largest batch's distinct (key, value) pairs (its records, for a batch bigger than that bound allows:
+        one merged while a reader held its times apart), a lower bound of its live records where nothing is
+        retracted. Tidying is then worth a try; where the rows are all distinct a fold leaves one batch
+        holding most records, and the failed-tidy guard bounds the rest. (Not inside loops, whose rounds
+        are distinct times.)"""
         r = self._records
-        return self.depth == 1 and r == self._balance and all(
+        return self.depth == 1 and self._balance > 0 and all(
             r > BLOAT * (b.pairs if BLOAT * len(b) >= r else len(b)) for b in self.batches())
 
     def settled(self, logical: Antichain, physical: Antichain) -> bool:
@@ -195,12 +215,12 @@ class Spine:
 
     def _settle(self, logical: Antichain, physical: Antichain):
         """Record that maintenance left nothing to do, and on which frontiers that depends. Only tidying
-        reads the logical frontier, and a spine with at most ``BLOAT`` times its |balance| in records is
-        never bloated, whatever that frontier (the live estimate is at least |balance|). The physical
+        reads the logical frontier, and a spine with at most ``BLOAT`` times its ``_floor`` in records is
+        never bloated, whatever that frontier. The physical
         frontier only holds merges back: once every batch's upper is at or before it, no other one lets
         more merges start. So a loop's trace stays settled while its readers' frontiers move every
         round, and inserting an empty batch there plans no merges at all."""
-        lo = ANY if self._records <= BLOAT * abs(self._balance) and not self._may_repeat() \
+        lo = ANY if self._records <= BLOAT * self._floor() and not self._may_repeat() \
             and not self._unfolded(logical) else logical.elements
         # the batches' uppers advance along the spine: the last one's bounds them all
         ph = ANY if self._last_upper().less_equal(physical) else physical.elements

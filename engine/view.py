@@ -236,15 +236,18 @@ class View:
             raise DataflowError(f"view {self.name!r} of dataflow {self.dataflow!r}: {e}") from e
 
     # -- following ------------------------------------------------------------------------------------
-    def follow(self, timeout: float | None = None) -> "Follower":
+    def follow(self, timeout: float | None = None, progress: bool = False) -> "Follower":
         """An iterator of change DataFrames (the view's columns, ``time`` and ``diff``, named ``time_`` and
         ``diff_`` where the view has columns of those names: ``follower.time_col``/``diff_col``): first the contents
         at the current frontier (``time`` = its last complete epoch), then each completed epoch's changes in
-        order. It ends when the view is dropped or every input is closed; it raises if the dataflow fails.
-        ``timeout`` bounds each wait for the next item (TimeoutError)."""
+        order (several epochs in one frame for a reader that fell behind). It ends when the view is dropped
+        or every input is closed; it raises if the dataflow fails. ``timeout`` bounds each wait for the next
+        frame (TimeoutError: no change within it). ``progress=True`` also yields an empty frame when epochs
+        complete that change nothing in the view, so a loop that reads ``follower.epoch`` after each frame
+        sees every epoch pass (and ``timeout`` then bounds the wait for the next epoch)."""
         self._check()
         check_timeout(timeout, f"view {self.name!r}: follow")
-        f = Follower(self, timeout)
+        f = Follower(self, timeout, check_flag(progress, f"view {self.name!r}: follow(progress=)"))
         self.engine.call(Follow(self, f))
         return f
 
@@ -424,9 +427,10 @@ class Follower:
     """The receiving end of ``View.follow``. The scheduler calls ``start``, ``deliver`` and ``end``;
     the consumer iterates. Decoding happens on the consumer's thread."""
 
-    def __init__(self, view: View, timeout: float | None = None):
+    def __init__(self, view: View, timeout: float | None = None, progress: bool = False):
         self.view = view
         self.timeout = timeout
+        self.progress = progress  # an empty frame for epochs that complete with no change (View.follow)
         # the columns each frame adds (``time_``/``diff_`` where the view has its own time or diff)
         self.time_col, self.diff_col = view.schema.free("time"), view.schema.free("diff")
         self.frontier = Antichain([(0,)])
@@ -523,11 +527,21 @@ class Follower:
                         if not self._closed:
                             self._items.appendleft(item)
                 raise
+            moved = epoch_of(item[4]) != epoch_of(self.frontier)
             self.frontier = upper = item[4]
             if not upper.elements:  # nothing more will come
                 self.end(self._error)
             if frame is not None:
                 return frame
+            if moved and self.progress:  # epochs completed that change nothing the view shows
+                return self._empty()
+
+    def _empty(self):
+        import pandas as pd
+        cols = self.view._decode(np.zeros((len(self.view.schema.names), 0), np.int64))
+        cols[self.time_col] = np.zeros(0, np.int64)
+        cols[self.diff_col] = np.zeros(0, np.int64)
+        return pd.DataFrame(cols)
 
     def _frame(self, kind, data, cnt, epoch, upper):
         """A queued item as the DataFrame it yields (None: changes that add no row)."""
