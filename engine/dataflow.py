@@ -356,18 +356,31 @@ def _update(op: Operator, inputs_moved: bool = True):
         op._stale = False
 
 
-def _restart(loop):
+def _restart(loop, seen=None) -> int:
     """Mark a loop for recomputation from the empty frontier (the top of the lattice). A loop whose only
     operator that changes times is its back edge starts there from its exact frontier instead (``_seed``),
-    so that one sweep settles it."""
+    so that one sweep settles it. Loops that read this one restart too: their frontiers were computed from
+    this loop's, which now start again from above, and a loop left to climb from below towards a fixed
+    point that is the empty frontier (every input closed) would climb a round per sweep for ever. Returns
+    the least position of the operators restarted."""
+    seen = set() if seen is None else seen
+    seen.add(id(loop))
+    downstream = []
     for op in loop:
         op.out_frontier = _EMPTY
         op._stale = True
         for c, _ in op.consumers:
             c._stale = True
+            if c._loop is not None and c._loop is not loop and id(c._loop) not in seen:
+                seen.add(id(c._loop))
+                downstream.append(c._loop)
     back = loop[0]._back
     if back is not None:
         back.out_frontier = _seed(loop, back)
+    least = loop[0]._pos
+    for later in downstream:
+        least = min(least, _restart(later, seen))
+    return least
 
 
 def _seed(loop, back) -> Antichain:
@@ -503,8 +516,7 @@ class Graph:
                                 # a loop's input moved: its frontiers are a greatest fixed point, which
                                 # only iteration from the top reaches (from below, rounds would climb
                                 # one per sweep without end)
-                                _restart(c._loop)
-                                again = again or c._loop[0]._pos <= i
+                                again = _restart(c._loop) <= i or again
                             if c._pos <= i:
                                 again = True
 
