@@ -16,12 +16,14 @@ def machine() -> dict:
             "processor": platform.processor() or platform.machine()}
 
 
-def parse_args(parser, argv, quick: dict, positive=(), least: dict | None = None):
+def parse_args(parser, argv, quick: dict, positive=(), least: dict | None = None, floats: dict | None = None):
     """Parse ``argv`` with a ``--quick`` option that swaps the defaults for ``quick`` (small sizes that
     finish well under a minute on 2 cores); options given explicitly still win. Integer options are
     checked before anything runs (an argparse error, exit status 2): none is negative, worker counts
     (comma-separated where a benchmark takes several) and the ``positive`` options (by destination name)
-    are at least 1, and ``least`` gives other lower bounds (name -> bound)."""
+    are at least 1, and ``least`` gives other lower bounds (name -> bound). Float options are checked too:
+    none is NaN, and ``floats`` gives ranges (name -> ``(low, high)``, either None for no bound; a low
+    bound written ``(">", x)`` excludes x itself: ``(">", 0)`` for "more than 0")."""
     parser.add_argument("--quick", action="store_true",
                         help="small sizes for a smoke run (explicit options still apply); writes "
                              "bench/results/NAME-quick.json, leaving the full results alone")
@@ -41,6 +43,19 @@ def parse_args(parser, argv, quick: dict, positive=(), least: dict | None = None
         for x in items:
             if isinstance(x, int) and not isinstance(x, bool) and x < bound:
                 parser.error(f"{flag}: expected integers >= {bound}, got {x}")
+            if isinstance(x, float) and x != x:
+                parser.error(f"{flag}: expected a number, got {x}")
+    for name, (low, high) in (floats or {}).items():
+        value = getattr(args, name)
+        if value is None:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        above = isinstance(low, tuple)
+        lo = low[1] if above else low
+        if (lo is not None and (value <= lo if above else value < lo)) or (high is not None and value > high):
+            want = " and ".join(w for w in (None if lo is None else f"{'>' if above else '>='} {lo}",
+                                             None if high is None else f"<= {high}") if w)
+            parser.error(f"{flag}: expected a number {want}, got {value}")
     return args
 
 

@@ -110,27 +110,60 @@ def _ba(n: int, m: int, rng):
     return np.where(flip, dst, src), np.where(flip, src, dst)
 
 
+class GraphSizeError(ValueError):
+    """The graph cannot have the edges asked for (more than its nodes hold, or more distinct ones than
+    R-MAT's draws reach): an argument error, said before (or instead of) drawing for ever."""
+
+
+def graph_nodes(cfg: dict) -> int:
+    """The graph's number of nodes: ``nodes``, rounded up to a power of two (at least 2) for R-MAT."""
+    if cfg.get("graph", "rmat") == "ba":
+        return int(cfg["nodes"])
+    return 1 << max(1, int(np.ceil(np.log2(max(2, int(cfg["nodes"]))))))
+
+
+def check_graph_size(cfg: dict):
+    """GraphSizeError unless the graph can hold ``edges`` edges: n nodes hold n * (n - 1) edges without
+    self-loops or duplicates, and Barabasi-Albert needs 2 nodes to start from."""
+    n, m = graph_nodes(cfg), int(cfg["edges"])
+    if m < 1:
+        raise GraphSizeError(f"--edges {m}: the graph needs at least 1 edge")
+    if n < 2:
+        raise GraphSizeError(f"--nodes {cfg['nodes']}: the graph needs at least 2 nodes")
+    if m > n * (n - 1):
+        raise GraphSizeError(f"--edges {m}: {n:,} nodes{' (--nodes rounded up to a power of two)' if n != int(cfg['nodes']) else ''} "
+                             f"hold at most {n * (n - 1):,} edges without self-loops or duplicates; ask for fewer "
+                             f"edges or more nodes")
+
+
+RMAT_DRAWS = 64  # R-MAT's draws stop at this many times the first: a graph too dense for it is refused
+
+
 def make_graph(cfg: dict):
     """(n, src, dst, w): a power-law graph of about ``edges`` edges, no self-loops or duplicate edges,
-    shuffled; weights uniform 1..10."""
+    shuffled; weights uniform 1..10. GraphSizeError when it cannot have that many edges."""
+    check_graph_size(cfg)
     rng = np.random.default_rng(cfg["seed"])
     m = int(cfg["edges"])
+    n = graph_nodes(cfg)
     if cfg.get("graph", "rmat") == "ba":
-        n = int(cfg["nodes"])
         s, d = _ba(n, m, rng)
         keep = s != d
         pk = np.unique(s[keep] * n + d[keep])
     else:
-        scale = max(1, int(np.ceil(np.log2(max(2, int(cfg["nodes"]))))))
-        n = 1 << scale
+        scale = n.bit_length() - 1
         pk = np.zeros(0, np.int64)
-        want = int(m * 1.3) + 16
-        for _ in range(20):  # R-MAT repeats edges: draw until there are enough distinct ones
+        first = want = int(m * 1.3) + 16
+        while True:  # R-MAT repeats edges: draw until there are enough distinct ones
             s, d = _rmat(scale, want, rng)
             keep = s != d
             pk = np.unique(np.concatenate([pk, s[keep] * n + d[keep]]))
             if len(pk) >= m:
                 break
+            if want * 2 > RMAT_DRAWS * first:
+                raise GraphSizeError(f"--edges {m}: R-MAT drew only {len(pk):,} distinct edges on {n:,} nodes (in "
+                                     f"{2 * want - first:,} draws); its skew leaves the rest unlikely: ask for fewer "
+                                     f"edges or more nodes")
             want *= 2
     pk = rng.permutation(pk)[:m]
     src, dst = pk // n, pk % n
@@ -188,7 +221,10 @@ def data(cfg: dict) -> dict:
 
 
 def _budget_counts(cfg: dict) -> list:
+    """The numbers of SPSP sources of the budget search: ``sources``, doubled up to ``budget_max``."""
     counts, c = [], int(cfg["sources"])
+    if c < 1:  # (0 doubled stays 0: the search would never end)
+        raise ValueError(f"the budget search starts from --sources {c}; it needs at least 1 source")
     while c <= int(cfg["budget_max"]):
         counts.append(c)
         c *= 2
@@ -741,7 +777,12 @@ def main(argv=None):
     p.add_argument("--child", help=argparse.SUPPRESS)  # internal: jobs, in a subprocess
     if argv is None and "--child" in sys.argv:
         return _child(sys.argv[sys.argv.index("--child") + 1])
-    a = parse_args(p, argv, QUICK)
+    a = parse_args(p, argv, QUICK, positive=("batches", "batch_size", "sources", "iterations"),
+                   floats={"delete_fraction": (0.0, 1.0), "drop_p": (0.0, 1.0), "rtol": (0.0, None),
+                           "budget_mb": ((">", 0.0), float(1 << 22)),  # (4 TiB: a Bloom filter of 1/32 of it
+                           # is the largest kp.Drop takes, 2**40 bits) "budget_seconds": (0.0, None),
+                           "run_seconds": (0.0, None), "job_timeout": ((">", 0.0), None),
+                           "mem_limit_gb": ((">", 0.0), None)})
     cfg = {k: getattr(a, k) for k in ("graph", "nodes", "edges", "batches", "batch_size", "delete_fraction",
                                      "sources", "k", "iterations", "drop_p", "bloom_bits", "budget_mb",
                                      "budget_max", "budget_batches", "budget_seconds", "run_seconds", "rtol",
@@ -752,9 +793,24 @@ def main(argv=None):
     for m in modes + budget_modes:
         if m not in MODES:
             p.error(f"unknown mode {m!r}; choose from {list(MODES)}")
-    sweep = [float(x) for x in a.sweep_p.split(",") if x.strip()]
+    for q in queries:
+        if q not in QUERIES:
+            hint = " (kpgnb.graphs' sssp is the benchmark's 'spsp')" if q == "sssp" else ""
+            p.error(f"unknown query {q!r}{hint}; choose from {list(QUERIES)}")
+    try:
+        sweep = [float(x) for x in a.sweep_p.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--sweep-p: expected comma-separated probabilities, got {a.sweep_p!r}")
+    _check_drop_knobs(p, cfg, sweep)
+    try:
+        check_graph_size(cfg)
+    except GraphSizeError as ex:
+        p.error(str(ex))
     t_start = time.perf_counter()
-    d = data(cfg)
+    try:
+        d = data(cfg)
+    except GraphSizeError as ex:  # (R-MAT's draws did not reach that many distinct edges)
+        p.error(str(ex))
     jobs = []
     for m in modes:
         jobs += [{"kind": "query", "query": q, "mode": m} for q in queries]
@@ -803,6 +859,25 @@ def main(argv=None):
     report(payload)
     print("wrote", write_result(f"memory_modes-{a.tag}" if a.tag else "memory_modes", payload, a.quick))
     return payload
+
+
+def _check_drop_knobs(p, cfg: dict, sweep: list):
+    """The drop modes' knobs (``--drop-p``, each ``--sweep-p``, ``--bloom-bits``, and the budget runs' Bloom
+    filter sized from ``--budget-mb``) checked as ``kp.Drop`` checks them, before anything runs: an argparse
+    error, not a failed drop run per job reported after the whole benchmark."""
+    import kpgnb as kp
+    flags = [("--drop-p", cfg["drop_p"])] + [("--sweep-p", x) for x in sweep]
+    for flag, x in flags:
+        try:
+            kp.Drop(p=x, seed=int(cfg["seed"]))
+        except kp.KpgnbError as ex:
+            p.error(f"{flag} {x}: {ex}")
+    for flag, bits in (("--bloom-bits", int(cfg["bloom_bits"]) or None), ("--budget-mb", budget_bloom_bits(cfg))):
+        try:
+            kp.Drop(p=float(cfg["drop_p"]), tracker="bloom", bloom_bits=bits, seed=int(cfg["seed"]))
+        except kp.KpgnbError as ex:
+            why = "" if flag == "--bloom-bits" else f" (the budget runs' Bloom filter of {bits:,} bits, 1/32 of it)"
+            p.error(f"{flag} {cfg[flag[2:].replace('-', '_')]}{why}: {ex}")
 
 
 # -- summary -----------------------------------------------------------------------------------------------------

@@ -122,6 +122,11 @@ class DataflowBuilder:
         self.check_building()
         check_name(name, "df.use", "an exported arrangement")
         if name not in self._used:
+            if name in self.exports:  # (exports are published when the block installs)
+                raise SchemaError(f"{name!r} is exported by this dataflow ({self.name!r}) itself: its exports are "
+                                  f"published when the block installs, so df.use({name!r}) cannot import it here; "
+                                  f"read the arrangement that .export({name!r}) returned (or the collection it was "
+                                  f"made from) in this block, and df.use({name!r}) in a later dataflow")
             catalog = self.engine.snapshot().catalog
             entry = catalog.get(name)
             trace = entry.live_trace() if entry is not None else None

@@ -101,6 +101,10 @@ class Collection:
             raise SchemaError("a collection can only enter a loop nested inside its own scope")
         if scope in self._entered:
             return self._entered[scope]
+        if _reads_scope(self.op, scope):  # (a cycle through the enclosing scope: no round could ever complete)
+            raise SchemaError("a loop cannot read its own result: this collection is computed from the loop it "
+                              "would enter (a leave() of it, or of a loop inside it); each round must use the "
+                              "loop's collections directly, not left ones")
         out = self._enter_child(scope) if scope.parent is self.scope else self.enter(scope.parent).enter(scope)
         self._entered[scope] = out
         return out
@@ -170,6 +174,10 @@ class Collection:
 
     # -- user functions -------------------------------------------------------------------------
     def _params(self, fn, who):
+        if not callable(fn):
+            raise ArgumentTypeError(f"the {who} function must be a function of the columns "
+                                    f"{list(self.schema.names)} (called with NumPy arrays), got "
+                                    f"{type(fn).__name__} {fn!r:.80}")
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -267,10 +275,20 @@ class Collection:
         if repeat is not None:
             repeat = check_flag(repeat, "flat_map's repeat")
 
+        shapes = []  # what each trial call returned: (dict of columns, how) is what every batch must return
+
         def cols_only(**kw):
             res = fn(**kw)
-            return res[0] if isinstance(res, tuple) else res
+            paired = isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], dict)
+            shapes.append(paired or (f"a tuple of {len(res)}" if isinstance(res, tuple) else
+                                     "only a dict of columns" if isinstance(res, dict) else type(res).__name__))
+            return res[0] if isinstance(res, tuple) and res else res
         schema = self._out_schema(cols_only, params, out, "flat_map", site)
+        if shapes and True not in shapes:
+            raise SchemaError(f"the flat_map function at {site} must return (dict of columns, index or counts): "
+                              f"the output columns and, for each output row, its input row (an index array) or, "
+                              f"for each input row, how many output rows it makes (counts); it returned "
+                              f"{shapes[0]} (called on a trial batch)")
         op = FlatMapOp(self.scope, self._stream(), fn, params, self.schema, schema, self.builder.engine.symbols,
                        site, repeat)
         op.inferred = out is None
@@ -279,6 +297,9 @@ class Collection:
     def inspect(self, fn) -> "Collection":
         """fn(columns: dict, times: n x d array, diffs) for every batch; the updates pass unchanged."""
         self._live()
+        if not callable(fn):
+            raise ArgumentTypeError(f"inspect takes a function fn(columns, times, diffs), got "
+                                    f"{type(fn).__name__} {fn!r:.80}")
         op = InspectOp(self.scope, self._stream(), fn, None, self.schema, self.builder.engine.symbols,
                        Site.capture())
         return self._derive(op, self.schema)
@@ -774,6 +795,10 @@ class Variable(Collection):
             if initial.builder is not builder:
                 raise SchemaError("a Variable's initial collection is of another dataflow: collections from "
                                   "different dataflows cannot be combined; export an arrangement and df.use() it")
+            if initial.scope is not scope and not initial.scope.is_ancestor_of(scope):
+                raise SchemaError("a Variable's initial collection is of " + (
+                    "a loop nested in the variable's" if scope.is_ancestor_of(initial.scope) else "another loop")
+                    + ": leave() it first")
             init = initial.enter(scope) if initial.scope is not scope else initial
             schema = init.schema
             if columns is not None or dtypes is not None:  # (they name a variable with no initial: here, checked)

@@ -145,9 +145,11 @@ class Schema:
         return self.dtypes[self.index(name)]
 
     def free(self, name: str) -> str:
-        """``name``, or ``name_``, ``name__``... whichever no column has: the name of a column a read adds
-        (``diff``, ``time``) without hiding one of the view's own."""
-        while name in self.names:
+        """``name``, or ``name_``, ``name__``... whichever no column has in any case: the name of a column a
+        read adds (``diff``, ``time``) without hiding one of the view's own, in pandas and in Spark alike
+        (Spark resolves column names regardless of case: ``diff`` beside ``DIFF`` is ambiguous there)."""
+        taken = {n.casefold() for n in self.names}
+        while name.casefold() in taken:
             name += "_"
         return name
 
@@ -277,6 +279,8 @@ def float_bits(f: np.ndarray) -> np.ndarray:
 
 _INT64_MAX = 2 ** 63 - 1
 _RANGE = "outside int64's range [-2**63, 2**63 - 1]"
+_FLOAT_RANGE = "outside float64's range (its largest finite value is about 1.8e308)"
+_INF = float("inf")
 
 
 def _utf8(s: str) -> bool:
@@ -314,7 +318,16 @@ def as_column(values) -> np.ndarray:
                                  all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
                                      for v in values)):
         return np.asarray(values, dtype=object)
+    if arr.dtype.kind in "cSmM" and arr.ndim == 1 and not all(isinstance(v, _KIND_TYPES[arr.dtype.kind])
+                                                              for v in values):
+        # numbers mixed with complex, bytes or time values: NumPy made every value one (7 as 7+0j, b"7" or
+        # 7 seconds); kept as given, the encoding names the row and value that is not a number
+        return object_column(values)
     return arr
+
+
+_KIND_TYPES = {"c": (complex, np.complexfloating), "S": (bytes, np.bytes_), "m": (np.timedelta64,),
+               "M": (np.datetime64,)}
 
 
 def object_column(values) -> np.ndarray:
@@ -407,6 +420,13 @@ def encode_column(values, dtype: str, symbols: SymbolTable, name: str = "?") -> 
     if dtype == "float64":
         if arr.dtype.kind not in "iufb":
             arr = _convert_object(arr, name, "float64", float)
+        elif arr.dtype.kind == "f" and arr.dtype.itemsize > 8:  # a longdouble beyond float64: not inf
+            with np.errstate(over="ignore"):
+                bad = np.isinf(arr.astype(np.float64)) & np.isfinite(arr)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise SchemaError(f"column {name!r} is float64 but row {i} holds {_show(arr[i])} ({arr.dtype}), "
+                                  f"{_FLOAT_RANGE}")
         return float_bits(arr)
     if dtype == "bool":
         if arr.dtype.kind == "b":
@@ -468,8 +488,8 @@ def _convert_object(arr, name, dtype, conv):
             if dtype == "int64" and isinstance(v, float) and not v.is_integer():
                 why = ", which is not an integer"
                 raise ValueError
-            if isinstance(v, (str, bytes, bytearray, memoryview, complex, np.complexfloating)) or \
-                    type(v).__module__ == "datetime":
+            if isinstance(v, (str, bytes, bytearray, memoryview, complex, np.complexfloating, np.datetime64,
+                              np.timedelta64)) or type(v).__module__ == "datetime":
                 raise ValueError  # (int() would parse text and bytes, float() keep a complex's real part;
                 #                    times are not numbers)
             if hasattr(v, "__len__") and not (isinstance(v, np.ndarray) and v.ndim == 0):
@@ -484,12 +504,21 @@ def _convert_object(arr, name, dtype, conv):
                     why = ", " + _RANGE
                     raise OverflowError
                 out[i] = v_int
+            elif dtype == "float64":
+                try:
+                    f = conv(v)  # (an int or Fraction beyond float64 raises OverflowError)
+                    if f in (_INF, -_INF) and v != f:  # (a finite Decimal or longdouble beyond it: inf)
+                        raise OverflowError
+                except OverflowError:
+                    why = ", " + _FLOAT_RANGE
+                    raise
+                out[i] = f
             else:
                 out[i] = conv(v)
         except (TypeError, ValueError, OverflowError):
             if _is_null(v) and not isinstance(v, float):  # None, pd.NA (a NaN says why it is refused)
                 why = _NULL
-            raise SchemaError(f"column {name!r} is {dtype} but row {i} holds {v!r} "
+            raise SchemaError(f"column {name!r} is {dtype} but row {i} holds {_show(v)} "
                               f"({type(v).__name__}){why}") from None
     return out
 

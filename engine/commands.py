@@ -137,11 +137,13 @@ class Cancel:
 @dataclass
 class OpenHandle:
     """A TraceHandle on a named arrangement, for a caller outside the dataflows: ``on_close`` and
-    ``on_move`` as in TraceHandle; ``symbols`` decode its str columns (by the export's schema)."""
+    ``on_move`` as in TraceHandle; ``symbols`` decode its str columns (by the export's schema); ``engine``:
+    the engine giving it out (its calls raise once that is closed)."""
     name: str
     on_close: object
     on_move: object
     symbols: object
+    engine: object = None
     reply: Reply = field(default_factory=Reply)
 
 

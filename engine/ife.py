@@ -19,6 +19,7 @@ import numpy as np
 
 from .columns import SchemaError, is_int
 from .dataflow import Site
+from .errors import ArgumentTypeError, UsageError
 from .dropping import Drop
 from .operators.ife import AGGS, IfeOp, IfeSpec, message_ints, message_keep, message_split, message_values
 
@@ -64,8 +65,8 @@ def report_full(builder, name: str, join_trace, state_traces, agg: str) -> str:
 def _message_adapter(message, value, payload, who):
     """message(value=..., payload columns..., degree=...) as fn(values, payload arrays, degrees)."""
     if not callable(message):
-        raise SchemaError(f"{who}: message must be a function of the state's {value!r} column (and edge "
-                          f"payload columns, and degree), got {message!r}")
+        raise ArgumentTypeError(f"{who}: message must be a function of the state's {value!r} column (and edge "
+                                f"payload columns, and degree), got {type(message).__name__} {message!r:.80}")
     try:
         params = inspect.signature(message).parameters
     except (TypeError, ValueError):
@@ -96,6 +97,10 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
         memory="full", drop=None, start_rounds=None, symmetric=False, name="ife"):
     """See ``Collection.ife``."""
     from .collection import Arranged, Collection, _names
+    if not isinstance(name, str):  # (it names the operator in eng.stats() and its arrangements)
+        raise ArgumentTypeError(f"ife: name= is a non-empty str, not {type(name).__name__} {name!r:.80}")
+    if not name:
+        raise UsageError("ife: name= is a non-empty str, not ''")
     who = f"ife({name!r})"
     if memory not in MODES:
         raise SchemaError(f"{who}: memory={memory!r}; choose one of {list(MODES)}")
@@ -116,6 +121,7 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     if not isinstance(edges, Collection):
         raise SchemaError(f"{who}: edges must be a Collection, got {type(edges).__name__}")
     key, node, src, dst = _names(key, "key"), _names(node, "node"), _names(src, "src"), _names(dst, "dst")
+    _distinct_columns(who, key, value, src, dst)
     start.check_columns(key + [value], "state column")
     edges.check_columns(src + dst, "edge column")
     if key[len(key) - len(node):] != node:
@@ -171,6 +177,23 @@ def ife(start, edges, *, key, node, value, src=("src",), dst=("dst",), message, 
     op = IfeOp(start.scope, st.op, by_src.op, by_dst.op, spec, eng.workers, Site.capture(), name, key)
     start.builder.reports.append(op)
     return Collection(start.builder, op, state.schema, start.scope)
+
+
+def _distinct_columns(who: str, key: list, value, src: list, dst: list):
+    """ife's arguments naming one column twice, refused naming the ife and the arguments that clash (not an
+    internal select's "duplicate column names"): the state's value column among its key columns, a key
+    column twice, the edges' src columns among their dst columns, or one of them twice."""
+    for what, cols in (("key", key), ("src", src), ("dst", dst)):
+        twice = sorted({c for c in cols if cols.count(c) > 1})
+        if twice:
+            raise SchemaError(f"{who}: {what}={cols} names column(s) {twice} twice")
+    if value in key:
+        raise SchemaError(f"{who}: value={value!r} is also a key column (key={key}): the state's value must be "
+                          f"a column apart from its key")
+    both = [c for c in src if c in dst]
+    if both:
+        raise SchemaError(f"{who}: src={src} and dst={dst} both name {both}: an edge's source and destination "
+                          f"must be different columns")
 
 
 def _shared_arrangement(coll, keys, vals):

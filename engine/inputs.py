@@ -247,6 +247,9 @@ def _pandas_column(series, dtype):
     # a pandas extension column (Int64, Float64, boolean, categorical, Arrow-backed) with NA: a null, which
     # NumPy would make a NaN value (a float column would take it) or an NA object
     masked = dtype is not None and not isinstance(dtype, np.dtype)
+    if masked and getattr(dtype, "name", "").startswith("Sparse") and getattr(dtype, "subtype", None) is not None \
+            and np.dtype(dtype.subtype).kind == "f":
+        masked = False  # (a Sparse float column has no NA: its NaN are values, as in a dense float64 column)
     if masked and series.hasnans:
         i = int(np.flatnonzero(np.asarray(series.isna()))[0])
         raise SchemaError(f"column {str(series.name)!r} holds a null (NA) at row {i}; kpgnb columns cannot hold "
@@ -412,6 +415,11 @@ def diffs_array(diffs, n: int) -> np.ndarray:
     """The diffs of ``n`` rows as int64: one integer (every row) or one per row, each of magnitude
     below 2**62. Anything else (fractions, NaN, infinities, strings, None, out-of-range numbers) is
     refused with the row it concerns, before any row is taken."""
+    if hasattr(diffs, "sparkSession") and callable(getattr(diffs, "toArrow", None)):  # (NumPy would make it one value)
+        raise SchemaError("diffs cannot be a Spark DataFrame (two frames' rows have no order to pair them by): "
+                          "give the diffs as a column of the rows' own frame, e.g. t = sdf.toArrow(); "
+                          "inp.update(t.drop_columns(['d']), t.column('d')), or feed the frame through "
+                          "kp.spark.BatchFeeder(inp, diff_col='d') / kp.spark.follow(..., diff_col='d')")
     if isinstance(diffs, np.ma.MaskedArray) and np.ma.is_masked(diffs):  # (NumPy would read what is masked)
         i = int(np.flatnonzero(np.ma.getmaskarray(diffs))[0])
         raise SchemaError(f"diffs must be integers, but row {i} has a masked (null) diff")
@@ -419,6 +427,10 @@ def diffs_array(diffs, n: int) -> np.ndarray:
         na = np.asarray(diffs.isna()).reshape(-1)  # (a nullable column's NA; a NumPy float's NaN is a value)
         if na.any() and not (isinstance(diffs.dtype, np.dtype) and diffs.dtype.kind == "f"):
             raise SchemaError(f"diffs must be integers, but row {int(np.flatnonzero(na)[0])} has a null diff")
+    nulls = getattr(diffs, "null_count", None)  # an Arrow array or chunked array (NumPy would make a null NaN)
+    if isinstance(nulls, int) and nulls > 0 and callable(getattr(diffs, "is_null", None)):
+        na = np.asarray(diffs.is_null(), dtype=bool).reshape(-1)
+        raise SchemaError(f"diffs must be integers, but row {int(np.flatnonzero(na)[0])} has a null diff")
     try:
         d = np.asarray(diffs)
     except (TypeError, ValueError, OverflowError) as e:

@@ -14,7 +14,29 @@ from typing import Iterable
 
 import numpy as np
 
+from .errors import ArgumentTypeError, UsageError
+
 Time = tuple
+
+
+def _time(t) -> Time:
+    """``t`` as a time: a tuple of Python ints (NumPy ints converted), else ArgumentTypeError (the slow path
+    of ``Antichain.insert``: a time of plain ints never gets here)."""
+    try:
+        parts = t if t.__class__ is tuple else tuple(t)
+    except TypeError:
+        raise ArgumentTypeError(f"an Antichain holds times, each a tuple of ints (an epoch is (e,)), got "
+                                f"{t!r}") from None
+    out = []
+    for x in parts:
+        if x.__class__ is int:
+            out.append(x)
+        elif isinstance(x, np.integer) or (isinstance(x, int) and not isinstance(x, bool)):
+            out.append(int(x))
+        else:
+            raise ArgumentTypeError(f"a time is a tuple of ints (an epoch and one round per enclosing loop), "
+                                    f"got {t!r}: {x!r} is a {type(x).__name__}")
+    return tuple(out)
 
 
 def lub(a: Time, b: Time) -> Time:
@@ -69,12 +91,21 @@ class Antichain:
 
     def insert(self, t: Time) -> bool:
         """Add ``t`` unless some element is <= it; drop elements >= it. Returns whether it changed."""
-        t = tuple(map(int, t))
+        if t.__class__ is not tuple:
+            t = _time(t)
+        else:
+            for x in t:  # (the usual case, plain ints, costs a class test each: antichains are built often)
+                if x.__class__ is not int:
+                    t = _time(t)
+                    break
         els = self.elements
         self._mat = None
         if not els:
             self.elements = (t,)
             return True
+        if len(t) != len(els[0]):  # (``leq`` would compare the common prefix only)
+            raise UsageError(f"the times of an Antichain have one depth: {t} has depth {len(t)}, "
+                             f"{els[0]} has depth {len(els[0])}")
         for e in els:
             if leq(e, t):
                 return False

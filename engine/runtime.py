@@ -35,6 +35,15 @@ from .view import View, raise_failure
 
 
 _INSTALLS: contextvars.ContextVar = contextvars.ContextVar("kpgnb_installs", default=None)  # see recording_installs
+_INPUTS: contextvars.ContextVar = contextvars.ContextVar("kpgnb_inputs", default=None)      # see recording_inputs
+
+
+def unrecorded(ctx: contextvars.Context) -> contextvars.Context:
+    """``ctx`` recording no installs: a thread of its own that runs in a copy of a block's context (a
+    subscription's) is not that block, and what it installs is not the block's to undo."""
+    ctx.run(_INSTALLS.set, None)
+    ctx.run(_INPUTS.set, None)  # (nor the inputs it creates: recording_inputs)
+    return ctx
 
 
 @dataclass(frozen=True)
@@ -107,9 +116,10 @@ class Engine:
                 raise UsageError(f"an input named {name!r} is being created (its rows are being read) by "
                                  f"another call")
             session = InputSession(name, schema, self.symbols, self.workers, self.effort, self._scheduler.submit,
-                                   lambda: self._closed, nkey)
+                                   lambda: self._closed, nkey, lambda: list(self._inputs.values()))
             if rows is None:
                 self._inputs[name] = session
+                _record_input(self, session)
                 return session
             self._loading.add(name)  # the name is taken, the input not there yet: no dataflow reads it and
         loaded = False               # no thread writes it before its rows are in
@@ -121,6 +131,7 @@ class Engine:
                 self._loading.discard(name)
                 if loaded:
                     self._inputs[name] = session
+        _record_input(self, session)
         return session
 
     def inputs(self) -> dict:
@@ -159,9 +170,17 @@ class Engine:
         relation's view keeps readable with ``at=``. The front end lives in ``kpgnb.datalog``
         (imported here on first use: the engine itself knows nothing of Datalog)."""
         import importlib
+        self._live()  # (before the program is checked: a closed engine has no inputs to name)
         if name is not None and (not isinstance(name, str) or not name):
             raise (UsageError if isinstance(name, str) else ArgumentTypeError)(
                 f"a Datalog program's name must be a non-empty str (or None: datalogN), got {name!r}")
+        materialize = check_flag(materialize, "eng.datalog's materialize")
+        if not is_int(history):
+            raise ArgumentTypeError(f"eng.datalog's history= takes a number of epochs (an int >= 1), got "
+                                    f"{type(history).__name__} {history!r}")
+        if history < 1:
+            raise UsageError(f"eng.datalog's history={history}: at least 1 (the latest epoch)")
+        history = int(history)
         return importlib.import_module("kpgnb.datalog").install(self, text, inputs=inputs, name=name,
                                                                  materialize=materialize, history=history)
 
@@ -175,6 +194,17 @@ class Engine:
             yield made
         finally:
             _INSTALLS.reset(token)
+
+    @contextlib.contextmanager
+    def recording_inputs(self):
+        """A list of the input sessions of this engine created in the block by this thread (its context), in
+        order: what a failed notebook cell drops again (another thread's inputs made meanwhile are not its)."""
+        made: list = []
+        token = _INPUTS.set((self, made))
+        try:
+            yield made
+        finally:
+            _INPUTS.reset(token)
 
     def _install(self, builder, replace: bool = False):
         self._live()
@@ -194,6 +224,23 @@ class Engine:
                 except EngineError:
                     pass  # (closed meanwhile: nothing is left anyway)
             raise
+
+    def discard(self, name: str, serial: int):
+        """Uninstall the install ``serial`` of dataflow ``name`` whose maker was interrupted once it was
+        installed (a Datalog program's build), as an install interrupted as it finished is: queued (a second
+        Ctrl-C cannot leave it), then waited for, so that the caller's next look finds it gone. One whose
+        exports a dataflow installed meanwhile reads is kept (it is in use)."""
+        try:
+            seq = self._scheduler.submit(Discard(name, serial))
+        except EngineError:
+            return  # (closed: nothing is left anyway)
+        if self._scheduler.inside():
+            return
+        while True:  # until a snapshot published after the discard ran (as ``cancel``)
+            snap = self.snapshot()
+            if snap.seq >= seq or self.closed:
+                return
+            self._scheduler.wait_published(snap, 0.5)
 
     def drop(self, name: str, cascade: bool = False):
         """Uninstall a dataflow, stopping any computation in flight: its views go at once. Arrangements it
@@ -229,6 +276,7 @@ class Engine:
         were something to, the drop would be refused with nobody to tell)."""
         self._live()
         check_name(name, "eng.drop_input", "an input")
+        wait = check_flag(wait, "eng.drop_input: wait")
         with self._lock:
             session = self._inputs.get(name)
         if session is None or session.dropped:
@@ -296,7 +344,7 @@ class Engine:
         the trace alive, even after its producer is dropped, and holds back compaction until closed."""
         self._live()
         check_name(name, "eng.trace", "an exported arrangement")
-        cmd = OpenHandle(name, self._handle_closed, self._handle_moved, self.symbols)
+        cmd = OpenHandle(name, self._handle_closed, self._handle_moved, self.symbols, self)
         try:
             return self._scheduler.call(cmd)
         except BaseException:
@@ -323,10 +371,14 @@ class Engine:
         except EngineError:
             pass  # closed engine
 
-    def _inputs_now(self) -> dict:
-        """Every input's session with its epoch and closing read once: the tables of one ``stats()`` agree
-        on them (another thread may advance, close or make an input meanwhile)."""
-        return {n: _InputNow(s, s.epoch, s.closed) for n, s in self.inputs().items()}
+    def _inputs_now(self, snap: EngineSnapshot) -> dict:
+        """The session of every input ``snap`` lists (dropped since or not) and of those made since, with its
+        epoch and closing read once: the tables of one ``stats()`` agree on them and on the snapshot's
+        dataflows (another thread may advance, close, make or drop an input meanwhile)."""
+        sessions = {n: i.session for n, i in snap.inputs.items() if i.session is not None}
+        for n, s in self.inputs().items():  # (and those made since, which no dataflow of ``snap`` reads)
+            sessions.setdefault(n, s)
+        return {n: _InputNow(s, s.epoch, s.closed) for n, s in sessions.items()}
 
     def arrangements(self, live: bool = False, snapshot: EngineSnapshot | None = None) -> list:
         """Every arrangement the engine maintains, exported or internal, inputs included: one dict each
@@ -341,7 +393,9 @@ class Engine:
         reports ``live``: the records it would hold if fully merged and compacted to its readers' frontier
         (exact, and costs a pass over every trace). ``snapshot``: read that engine snapshot (``stats`` reads
         all its parts from one)."""
-        return self._arrangements(live, snapshot or self.snapshot(), self._inputs_now())
+        live = check_flag(live, "eng.arrangements: live")
+        snap = snapshot or self.snapshot()
+        return self._arrangements(live, snap, self._inputs_now(snap))
 
     def _arrangements(self, live: bool, snap: EngineSnapshot, inputs: dict) -> list:
         exported: dict = {}
@@ -356,8 +410,10 @@ class Engine:
                 return
             seen.add(id(tr))
             ts = ts or tr.snapshot
+            entry = snap.catalog.get(name) if kind == "export" else None  # (a rename's export: its own key)
             row = dict(trace_stats(ts, tr.readers, tr.logical, holders=tr.reader_frontiers()),
-                       name=name, dataflow=dataflow, kind=kind, key=list(tr.key_names),
+                       name=name, dataflow=dataflow, kind=kind,
+                       key=list(entry.key if entry is not None else tr.key_names),
                        exports=exported.get(id(tr), []))
             if live:
                 row["live"] = live_records(ts, tr.kk, tr.kv, tr.depth, tr.logical)
@@ -386,7 +442,9 @@ class Engine:
         reflect yet, or since its install if later), ``latency_s`` (its last update's), ``updates`` (latencies measured so far) and
         ``updated_at`` (wall-clock time its frontier last moved), ``serial`` (which install of the name: a
         replacement gets another). Any thread may call it."""
-        return self._dataflow_stats(retired, snapshot or self.snapshot(), self._inputs_now())
+        retired = check_flag(retired, "eng.dataflow_stats: retired")
+        snap = snapshot or self.snapshot()
+        return self._dataflow_stats(retired, snap, self._inputs_now(snap))
 
     def _dataflow_stats(self, retired: bool, snap: EngineSnapshot, inputs: dict) -> list:
         now = time.perf_counter()
@@ -468,13 +526,14 @@ class Engine:
         """Sizes and frontiers of every arrangement (``arrangements()``), dataflow status and progress
         (``dataflow_stats()``), latencies and worker load. With ``live=True`` each arrangement also
         reports ``live`` (see ``arrangements``)."""
+        live = check_flag(live, "eng.stats: live")
         snap = self.snapshot()  # every part from this one snapshot: a dataflow listed anywhere is in all
         with snap.pinned():
             return self._stats(snap, live)
 
     def _stats(self, snap: EngineSnapshot, live: bool) -> dict:
         lat = np.array(self._scheduler.latency_samples()) * 1e3
-        inputs = self._inputs_now()
+        inputs = self._inputs_now(snap)
         return {
             "workers": self.workers,
             "arrangements": self._arrangements(live, snap, inputs),
@@ -518,6 +577,7 @@ class Engine:
         self._live()
         self._scheduler.refuse_inside()
         check_timeout(timeout, "eng.wait")
+        cancel_on_interrupt = check_flag(cancel_on_interrupt, "eng.wait: cancel_on_interrupt")
         deadline = None if timeout is None else time.monotonic() + timeout
         if isinstance(target, View):
             if target.engine is not self:
@@ -681,6 +741,13 @@ class Engine:
         snap = self.snapshot()
         return (f"Engine(workers={self.workers}, inputs={sorted(self.inputs())}, "
                 f"dataflows={sorted(snap.dataflows)}, arrangements={sorted(snap.catalog)})")
+
+
+def _record_input(engine, session):
+    """An input of ``engine`` created: into the list of ``recording_inputs`` where this thread records them."""
+    recording = _INPUTS.get()
+    if recording is not None and recording[0] is engine:
+        recording[1].append(session)
 
 
 def _past(frontier: Antichain, goal) -> bool:

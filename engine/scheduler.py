@@ -897,7 +897,8 @@ class Scheduler:
                                        f"which exported it, {ended.ended}: {ended.error}") from ended.error
             raise UnknownNameError(f"no arrangement named {cmd.name!r}; the catalog has {self.catalog.names()}")
         h = entry.trace.handle(on_close=cmd.on_close, owner=f"eng.trace({cmd.name!r})", final_only=True,
-                               on_move=cmd.on_move, decode=rows_decoder(entry.schema, entry.trace.kk, cmd.symbols))
+                               on_move=cmd.on_move, decode=rows_decoder(entry.schema, entry.trace.kk, cmd.symbols),
+                               engine=cmd.engine)
         entry.handles.add(h)
         return h
 
@@ -1003,9 +1004,10 @@ class Scheduler:
         """An input's record for the snapshot (the last one again while unchanged)."""
         contents, closed, failure = session.trace.snapshot, session.closed, session.failure
         last = self._input_infos.get(name)
-        if last is None or last.contents is not contents or last.closed != closed or last.failure is not failure:
+        if last is None or last.contents is not contents or last.closed != closed or last.failure is not failure \
+                or last.session is not session:
             last = self._input_infos[name] = InputInfo(name, contents.upper, closed, failure,
-                                                       session.broken is not None, contents)
+                                                       session.broken is not None, contents, session)
         return last
 
     def latency_samples(self) -> list:

@@ -26,7 +26,7 @@ from collections import deque
 import numpy as np
 
 from .batcher import Batcher
-from .columns import Schema
+from .columns import Schema, check_flag
 from .commands import Chunk, Seal
 from .errors import ArgumentTypeError, EngineError, SchemaError, UsageError, not_copyable
 from .cursor import Cursor
@@ -71,7 +71,7 @@ class InputSession:
         raise not_copyable(self)
 
     def __init__(self, name: str, schema: Schema, symbols, workers: int, effort: str, submit,
-                 engine_closed=lambda: False, nkey: int | None = None):
+                 engine_closed=lambda: False, nkey: int | None = None, inputs=lambda: ()):
         self.name = name
         self.schema = schema
         self._symbols = symbols
@@ -86,7 +86,13 @@ class InputSession:
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
         self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
-        self._peers: tuple = ()  # the inputs the last ``lend`` moved with this one: they keep its steps
+        # the owner's epochs as input epochs: input epochs a ``lend`` left empty are skipped (``_to_input``);
+        # ``_shift`` counts those below the owner's epoch, ``_skips`` holds the later ones as ascending,
+        # disjoint [start, end) runs (an input nobody advances while asks go on gathers one run)
+        self._shift = 0
+        self._skips: list = []
+        self._leaders = 0  # the inputs it ``follow``s: a follower is numbered by its leaders, not by lends
+        self._inputs = inputs  # the engine's input sessions (a lend skips its epoch in those not ahead)
         self._sent: deque = deque()  # (epoch advanced to or None, perf_counter): how long ago (``forget``)
         k = len(schema)
         self.nkey = k if nkey is None else nkey  # the leading columns its rows are arranged by
@@ -174,11 +180,11 @@ class InputSession:
 
     def advance_to(self, epoch: int):
         """Close every epoch before ``epoch``: the updates inserted so far become visible as of epoch-1.
-        An input moved on by others (a goal's ``lend``, a leader it ``follow``s) past the epoch its owner
-        last asked for takes an ``epoch`` between the two as "seal what I inserted": the rows buffered since
-        go in as the next epoch, so they are never held back by epochs the owner did not know of (once per
-        owner epoch: asking for the same one again does nothing). One beyond the input's epoch is as usual;
-        one below the owner's own is refused."""
+        Epochs are the owner's: where goals' lends sealed input epochs empty (``lend``), the owner's epochs
+        go in at the input epochs after them (``_to_input``), in every input alike; one beyond where the
+        input's next rows go (``position``) is the input's own epoch again from there. An input a leader
+        moved past its owner's epochs (``follow``) seals the rows inserted since as its next epoch. Asking
+        for the owner's epoch again does nothing; one below it is refused."""
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
             raise ArgumentTypeError(f"input {self.name!r}: an epoch is an integer, not {type(epoch).__name__} ({epoch!r})")
         epoch = int(epoch)
@@ -188,65 +194,116 @@ class InputSession:
         self._check()
         self._advance(lambda: epoch)
 
+    def _to_input(self, epoch: int) -> int:
+        """The input epoch of the owner's ``epoch`` (at least the owner's own): the epochs lends left empty
+        are skipped, in every input not ahead of the lent one alike, so an owner's epoch is one input epoch
+        in all the inputs it advances together."""
+        x = epoch + self._shift
+        for start, end in self._skips:
+            if start > x:
+                break
+            x += end - start
+        return x
+
+    @property
+    def position(self) -> int:
+        """The input epoch its owner's rows go in at now: its epoch, or later where lends skipped epochs
+        its owner has not written yet (what a goal's lend compares)."""
+        with self._lock:
+            return self._rows_at()
+
+    def _skip(self, start: int, end: int):
+        """Input epochs ``start`` to ``end - 1`` are no owner epochs of this input (a lend sealed them
+        empty)."""
+        runs = self._skips
+        if runs and runs[-1][1] == start:
+            self._skips = runs[:-1] + [(runs[-1][0], end)]
+        else:
+            self._skips = sorted(runs + [(start, end)])
+
+    def _rows_at(self) -> int:
+        """The input epoch the rows buffered now belong to: the owner's open epoch's, or the input's own
+        where a leader moved it past that (``follow``: its rows go in as its next epoch)."""
+        return max(self._to_input(self._owner), self.epoch)
+
     def _advance(self, asked):
         """``advance_to`` of the epoch ``asked()`` gives under the lock (``flush`` asks for one past the
-        input's epoch there, so that callers on several threads each move it on by one)."""
+        owner's epoch there, so that callers on several threads each move it on by one)."""
         with self._lock:
             self._open()
             epoch = asked()
             if epoch < self._owner:
                 raise UsageError(f"input {self.name!r} is at epoch {self.epoch}; epochs only advance "
                                  f"(asked for {epoch})")
-            owner = self._owner
-            new, self._owner = epoch > owner, epoch
-            target, peers = epoch, ()
-            if epoch <= self.epoch:  # the owner's epoch, or one the input was moved past already
-                if not (new and self._buffer):
-                    return
-                # a step past the owner's numbering, which the inputs lent with this one take too (those
-                # with nothing buffered), so that inputs the owner advances together stay together
-                target, peers = self.epoch + 1, self._peers
-            try:
-                self._send(target)
-            except BaseException:
-                if self.epoch != target:  # (not sent: the owner's epoch too is as it was, for a retry)
-                    self._owner = owner
-                raise
-        for f in list(self._followers) + list(peers):
-            f._catch_up(target)
+            owner, shift, skips = self._owner, self._shift, self._skips
+            if epoch > owner:
+                at = self._rows_at()
+                self._owner = epoch
+                if epoch > at:  # beyond where its rows go: the owner's numbering is the input's again
+                    target = epoch
+                    self._shift, self._skips = 0, [r for r in skips if r[0] > epoch]
+                else:  # (an input a leader moved past its owner's epochs seals its rows as its next one)
+                    target = max(self._to_input(epoch), at + 1 if self._buffer else self.epoch)
+                    while self._skips and self._skips[0][1] <= target:  # (passed: counted, not listed)
+                        start, end = self._skips[0]
+                        self._shift += end - start
+                        self._skips = self._skips[1:]
+                if target > self.epoch:
+                    try:
+                        self._send(target, at)
+                    except BaseException:
+                        if self.epoch != target:  # (not sent: the owner's epoch too is as it was, for a retry)
+                            self._owner, self._shift, self._skips = owner, shift, skips
+                        raise
+        # (also when asked again: an advance interrupted before its followers caught up completes)
+        for f in list(self._followers):
+            f._catch_up(self.epoch)
 
     @staticmethod
     def lend(sessions, epoch: int) -> bool:
-        """Advance ``sessions`` to ``epoch`` on behalf of a goal, so that a binding it was just asked is
-        answered at once (the goal reads these inputs, and its answers are final only where every input it
-        reads is sealed). All or none, under all their locks at once: none moves when one has rows buffered
-        (its owner is mid-epoch, and may be mid-way through advancing inputs it changes together), so a lend
-        never splits what an owner advances together. Those moved become each other's peers (see
-        ``advance_to`` for what an owner's next advance does). Returns whether they moved."""
-        ordered = sorted({id(s): s for s in sessions if not (s.closed or s.dropped)}.values(), key=id)
+        """Seal ``sessions`` empty up to ``epoch`` on behalf of a goal, so that a binding it was just asked
+        (at ``epoch - 1``) is answered at once (the goal reads these inputs, and its answers are final only
+        where every input it reads is sealed). The input epochs sealed empty are no owner's epochs: their
+        owners' next epoch goes in at ``epoch``, and so does that of every other input the engine has
+        that is not past them (``_to_input``), so what an owner writes to several inputs as one epoch
+        stays one input epoch whichever of them goals read. All or none, under all their locks: nothing
+        moves when one of them has rows buffered (an owner mid-epoch). An ask that lands while an owner is
+        mid-way through advancing inputs one by one (some of them an epoch ahead) still splits that
+        epoch: nothing tells a finished advance from half of one. Returns whether they moved."""
+        lent = {id(s): s for s in sessions if not (s.closed or s.dropped)}
+        others = {id(s): s for s in _engine_inputs(lent.values())
+                  if id(s) not in lent and not (s.closed or s.dropped) and not s._leaders}
+        ordered = sorted([*lent.values(), *others.values()], key=id)
         with contextlib.ExitStack() as held:
             for s in ordered:
                 held.enter_context(s._lock)
-            if not ordered or ordered[0]._engine_closed() or any(s._buffer for s in ordered):
+            live = [s for s in others.values() if not (s.closed or s.dropped)]
+            if not lent or ordered[0]._engine_closed() or any(s._buffer for s in lent.values()):
                 return False
-            moved = [s for s in ordered if epoch > s.epoch]
+            at = {id(s): s._rows_at() for s in [*lent.values(), *live]}  # (where each one's next rows go)
+            moved = [s for s in lent.values() if at[id(s)] < epoch]
+            if not moved:
+                return False
+            top = max(at[id(s)] for s in lent.values())
             staged = []
             try:  # (one submit of every seal: all queued or none, and those not queued put back)
                 for s in moved:
                     staged.append(s._sealed(epoch))
-                if staged:
-                    ordered[-1]._submit([seal for seal, _ in staged])
+                ordered[-1]._submit([seal for seal, _ in staged])
             except BaseException:
                 for seal, undo in staged:
                     if not seal.queued:
                         undo()
                 raise
-            for s in moved:
-                s._peers = tuple(p for p in ordered if p is not s)
+            for s in moved:  # the epochs sealed empty are no owner's epochs now, nor, in another input not
+                s._skip(at[id(s)], epoch)  # past them, those from the lent inputs' latest on
+            for s in live:
+                if at[id(s)] < epoch:
+                    s._skip(max(at[id(s)], top), epoch)
         for s in moved:
             for f in list(s._followers):
                 f._catch_up(epoch)
-        return bool(moved)
+        return True
 
     def follow(self, leader: "InputSession", carry: bool = False):
         """Advance with ``leader`` whenever it advances and this input has nothing buffered, so that an
@@ -259,12 +316,17 @@ class InputSession:
         if leader._submit != self._submit or leader is self:
             raise UsageError(f"input {self.name!r}: follow({leader.name!r}) takes another input of the same "
                              f"engine")
+        carry = check_flag(carry, f"input {self.name!r}: follow(carry=)")
+        if self not in leader._followers:
+            self._leaders += 1
         leader._followers.add(self)
         self._carry = self._carry or carry
         # (a closed leader's last epoch is complete: as closing it moves its followers past it)
         self._catch_up(min(leader.epoch + 1, _MAX_EPOCH) if leader.closed else leader.epoch)
 
     def unfollow(self, leader: "InputSession"):
+        if self in leader._followers:
+            self._leaders -= 1
         leader._followers.discard(self)
 
     def _catch_up(self, epoch: int):
@@ -296,9 +358,10 @@ class InputSession:
             return bool(self._buffer)
 
     def flush(self):
-        """Advance to the next epoch: one past the input's epoch when the call takes effect."""
+        """Advance to the next epoch: one past its owner's epoch when the call takes effect (where goals'
+        lends shifted the owner's epochs, the next input epoch they map to)."""
         self._check()
-        self._advance(lambda: self.epoch + 1)
+        self._advance(lambda: self._owner + 1)
 
     def close(self):
         """No more updates: seal the current epoch and close the input (its frontier becomes empty)."""
@@ -310,16 +373,16 @@ class InputSession:
                 return
             self._open()
             last = self.epoch
-            self._send(None)
+            self._send(None, self._rows_at())
         for f in list(self._followers):  # (the epoch the close sealed is complete for them too)
             f._catch_up(min(last + 1, _MAX_EPOCH))
 
-    def _send(self, target: int | None):
+    def _send(self, target: int | None, at: int | None = None):
         """Hand the buffered rows to the scheduler, sealed up to epoch ``target`` (None: closed), and move
         the input there. The input moves first, so a Ctrl-C landing once the seal is queued leaves it where
         the scheduler takes it (a repeated call does nothing twice); if the seal was not queued (refused by
         a closed engine, or interrupted before) the input is put back as it was, rows and all."""
-        seal, undo = self._sealed(target)
+        seal, undo = self._sealed(target, at)
         try:
             self._submit(seal)
         except BaseException:
@@ -327,13 +390,14 @@ class InputSession:
                 undo()
             raise
 
-    def _sealed(self, target: int | None):
-        """(the Seal of the buffered rows up to ``target``, a function putting the input back): the input
-        moved there, for ``_send`` (or ``lend``) to queue the seal."""
+    def _sealed(self, target: int | None, at: int | None = None):
+        """(the Seal of the buffered rows, at input epoch ``at`` (the input's own by default), up to
+        ``target``, a function putting the input back): the input moved there, for ``_send`` (or ``lend``)
+        to queue the seal."""
         buf, epoch, closed = self._buffer, self.epoch, self.closed
         upper = Antichain() if target is None else at_epoch(target)
         now = time.perf_counter()
-        seal = Seal(self, [Chunk(data, diffs, epoch) for data, diffs in buf], upper, now)
+        seal = Seal(self, [Chunk(data, diffs, epoch if at is None else at) for data, diffs in buf], upper, now)
         self._buffer = []
         if target is None:
             self.closed = True
@@ -453,6 +517,13 @@ class InputSession:
         return f"InputSession({self.name!r}, {self.schema}, epoch={self.epoch}{', closed' if self.closed else ''})"
 
 
+def _engine_inputs(sessions):
+    """The input sessions of the engine these sessions belong to."""
+    for s in sessions:
+        return s._inputs()
+    return ()
+
+
 def _row_count(rows) -> int | None:
     """How many rows ``rows`` holds, where that is known without encoding them (None otherwise)."""
     if isinstance(rows, (list, tuple)):
@@ -461,6 +532,14 @@ def _row_count(rows) -> int | None:
         return rows.shape[0]
     if hasattr(rows, "columns") and hasattr(rows, "iloc"):  # a pandas DataFrame
         return len(rows)
+    if isinstance(rows, dict) and rows:  # a dict of columns: their common length (None if they disagree)
+        if any(isinstance(c, (str, bytes)) or (isinstance(c, np.ndarray) and c.ndim != 1) for c in rows.values()):
+            return None  # (not columns: the encoding says what is wrong with them)
+        try:
+            lengths = {len(c) for c in rows.values()}
+        except TypeError:  # (a column with no length, likewise)
+            return None
+        return lengths.pop() if len(lengths) == 1 else None
     n = getattr(rows, "num_rows", None)  # an Arrow table or record batch
     return n if isinstance(n, int) else None
 

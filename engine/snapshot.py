@@ -46,6 +46,7 @@ class InputInfo:
     failure: BaseException | None    # a seal that failed and is being retried
     broken: bool = False             # and never will succeed (``InputSession.broken``)
     contents: object = None          # its trace's TraceSnapshot as of this snapshot
+    session: object = field(default=None, compare=False, repr=False)  # the InputSession (read by stats())
 
 
 @dataclass(frozen=True)

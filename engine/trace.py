@@ -24,7 +24,7 @@ import numpy as np
 from .batch import form_arrays
 from .cursor import Cursor, accumulate_batches
 from .columns import is_int
-from .errors import ArgumentTypeError, CompactedError, UsageError, not_copyable
+from .errors import ArgumentTypeError, CompactedError, EngineError, UsageError, not_copyable
 from .lattice import Antichain, rep_matrix
 from .scope import IDENTITY, TimeLens
 from .spine import Spine, _later
@@ -111,12 +111,12 @@ class Trace:
     # -- readers ------------------------------------------------------------------------------
     def handle(self, logical: Antichain | None = None, physical: Antichain | None = None,
                on_close=None, owner: str | None = None, final_only: bool = False, on_move=None,
-               decode=None) -> "TraceHandle":
+               decode=None, engine=None) -> "TraceHandle":
         """A new reader; ``owner`` names it in statistics (e.g. as the reader holding compaction back).
         ``final_only``: its ``accumulate`` refuses times not final yet (a user's handle: what it would
         answer there changes as the trace grows; operators and the trace's own tests read any time).
-        ``on_move`` and ``decode``: see :class:`TraceHandle`."""
-        return TraceHandle(self, logical, physical, on_close, owner, final_only, on_move, decode)
+        ``on_move``, ``decode`` and ``engine``: see :class:`TraceHandle`."""
+        return TraceHandle(self, logical, physical, on_close, owner, final_only, on_move, decode, engine)
 
     def begins_at(self, epoch: int):
         """This trace's producer, a dataflow installed late, computes from its inputs as of ``epoch``: the
@@ -388,6 +388,22 @@ def live_records(snap: TraceSnapshot, kk: int, kv: int, depth: int, logical: Ant
     return total
 
 
+def _inside_batch(trace: Trace, frontier: Antichain):
+    """(lower, upper) of a non-empty batch of some shard (or of a merge in progress: what it will make) that
+    ``frontier`` falls inside, so that no batch boundary is there; None when every shard has one there (a
+    frontier at or past a shard's upper is a boundary to come). Reads the spines from any thread: a copy of
+    their entries' list is taken at once, and batches never change."""
+    for spine in trace.spines:
+        for e in list(spine.entries):
+            older = getattr(e, "older", None)  # (a merge in progress: both inputs become one batch)
+            lower, upper = (e.lower, e.upper) if older is None else (older.lower, e.newer.upper)
+            if older is None and not len(e):
+                continue  # (an empty batch holds nothing to read through, wherever its bounds are)
+            if not upper.less_equal(frontier) and not frontier.less_equal(lower):
+                return lower, upper
+    return None
+
+
 def _release(trace: Trace, key, on_close):
     trace._drop_reader(key)
     if on_close is not None:
@@ -402,15 +418,23 @@ class TraceHandle:
     user's handle (``eng.trace``) wakes the scheduler with it, so that frontiers moved while the engine
     is idle let the trace compact then; operators' handles, moved on the scheduler thread every step,
     have none. ``decode(keys, vals)`` (optional) turns the stored int64 encoding into the user's values
-    for ``accumulate`` (``eng.trace``'s handles decode str and float columns with the export's schema)."""
+    for ``accumulate`` (``eng.trace``'s handles decode str and float columns with the export's schema).
+    ``engine`` (optional): the engine that gave the handle out (``eng.trace``); once it is closed every call
+    but ``close`` raises ``EngineError`` as a view's reads do, and the handle lets its trace go.
+
+    A user's handle (``final_only``) may only advance its physical frontier, and only to a frontier at which
+    every shard still has a batch boundary (or past its upper): one inside a batch already merged could not
+    be read through. It starts unconstrained (the empty frontier: merges go on) unless given one."""
 
     def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
         raise not_copyable(self)
 
     def __init__(self, trace: Trace, logical: Antichain | None = None, physical: Antichain | None = None,
                  on_close=None, owner: str | None = None, final_only: bool = False, on_move=None,
-                 decode=None):
+                 decode=None, engine=None):
         self._trace = trace
+        self._engine = engine
+        self._engine_closed = False  # its engine closed (seen by a call): the trace is let go
         self._on_move = on_move
         self._decode = decode
         self._depth = trace.depth
@@ -450,24 +474,44 @@ class TraceHandle:
     def set_logical_compaction(self, frontier: Antichain):
         """Promise to read only as of times in advance of ``frontier`` (an Antichain, or one time: an int
         epoch) from now on."""
-        self._move(self._frontier(frontier, "set_logical_compaction"), self._physical)
+        trace = self.trace  # (a closed handle says so, whatever the frontier)
+        self._move(trace, self._frontier(frontier, "set_logical_compaction"), self._physical)
 
     def set_physical_compaction(self, frontier: Antichain):
         """Ask for batch boundaries to be kept at ``frontier`` (empty: no constraint)."""
-        self._move(self._logical, self._frontier(frontier, "set_physical_compaction"))
+        trace = self.trace
+        self._move(trace, self._logical, self._frontier(frontier, "set_physical_compaction"))
 
     def set_compaction(self, logical: Antichain, physical: Antichain):
         """Both frontiers at once, in one update of the trace's readers (operators move both every step)."""
-        self._move(self._frontier(logical, "set_compaction"), self._frontier(physical, "set_compaction"))
+        trace = self.trace
+        self._move(trace, self._frontier(logical, "set_compaction"), self._frontier(physical, "set_compaction"))
 
-    def _move(self, logical: Antichain, physical: Antichain):
+    def _move(self, trace: Trace, logical: Antichain, physical: Antichain):
+        """Check, then take, both frontiers (nothing changes when a check fails)."""
         same = logical == self._logical
-        if same and physical == self._physical:
+        same_physical = physical == self._physical
+        if same and same_physical:
             return
         if not same and not self._logical.less_equal(logical):
             raise UsageError(f"logical compaction frontier may only advance: {self._logical} -> {logical}")
+        checked = self._final_only and not same_physical and physical.elements
+        if checked and self._physical.elements and not self._physical.less_equal(physical):
+            raise UsageError(f"physical compaction frontier may only advance: {self._physical} -> {physical}")
+        before = self._logical, self._physical
         self._logical, self._physical = logical, physical
-        self.trace._set_reader(self._key, logical, physical)
+        trace._set_reader(self._key, logical, physical)
+        if checked:
+            # checked once the trace holds it: a merge started before could still join batches across it
+            inside = _inside_batch(trace, physical)
+            if inside is not None:
+                self._logical, self._physical = before
+                trace._set_reader(self._key, *before)
+                raise UsageError(f"physical compaction frontier {physical} is inside a batch ({inside[0]} to "
+                                 f"{inside[1]}) that its epochs were already merged into, so nothing can be "
+                                 f"read through it: a handle keeps the boundaries it asks for from then on, "
+                                 f"so set it before the epochs arrive (at or after the upper, "
+                                 f"{trace.snapshot.upper}), or at a batch boundary")
         if self._on_move is not None:
             self._on_move()
 
@@ -485,9 +529,17 @@ class TraceHandle:
 
     @property
     def trace(self) -> Trace:
-        if self._trace is None:
+        t = self._trace
+        if t is None:
+            if self._engine_closed:
+                raise EngineError("the engine is closed")
             raise UsageError("this trace handle is closed")
-        return self._trace
+        e = self._engine
+        if e is not None and e.closed:
+            self._engine_closed = True
+            self.close()  # (the closed engine's trace is not kept for a handle that can no longer read it)
+            raise EngineError("the engine is closed")
+        return t
 
     def close(self):
         """Stop reading; the trace is released when its last handle closes."""

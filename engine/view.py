@@ -27,6 +27,10 @@ from .scope import epoch_of
 class View:
     """A maintained result, readable from the notebook while the engine keeps it current."""
 
+    # how a reader keeps more history, as a compacted read advises it (a front end that makes views for
+    # its users, such as eng.datalog, names its own knob on its views)
+    history_advice = "with .view(name, history=...)"
+
     def __reduce__(self):  # (pickle, copy.copy, copy.deepcopy)
         raise not_copyable(self)
 
@@ -148,7 +152,7 @@ class View:
             keys, vals, cnt = self._counted(at, snap)
         except CompactedError as e:
             raise CompactedError(f"view {self.name!r} cannot be read at epoch {at}: {e}. Keep more history "
-                                 f"with .view(name, history=...)") from None
+                                 f"{self.history_advice}") from None
         data = np.concatenate([keys, vals], axis=0)
         if not diffs:
             if (cnt < 0).any():
@@ -601,7 +605,8 @@ class Subscription:
         self.fn = fn
         self.error: BaseException | None = None
         # run in the subscriber's context: in Jupyter, what fn prints goes to the cell that subscribed
-        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run,),
+        from .runtime import unrecorded
+        self.thread = threading.Thread(target=unrecorded(contextvars.copy_context()).run, args=(self._run,),
                                        name=f"kpgnb-subscription-{follower.view.name}", daemon=True)
         self.thread.start()
 

@@ -115,7 +115,8 @@ def kernel_signatures(family: str) -> list:
                 (ife.bloom_add, (U1, i8, I1, I1)),
                 (ife.bloom_latest, (U1, i8, I1, I1, I1, I1)),
                 (ife.float_sums, (F1, I1, I1, F1)),
-                (ife.extremes, (I1, I1, I1, b1, b1, I1))]
+                (ife.extremes, (I1, I1, I1, b1, b1, I1)),
+                (ife.degree_sums, (I1, I1, I1))]
     raise ValueError(f"unknown kernel family {family!r}; families are {list(FAMILIES)}")
 
 

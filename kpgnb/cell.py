@@ -23,7 +23,8 @@ from .cellerror import wrap as _wrap
 from .engine.errors import ArgumentTypeError, DataflowError, KpgnbError, SchemaError, UsageError
 from .handle import DataflowHandle
 
-PROGRESS_AFTER_S = 2.0   # a wait longer than this shows a progress line (stderr), refreshed each second
+PROGRESS_AFTER_S = 2.0   # a wait longer than this shows a progress line (stderr), refreshed as it waits
+WAIT_STEP_S = 0.5        # a wait looks at the dataflow (and lets Ctrl-C in, and the progress line) this often
 
 
 @dataclass
@@ -113,6 +114,9 @@ def input_for(eng, var: str, obj, flag: str = "--inputs"):
         return obj.name, None
     from .engine.view import View
     if isinstance(obj, View):
+        gone = view_gone(eng, obj)
+        if gone is not None:  # (no export of it can be read: the advice below cannot work)
+            raise UsageError(f"{flag}: {var} is a view {gone}")
         same = view_export(eng, obj)
         if same is not None:
             how = f"inputs={{{var!r}: {same!r}}}" if flag == "inputs=" else f"df.use({same!r})"
@@ -188,6 +192,21 @@ def _naming(error: KpgnbError, prefix: str) -> KpgnbError:
     for note in getattr(error, "__notes__", ()):
         named.add_note(note)
     return named
+
+
+def view_gone(eng, view) -> str | None:
+    """Why ``view`` cannot be read by a dataflow of ``eng`` whatever it exports (its engine closed, another
+    engine's, its dataflow gone), as the end of "NAME is a view ...", or None."""
+    if view.engine is not eng:
+        if view.engine.closed:  # (the kernel's engine before %dataflow config --restart, say)
+            return ("of an engine that was closed (as the kernel's is by %dataflow config --restart or "
+                    "%unload_ext kpgnb), its rows gone with it; run the cell that made it again, in the kernel's "
+                    "engine")
+        return "of another engine (not the kernel's)"
+    if view.released:
+        return (f"of dataflow {view.dataflow!r}, which is gone (dropped, failed or cancelled), its rows with it; "
+                f"run the cell that made it again")
+    return None
 
 
 def view_export(eng, view) -> str | None:
@@ -356,15 +375,16 @@ def _drop_made_by_body(eng, made: list):
                 pass
 
 
-def _made_by_body(eng, before: dict) -> list:
-    """The inputs created since ``before`` (by the cell's body: ``kp.engine().input(...)``) that no
-    installed dataflow reads, for a failed cell to drop again."""
+def _made_by_body(eng, made: list) -> list:
+    """Of the inputs the cell's body created (``made``: ``eng.recording_inputs``, this thread's only), those
+    still there that no installed dataflow reads, for a failed cell to drop again."""
     try:
         snap = eng.snapshot()
         read = {src for info in [*snap.dataflows.values(), *snap.retired.values()] for src in info.sources}
     except KpgnbError:
         return []
-    return [sess for name, sess in _inputs_of(eng).items() if before.get(name) is not sess and name not in read]
+    now = _inputs_of(eng)
+    return [sess for sess in made if now.get(sess.name) is sess and sess.name not in read]
 
 
 def wrap(error: BaseException, note: str | None = None) -> CellError | CellInterrupt:
@@ -470,9 +490,9 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
     saved = dict(ns)
     bound = _names_bound(source, filename)
     injected = {"df": builder}
-    inputs_before = _inputs_of(eng)  # (inputs the body itself creates go again if the cell fails)
-    # (and the dataflows it installs, kp.engine().dataflow(...) in the body: this thread's, not another's)
-    with eng.recording_installs() as made:
+    # the inputs the body itself creates (kp.engine().input(...)) and the dataflows it installs
+    # (kp.engine().dataflow(...)) go again if the cell fails: this thread's, not another's made meanwhile
+    with eng.recording_installs() as made, eng.recording_inputs() as inputs_made:
         try:
             with builder:
                 for name, src in sources.items():
@@ -482,11 +502,13 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
                     exec(code, ns)  # noqa: S102 - the cell's own code
                 finally:
                     _unbind(ns, saved, injected)
+                if spec.output is not None and spec.output in builder.views:  # (refused before the install)
+                    raise UsageError(output_clash(spec.output, "view", "the dataflow's handle"))
                 t0 = time.perf_counter()
         except BaseException as e:
             _restore(ns, saved, bound)
             _drop_made_by_body(eng, made)
-            drop_loaded(eng, created + _made_by_body(eng, inputs_before))
+            drop_loaded(eng, created + _made_by_body(eng, inputs_made))
             raise wrap(e, f"nothing was installed: dataflow {spec.name!r} is as it was") from None
         handle = DataflowHandle(eng, spec.name, builder.views, sorted(builder.exports), time.perf_counter() - t0,
                                 replaced)
@@ -500,13 +522,13 @@ def run(shell, eng, spec: CellSpec, line: str, body: str, warmer=None) -> Datafl
                 wait(eng, handle, warmer, first=True)
         except REPORTS as e:
             if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
-                _bind(ns, handle, spec.output)
+                _bind(ns, handle, spec.output, set(spec.inputs.values()))
             else:
                 _restore(ns, saved, bound)
                 _drop_made_by_body(eng, made)  # (its own dataflow was dropped again; those its body made)
-                drop_loaded(eng, created + _made_by_body(eng, inputs_before))
+                drop_loaded(eng, created + _made_by_body(eng, inputs_made))
             raise
-        _bind(ns, handle, spec.output)
+        _bind(ns, handle, spec.output, set(spec.inputs.values()))
         return handle
 
 
@@ -565,12 +587,36 @@ def _unbind(ns: dict, saved: dict, injected: dict):
             ns.pop(k, None)
 
 
-def _bind(ns: dict, handle: DataflowHandle, output: str | None):
+def _bind(ns: dict, handle: DataflowHandle, output: str | None, reads=()):
     """After the cell: its views by name, then ``-o VAR``. A view is not bound over a module, function or
     class of the notebook's (``kp``, ``pd``), nor under a name that is not an identifier; a line says so."""
     bind_views(ns, handle.views)
-    if output:
-        ns[output] = handle
+    bind_output(ns, output, handle, reads)
+
+
+def bind_output(ns: dict, output: str | None, value, reads=()):
+    """``-o VAR``: ``value`` (the handle, the program) bound as VAR, except over a variable the cell's
+    --inputs read (bound there, the same cell could not run again) or a module, function or class of the
+    notebook's (``pd``); a line says so, as for views."""
+    import types
+    from .engine.view import View
+    if not output:
+        return
+    held = ns.get(output)
+    if output in reads:
+        print(f"-o {output}: not bound: the notebook's {output!r} is what the cell reads (--inputs); pick "
+              f"another name for -o")
+    elif isinstance(held, types.ModuleType) or (callable(held) and not isinstance(held, View)):
+        print(f"-o {output}: not bound: the notebook's {output!r} is a {type(held).__name__}; pick another "
+              f"name for -o")
+    else:
+        ns[output] = value
+
+
+def output_clash(output: str, what: str, holder: str) -> str:
+    """The error for ``-o VAR`` naming a view the cell binds itself (``holder`` would take its place)."""
+    return (f"-o {output}: the cell binds its {what} {output!r} in the notebook as {output}, and -o {output} would "
+            f"put {holder} there instead. Pick another name for -o (VAR[{output!r}] then reads the {what})")
 
 
 def notebook_name(name: str) -> bool:
@@ -626,12 +672,18 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
     again, so that the cell installs nothing."""
     progress = _Progress(handle.name, warmer)
     try:
+        # the epochs to reach are those the inputs are at now, fixed once as eng.wait fixes them: each
+        # eng.wait below (short, so that Ctrl-C and the progress line get their turn) would read them again,
+        # and never return while a feeder keeps advancing the inputs faster than the dataflow catches up
+        goal = _goal(eng, handle.name)
         while True:
-            step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            step = WAIT_STEP_S if deadline is None else max(0.0, min(WAIT_STEP_S, deadline - time.monotonic()))
             try:  # (a deadline already past still looks once: an up-to-date dataflow is so)
                 eng.wait(handle.name, timeout=step, cancel_on_interrupt=False)
                 break
             except TimeoutError:
+                if _reached(eng, handle.name, goal):  # (what it failed with, if it did, eng.wait raised)
+                    break
                 if deadline is not None and time.monotonic() >= deadline:
                     progress.end(stopped=f"timed out waiting: {_position(eng, handle.name)}")
                     raise
@@ -651,6 +703,47 @@ def wait(eng, handle: DataflowHandle, warmer=None, first: bool = False, deadline
                              if handle.replaced else "")) from None
         raise wrap(e) from None
     progress.end()
+
+
+def _goal(eng, name: str):
+    """(the install, {None: the epoch dataflow ``name`` must reach, view: the epoch that view must reach})
+    for a wait beginning now, as ``eng.wait(name)`` fixes them: the least epoch its open inputs (those
+    each view reads) are at; None for a view whose inputs are all closed (it must complete). None when
+    ``name`` is not installed."""
+    try:
+        snap = eng.snapshot()
+    except KpgnbError:
+        return None
+    info = snap.dataflows.get(name) or snap.retired.get(name)
+    if info is None:
+        return None
+    inputs = _inputs_of(eng)
+
+    def least(sources):
+        epochs = [inputs[s].epoch for s in sources if s in inputs and not inputs[s].closed]
+        return min(epochs) if epochs else None
+    return info.serial, {None: least(info.sources), **{v: least(srcs) for v, srcs in info.view_sources}}
+
+
+def _reached(eng, name: str, goal) -> bool:
+    """Whether dataflow ``name`` (the same install) and its views have reached ``goal`` (``_goal``) in the
+    latest published snapshot, without a failure."""
+    if goal is None:
+        return False
+    from .engine.scope import epoch_of
+    snap = eng.snapshot()
+    info = snap.dataflows.get(name) or snap.retired.get(name)
+    if info is None or info.serial != goal[0] or info.error is not None:
+        return False
+    if any(i.failure is not None for s, i in snap.inputs.items() if s in info.sources):
+        return False
+
+    def past(frontier, epoch) -> bool:
+        e = epoch_of(frontier)
+        return e is None or (epoch is not None and e >= epoch)
+    uppers = dict(info.view_uppers)
+    return past(info.frontier, goal[1][None]) and all(past(uppers[v], e) for v, e in goal[1].items()
+                                                      if v is not None and v in uppers)
 
 
 def _epochs(eng, name: str):
@@ -685,7 +778,8 @@ def how_far(eng, name: str) -> str:
 class _Progress:
     """While a wait lasts more than PROGRESS_AFTER_S (KPGNB_PROGRESS=0: never): in a kernel with widgets, a
     ``kpgnb.widgets.Progress`` bar shown in the cell's output (epochs done of those the inputs were
-    advanced to); elsewhere (a terminal, IPython's shell) a line on stderr, refreshed each second."""
+    advanced to); elsewhere (a terminal, IPython's shell) a line on stderr, refreshed as it waits (every
+    WAIT_STEP_S)."""
 
     def __init__(self, name: str, warmer):
         self.name = name

@@ -234,9 +234,16 @@ def _path_length(dist, w):
 def _non_negative_weights(src, dst, w):
     bad = ~(np.asarray(w) >= 0)  # (NaN too)
     if bad.any():
-        raise ValueError(f"sssp: edge weights must be non-negative numbers, got {w[bad][0].item()!r} on the edge "
-                         f"{src[bad][0].item()!r} -> {dst[bad][0].item()!r}")
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"sssp: edge weights must be non-negative numbers, got {_scalar(w[i])!r} on the edge "
+                         f"{_scalar(src[i])!r} -> {_scalar(dst[i])!r}")
     return np.ones(len(w), bool)
+
+
+def _scalar(x):
+    """A column's element as a plain Python value: a NumPy scalar's ``.item()``, a str (str node ids reach a
+    filter as Python strs, which have no ``.item()``) as it is."""
+    return x.item() if isinstance(x, np.generic) else x
 
 
 def khop(edges, sources, k: int, memory: str = "full", drop=None):

@@ -11,10 +11,12 @@ import time
 
 from IPython.core.error import UsageError as IPyUsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from . import cell, kernel
+from .cellerror import CellInterrupt
 from .engine.errors import KpgnbError
+from .engine.pool import MAX_WORKERS
 
 def _name_ok(name: str) -> bool:
     """A dataflow or program name: one word of letters and digits (any script's, as ``str.isalnum``
@@ -73,7 +75,7 @@ class DataflowMagics(Magics):
             reach = df.input("roots").iterate(lambda r: r.join(g, left_on="node", right_on="src")
                                               .select("dst").rename(dst="node").concat(r).distinct()).view("reach")
         """
-        args = parse_argstring(self.dataflow, line)
+        args = _parse_line(self.dataflow, line, "%%dataflow")
         if not _name_ok(args.name):
             raise IPyUsageError(f"%%dataflow {args.name}: a dataflow name is one word of letters, digits, "
                                 f"'_', '.' and '-'")
@@ -112,7 +114,7 @@ class DataflowMagics(Magics):
             sp(y, min<d>) :- root(y), d = 0.
             sp(y, min<d>) :- sp(x, d1), edge(x, y), d = d1 + 1.
         """
-        args = parse_argstring(self.datalog, line)
+        args = _parse_line(self.datalog, line, "%%datalog")
         if not _name_ok(args.name):
             raise IPyUsageError(f"%%datalog {args.name}: a program name is one word of letters, digits, "
                                 f"'_', '.' and '-'")
@@ -158,6 +160,10 @@ class DataflowMagics(Magics):
             return getattr(self, f"_{sub}")(rest)
         except KpgnbError as e:
             raise IPyUsageError(f"%dataflow {sub}: {e}") from None
+        except CellInterrupt:  # (%dataflow wait: says how far the dataflow got)
+            raise
+        except KeyboardInterrupt:  # Ctrl-C: what became of the command, not the engine's frames
+            raise CellInterrupt(KeyboardInterrupt(_interrupted(sub, rest)), None) from None
 
     # -- subcommands ------------------------------------------------------------------------------
     def _list(self, rest):
@@ -221,6 +227,9 @@ class DataflowMagics(Magics):
                                     ("--restart", {"action": "store_true"})])
         if a.workers is not None and a.workers < 1:  # (refused before a restart loses anything)
             raise IPyUsageError(f"%dataflow config --workers {a.workers}: workers must be at least 1")
+        if a.workers is not None and a.workers > MAX_WORKERS:  # (likewise: the engine is not closed first)
+            raise IPyUsageError(f"%dataflow config --workers {a.workers}: workers must be at most {MAX_WORKERS} "
+                                f"(one thread each)")
         if a.restart:
             kernel.close()
         if a.workers is not None:
@@ -299,7 +308,48 @@ def _parse(rest, sub: str, spec):
     p = MagicArgumentParser(prog=f"%dataflow {sub}", add_help=False)
     for name, kw in spec:
         p.add_argument(name, **kw)
-    return p.parse_args(rest)
+    try:
+        return p.parse_args(rest)
+    except IPyUsageError as e:  # (argparse's message names no command: say which)
+        raise IPyUsageError(f"%dataflow {sub}: {e}") from None
+
+
+def _parse_line(magic_func, line: str, magic: str):
+    """The options of a cell magic's line, split as a shell does (``shlex``: quotes around a value are
+    taken off, ``--inputs "e=edges_df"``, as ``%dataflow drop 'NAME'`` takes them off); argparse's errors
+    name the magic."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as e:  # (an unclosed quote)
+        raise IPyUsageError(f"{magic} {line.strip()}: {e}") from None
+    try:
+        return magic_func.parser.parse_args(argv)
+    except IPyUsageError as e:
+        raise IPyUsageError(f"{magic}: {e}") from None
+
+
+def _interrupted(sub: str, rest) -> str:
+    """After Ctrl-C in ``%dataflow SUB``: what became of the command (a drop or cancel waits for the
+    scheduler, which may be in a long step of some dataflow)."""
+    name = rest[0] if rest and not rest[0].startswith("-") else None
+    eng = kernel.current()
+    try:
+        state = eng.dataflows().get(name) if eng is not None and name is not None and not eng.closed else None
+    except KpgnbError:
+        state = None
+    if sub == "drop" and name is not None and eng is not None and not eng.closed:
+        if state is None:
+            return f"%dataflow drop {name}: stopped waiting; dataflow {name!r} is not installed (it was dropped)"
+        return (f"%dataflow drop {name}: stopped waiting for the engine (busy in a step), and the drop with it; "
+                f"dataflow {name!r} is still installed ({state}): %dataflow drop {name} drops it once that step "
+                f"ends")
+    if sub == "cancel" and name is not None and eng is not None and not eng.closed:
+        if state == "cancelled":
+            return f"%dataflow cancel {name}: stopped waiting; dataflow {name!r} is cancelled"
+        return (f"%dataflow cancel {name}: stopped waiting for the engine (busy in a step); the cancel of "
+                f"dataflow {name!r} is queued and takes effect once that step ends (%dataflow list shows its "
+                f"status{', ' + state + ' now' if state else ''})")
+    return f"%dataflow {sub}: interrupted"
 
 
 def _current(eng, name: str) -> bool:

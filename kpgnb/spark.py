@@ -18,7 +18,7 @@ import threading
 import weakref
 
 from .engine.columns import Schema, check_flag, is_int
-from .engine.errors import ArgumentTypeError, SchemaError, UsageError
+from .engine.errors import ArgumentTypeError, DataflowError, SchemaError, UsageError
 from .engine.inputs import arrow_dtype, arrow_family, check_arrow, is_arrow_table, spark_arrow
 
 __all__ = ["run", "datalog", "session", "dtypes_of", "input_from", "follow", "BatchFeeder", "write_changes", "ChangeWriter"]
@@ -122,6 +122,31 @@ _SPARK_TYPES = {"byte": "int64", "short": "int64", "integer": "int64", "long": "
                 "string": "str", "char": "str", "varchar": "str"}
 
 
+def _advice(name: str, kind: str) -> str:
+    """How to make a column of Spark type ``kind`` one kpgnb stores: only what Spark can do to that type
+    (Spark refuses to cast a date, a timestamp_ntz, binary or a nested value to a number)."""
+    c = f"F.col({name!r})"
+    return {
+        "date": f"convert it first: F.unix_date({c}) (days since 1970-01-01) or {c}.cast('string')",
+        "timestamp": f"convert it first: {c}.cast('long') (seconds since 1970), F.unix_micros({c}) or "
+                     f"{c}.cast('string')",
+        "timestamp_ntz": f"convert it first: F.unix_micros({c}.cast('timestamp')) (microseconds, read in the "
+                         f"session's time zone) or {c}.cast('string')",
+        "binary": f"convert it first: F.hex({c}) or {c}.cast('string') (UTF-8 bytes)",
+        "array": f"a nested type: one row per element with F.explode({c}), or select elements ({c}[0]), "
+                 f"or keep it as text with F.to_json({c})",
+        "map": f"a nested type: one row per entry with df.select(..., F.explode({c})) (key and value columns), "
+               f"or select values ({c}['key']), or keep it as text with F.to_json({c})",
+        "struct": f"a nested type: select its fields (df.select('{name}.*') or {c}.getField('a')), or keep it "
+                  f"as text with F.to_json({c})",
+        "decimal": f"cast it first: {c}.cast('double') or, for whole numbers, .cast('long')",
+        "variant": f"extract what it holds first, e.g. F.variant_get({c}, '$.a', 'long') or F.to_json({c})",
+        "void": "a column of nothing but nulls, which kpgnb columns cannot hold: drop it or fill it "
+                "(F.lit(0).alias(...))",
+    }.get(kind, f"convert it first, e.g. {c}.cast('long'), .cast('double') or .cast('string') where Spark "
+                f"casts this type")
+
+
 def dtypes_of(df) -> dict:
     """Column name -> engine dtype for a Spark DataFrame (from ``df.schema``, nothing collected) or an Arrow
     table. Types kpgnb cannot store (timestamps, decimals, arrays, ...) raise a SchemaError naming the
@@ -146,8 +171,8 @@ def dtypes_of(df) -> dict:
         dtype = _SPARK_TYPES.get(t.typeName())
         if dtype is None:
             raise SchemaError(f"column {f.name!r} has Spark type {t.simpleString()}, which kpgnb cannot store; "
-                              f"supported: tinyint, smallint, int, bigint, float, double, boolean, string (cast "
-                              f"it first, e.g. F.col({f.name!r}).cast('double') or .cast('long'))")
+                              f"supported: tinyint, smallint, int, bigint, float, double, boolean, string "
+                              f"({_advice(f.name, t.typeName())})")
         out[f.name] = dtype
     return out
 
@@ -160,11 +185,22 @@ def input_from(eng, name: str, df, advance: bool = True, progress=None):
     ``progress``: a ``kpgnb.widgets.Progress`` (or anything with its ``update``/``finish``/``fail``) told
     each stage (reading from Spark, loading the rows, sealing). Returns the InputSession."""
     _check_engine(eng, f"input_from(eng, {name!r}, df)")
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"input_from(eng, name, df): an input's name must be a non-empty str, got "
+                                f"{type(name).__name__} {name!r}")
+    if not name:
+        raise UsageError("input_from(eng, name, df): an input's name must be a non-empty str, got ''")
     advance = check_flag(advance, f"input_from(eng, {name!r}, df): advance")
     if progress is not None and not all(callable(getattr(progress, m, None)) for m in ("update", "finish", "fail")):
         raise ArgumentTypeError(f"input_from(eng, {name!r}, df): progress is a kpgnb.widgets.Progress (or anything "
                                 f"with its update, finish and fail methods) or None, not {type(progress).__name__}"
                                 f"{f' ({progress!r})' if isinstance(progress, (str, int, float)) else ''}")
+    if name in eng.inputs():  # (refused before the frame is read: eng.input would, after the whole read)
+        err = UsageError(f"input_from(eng, {name!r}, df): an input named {name!r} exists already (drop it first "
+                         f"with eng.drop_input({name!r}), or pick another name)")
+        if progress is not None:
+            progress.fail(f"UsageError: {err}")
+        raise err
     try:
         if progress is not None:
             progress.update(note="reading the DataFrame (toArrow)")
@@ -203,6 +239,17 @@ class BatchFeeder:
     fails the streaming query. ``batch_df`` may be a Spark DataFrame, an Arrow table or a pandas frame."""
 
     def __init__(self, inp, diff_col: str | None = None, resume_key=None):
+        if not all(callable(getattr(inp, m, None)) for m in ("insert", "update", "flush")):  # (duck typed)
+            hint = (f" (an input's name: pass the session, eng.inputs()[{inp!r}], or use kp.spark.follow, which "
+                    f"takes a name)" if isinstance(inp, str) else "")
+            raise ArgumentTypeError(f"BatchFeeder(inp, ...) takes an InputSession (what eng.input returns), not "
+                                    f"{type(inp).__name__} {inp!r}{hint}")
+        if diff_col is not None and not isinstance(diff_col, str):
+            raise ArgumentTypeError(f"BatchFeeder(diff_col=...) takes the name of the micro-batches' diff column (a "
+                                    f"str) or None, not {type(diff_col).__name__} ({diff_col!r})")
+        if resume_key is not None and not isinstance(resume_key, (str, os.PathLike)):
+            raise ArgumentTypeError(f"BatchFeeder(resume_key=...) takes the query's checkpoint location (a str or a "
+                                    f"path) or None, not {type(resume_key).__name__} ({resume_key!r})")
         self.input = inp
         self.diff_col = diff_col
         self.resume_key = resume_key
@@ -441,6 +488,7 @@ class ChangeWriter:
         self.rows = 0                 # change rows written
         self.writes = 0               # Spark writes made
         self.error: BaseException | None = None
+        self.stopped: DataflowError | None = None  # why the writer stopped early without failing (a drop)
         self.written: int | None = 0  # every epoch before this one is in the sink (None: all of them)
         self.done = False
         self._closing = False
@@ -458,6 +506,10 @@ class ChangeWriter:
                 try:
                     changes = next(f)
                 except StopIteration:
+                    if not self._closing and f.epoch is not None:  # (not every input closed: the view went)
+                        self.stopped = DataflowError(
+                            f"view {self.view.name!r} was dropped (its dataflow {self.view.dataflow!r} is gone): "
+                            f"the sink holds its changes before epoch {self.written} and none after")
                     break
                 except TimeoutError:  # nothing new: everything taken so far is written
                     self._progress(f.epoch)
@@ -483,7 +535,8 @@ class ChangeWriter:
 
     def wait(self, epoch: int, timeout: float | None = 60.0) -> "ChangeWriter":
         """Block until the changes of every epoch before ``epoch`` are in the sink (or the writer stopped);
-        raises what the writer failed with, TimeoutError after ``timeout`` seconds."""
+        raises what the writer failed with, a DataflowError if the view was dropped before ``epoch`` was
+        written (no change of it will come), TimeoutError after ``timeout`` seconds."""
         import time
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
@@ -495,6 +548,8 @@ class ChangeWriter:
                 self._cond.wait(left)
         if self.error is not None:
             raise self.error
+        if self.stopped is not None and self.written is not None and self.written < epoch:
+            raise self.stopped
         return self
 
     def close(self, timeout: float = 60.0):
@@ -547,6 +602,11 @@ def datalog(text: str, inputs: dict, spark=None, *, diffs: bool = False) -> dict
     input predicate to a Spark (or pandas) DataFrame, columns by position. Returns derived predicate ->
     Spark DataFrame, equal to the engine's ``prog[pred]`` on the same inputs."""
     check_session(spark, "kp.spark.datalog", optional=True)
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"kp.spark.datalog: the program is Datalog text (a str), not {type(text).__name__}")
+    if inputs is not None and not isinstance(inputs, dict):
+        raise ArgumentTypeError(f"kp.spark.datalog: inputs= maps input predicates to Spark (or pandas) DataFrames "
+                                f"({{'edge': sdf}}), not a {type(inputs).__name__}")
     diffs = check_flag(diffs, "kp.spark.datalog: diffs")
     if isinstance(inputs, dict):
         for pred, f in inputs.items():

@@ -101,9 +101,13 @@ def record(build, schemas: dict, name: str = "spark") -> Plan:
                 for k, v in ret.items():
                     if isinstance(v, Collection) and not isinstance(v, View):
                         v.view(str(k))
+    if not b.views and isinstance(ret, (list, tuple)) and any(isinstance(v, Collection) for v in ret):
+        raise SchemaError(f"the builder function returned a {type(ret).__name__} of collections, which names no "
+                          f"view: return one Collection (the view 'result') or a dict of them (view name -> "
+                          f"Collection), or call .view(name) on each")
     if not b.views:
         raise SchemaError("the builder function defined no view: call .view(name) on the collections to "
-                          "compute (or return them)")
+                          "compute (or return one, or a dict name -> collection)")
     plan = Plan(list(b.graph.ops), dict(b.views), dict(schemas))
     _check(plan)
     return plan
@@ -808,6 +812,16 @@ def _scan_input(name: str, df, nullable: list, at: dict, diff_col: str | None):
 
 # -- the public entry ---------------------------------------------------------------------------------------
 
+def check_run_arguments(build, inputs):
+    """``build`` a function of the builder and ``inputs`` a dict, or an ArgumentTypeError before any work."""
+    if not callable(build):
+        raise ArgumentTypeError(f"kp.spark.run: build is the builder function (def build(df): ..., what a "
+                                f"dataflow's 'with' block would do), not {type(build).__name__} {build!r:.80}")
+    if not isinstance(inputs, dict):
+        raise ArgumentTypeError(f"kp.spark.run: inputs= maps input names to Spark (or pandas) DataFrames "
+                                f"({{'edges': sdf}}), not a {type(inputs).__name__}")
+
+
 def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: bool = False,
         compact_every: int = 8, name: str = "spark") -> dict:
     """Evaluate ``build`` (the function a user calls inside ``with eng.dataflow(...) as df``) as Spark jobs.
@@ -822,8 +836,7 @@ def run(build, inputs: dict, spark=None, diff_col: str | None = None, diffs: boo
     from pyspark.sql import functions as F
     from . import spark as bridge
     bridge.check_session(spark, "kp.spark.run", optional=True)
-    if not isinstance(inputs, dict):
-        raise SchemaError("inputs= must map input names to Spark (or pandas) DataFrames")
+    check_run_arguments(build, inputs)
     if diff_col is not None and not isinstance(diff_col, str):
         raise ArgumentTypeError(f"kp.spark.run: diff_col is the name of the multiplicity column (a str) or None, "
                                 f"not {type(diff_col).__name__} ({diff_col!r})")

@@ -597,9 +597,6 @@ def test_rules_and_asks_take_0_and_1_for_a_bool_column():
         assert _rows(g.view, ["x", "b"]) == {(1, True), (3, True)}
 
 
-@pytest.mark.xfail(strict=True, reason="a goal constant for a bool column is refused ('the constant must be a "
-                                       "bool') though the language has no bool literal, rules take f(x, 1) and "
-                                       "g.ask(1) takes 1: q(?, 1) cannot be asked at all")
 @pytest.mark.parametrize("pattern,ask,want", [("q(?, 1)", 1, {(1, True)}), ("q(?, 0)", 2, {(2, False)}),
                                               ("h(1, ?)", 2, {(True, 2)})])
 def test_goal_constant_of_a_bool_column(pattern, ask, want):
@@ -611,9 +608,6 @@ def test_goal_constant_of_a_bool_column(pattern, ask, want):
         assert _rows(g.view, prog.columns(pattern.split("(")[0])) == want
 
 
-@pytest.mark.xfail(strict=True, reason="an unfinished goal ('tc', 'tc(?, _') is reported as 'the program ends in "
-                                       "the middle of a statement (a rule ends with '.')': a goal is no program "
-                                       "and needs no '.'")
 @pytest.mark.parametrize("pattern", ["tc", "tc(?, _", "tc(?,"])
 def test_unfinished_goal_error_speaks_of_the_goal(pattern):
     with kp.Engine(workers=1) as eng:
@@ -626,8 +620,6 @@ def test_unfinished_goal_error_speaks_of_the_goal(pattern):
         assert "goal" in msg.splitlines()[0], msg
 
 
-@pytest.mark.xfail(strict=True, reason="eng.datalog(materialize='no') is taken as true (no check_flag, as "
-                                       "replace=, cascade=, diffs= have): the program derives everything")
 @pytest.mark.parametrize("value", ["no", "False", 2])
 def test_materialize_takes_only_true_or_false(value):
     with kp.Engine(workers=1) as eng:
@@ -638,8 +630,6 @@ def test_materialize_takes_only_true_or_false(value):
         assert "P" not in eng.snapshot().dataflows
 
 
-@pytest.mark.xfail(strict=True, reason="eng.datalog(history=0) is refused as \"view 'tc': history=0\", naming a "
-                                       "view the user never made rather than eng.datalog's history=")
 @pytest.mark.parametrize("history", [0, -2, "3"])
 def test_bad_history_is_named_as_eng_datalogs_argument(history):
     with kp.Engine(workers=1) as eng:
@@ -651,8 +641,6 @@ def test_bad_history_is_named_as_eng_datalogs_argument(history):
         assert sorted(eng.inputs()) == ["e"] and not eng.snapshot().dataflows
 
 
-@pytest.mark.xfail(strict=True, reason="a goal's sum overflow names the magic-set predicate it was rewritten to "
-                                       "('sum<y> of s__bf'), not the relation the user wrote ('s')")
 def test_goal_sum_overflow_names_the_users_relation():
     with kp.Engine(workers=2) as eng:
         e = eng.input("e", ["a", "b"], rows=[(1, 2), (5, 2**62), (5, 2**62 + 1)])
@@ -667,9 +655,6 @@ def test_goal_sum_overflow_names_the_users_relation():
         assert "__" not in msg and "sum<y> of s " in msg, msg
 
 
-@pytest.mark.xfail(strict=True, reason="an ask racing a drop of its goal (or program) on another thread fails with "
-                                       "\"input 'P.goal1#asked' was dropped\" (the internal bindings input), not "
-                                       "the goal-was-dropped message a sequential ask gets")
 @pytest.mark.parametrize("how", ["goal", "program"])
 def test_ask_racing_a_drop_says_the_goal_was_dropped(how):
     """The race, as two threads hit it (about one ask in three when a thread drops while another asks in
@@ -699,10 +684,6 @@ def test_ask_racing_a_drop_says_the_goal_was_dropped(how):
         assert "#asked" not in msg and "goal" in msg and "dropped" in msg, msg
 
 
-@pytest.mark.xfail(strict=True, reason="two threads installing a program of one name: the loser may be told that "
-                                       "\"an input named 'P3#facts.f4' is being created ... by another call\" (an "
-                                       "internal helper input) or that \"an arrangement named 'P3.tc' is exported "
-                                       "already\", not that a dataflow named 'P3' is installed")
 def test_racing_installs_of_one_name_say_the_dataflow_exists():
     """Three threads install the same program (six predicates of ground facts: six helper inputs each)
     under one name, 20 times (one name per round): one wins, the others must be told that a dataflow of
@@ -737,8 +718,6 @@ def test_racing_installs_of_one_name_say_the_dataflow_exists():
     assert not odd, odd
 
 
-@pytest.mark.xfail(strict=True, reason="eng.datalog on a closed engine reports 'unknown predicate e: no engine "
-                                       "input named e' (a DatalogError with a caret) when the engine is closed")
 def test_datalog_on_a_closed_engine_says_it_is_closed():
     eng = kp.Engine(workers=1)
     eng.close()
@@ -747,8 +726,6 @@ def test_datalog_on_a_closed_engine_says_it_is_closed():
     assert "closed" in str(ei.value), str(ei.value)
 
 
-@pytest.mark.xfail(strict=True, reason="prog.columns('zz') of a relation the program does not have raises a bare "
-                                       "KeyError('zz'), where prog['zz'] names the program and its relations")
 def test_columns_of_an_unknown_relation_is_a_clear_error():
     with kp.Engine(workers=1) as eng:
         eng.input("e", ["a", "b"], rows=[(1, 2)]).advance_to(1)
@@ -759,9 +736,6 @@ def test_columns_of_an_unknown_relation_is_a_clear_error():
         assert "zz" in str(ei.value) and "tc" in str(ei.value), str(ei.value)
 
 
-@pytest.mark.xfail(strict=True, reason="comparisons of an int with a float round the int to float64 (NumPy's "
-                                       "promotion): 2.0**53 = 2**53 + 1 holds and 2.0**53 < 2**53 + 1 does not; "
-                                       "the values are different numbers")
 def test_int_float_comparisons_are_exact():
     text = ("lt(x) :- w(x, c), c < 9007199254740993.\nxl(x) :- w(x, c), c < x.\neq(x) :- w(x, c), c = x.\n"
             "ne(x) :- w(x, c), x != c.\n")
@@ -776,9 +750,6 @@ def test_int_float_comparisons_are_exact():
             assert _rows(prog[pred], prog.columns(pred)) == rows_, pred
 
 
-@pytest.mark.xfail(strict=True, reason="%%datalog -o VAR binds the program over anything: the DataFrame the cell's "
-                                       "--inputs read (so the same cell then fails: 'edges_df is a Program') or a "
-                                       "module (pd); relation views get a line and keep such names")
 @pytest.mark.parametrize("var", ["edges_df", "pd"])
 def test_datalog_cell_output_keeps_what_the_notebook_holds(ip, capsys, var):
     import types
@@ -792,9 +763,6 @@ def test_datalog_cell_output_keeps_what_the_notebook_holds(ip, capsys, var):
     assert r2.success, out2
 
 
-@pytest.mark.xfail(strict=True, reason="reading a Datalog relation at a compacted epoch advises 'Keep more history "
-                                       "with .view(name, history=...)', which a Datalog user cannot call; the knob "
-                                       "is eng.datalog(..., history=N)")
 def test_compacted_read_of_a_relation_points_at_datalogs_history():
     with kp.Engine(workers=1) as eng:
         e = eng.input("e", ["a", "b"], rows=[(1, 2)])
@@ -811,9 +779,6 @@ def test_compacted_read_of_a_relation_points_at_datalogs_history():
         assert ".view(name" not in msg and "datalog" in msg and "history=" in msg, msg
 
 
-@pytest.mark.xfail(strict=True, reason="a goal of a program whose dataflow failed is refused as a SchemaError "
-                                       "\"no arrangement named 'P.e' is exported\" (an export the user never named), "
-                                       "not as the program's failure")
 def test_goal_of_a_failed_program_says_the_program_failed():
     with kp.Engine(workers=1) as eng:
         eng.input("e", ["a", "b"], rows=[(1, 2**62), (1, 2**62 + 1)]).advance_to(1)
@@ -828,9 +793,6 @@ def test_goal_of_a_failed_program_says_the_program_failed():
         assert sorted(eng.inputs()) == ["e"], eng.inputs()
 
 
-@pytest.mark.xfail(strict=True, reason="an unterminated string is reported as \"unexpected character '\\\"'\" and an "
-                                       "unclosed /* comment as \"unexpected '/'; expected ':-', a name\": neither "
-                                       "says what is unclosed")
 @pytest.mark.parametrize("text,what,column", [
     ('p(x) :- e(x, _), x != "abc.\nq(x) :- e(x, _).', "string", 23),
     ("p(x) :- e(x, _), x != 'a\\'.", "string", 23),

@@ -249,8 +249,6 @@ def test_int_beyond_int64_in_an_int_column_says_why(ctx):
 
 # -- update(rows, diffs) refused for its diffs interns nothing, whatever the rows' shape ---------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: update(dict of columns, bad diffs) interns the rows' strings before "
-                                       "the diffs are refused (only list/pandas/Arrow rows are counted first)")
 @pytest.mark.parametrize("shape", ["dict_of_lists", "dict_of_arrays"])
 @pytest.mark.parametrize("diffs", [[1.5], [1, 1], ["x"]], ids=["fraction", "too_many", "text"])
 def test_bug_update_of_a_dict_refused_for_its_diffs_interns_no_strings(shape, diffs):
@@ -323,8 +321,6 @@ O_CLASH = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: -o VAR naming a view the cell binds (a relation of %%datalog, a view of "
-                                       "%%dataflow) silently replaces that view with the handle/Program")
 @pytest.mark.parametrize("magic", ["datalog", "dataflow"])
 def test_bug_output_variable_naming_a_view_of_the_cell_is_refused_or_keeps_the_view(ip, capsys, quiet, magic):
     # kpgnb/cell.py _bind and kpgnb/datalog/cell.py run: the views are bound, then ns[output] = handle, over the
@@ -357,8 +353,6 @@ def test_output_variable_of_another_name_binds_the_handle_and_every_view(ip, cap
 
 # -- diffs given as Arrow arrays ------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="BUG: a null in diffs given as an Arrow array is reported as 'diff nan' (a "
-                                       "value the user never gave), not as a null")
 @pytest.mark.parametrize("kind", ["array", "chunked", "float_array"])
 def test_bug_arrow_diffs_with_a_null_call_it_a_null(ctx, kind):
     # engine/inputs.py diffs_array: masked arrays and pandas NA are named nulls, but an Arrow array goes through
@@ -391,8 +385,6 @@ def _build(eng, fn):
         fn(df).view("q")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: inspect(5) is accepted when built; the dataflow then fails at its first "
-                                       "batch with TypeError: 'int' object is not callable")
 def test_bug_inspect_of_a_non_function_is_refused_when_built(ctx):
     # engine/collection.py inspect builds InspectOp without looking at fn (map/filter read its parameters,
     # threshold/reduce/iterate/subscribe check callable)
@@ -427,8 +419,6 @@ NOT_FUNCTIONS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: map/filter/flat_map/enter_at/delay/ife given a non-function raise "
-                                       "SchemaError, not ArgumentTypeError (a TypeError) as README's Errors says")
 @pytest.mark.parametrize("op", sorted(NOT_FUNCTIONS))
 def test_bug_a_non_function_is_an_argument_type_error(ctx, op):
     # README, Errors: "an argument of the wrong type ... is its subclass ArgumentTypeError, also a TypeError";
@@ -514,9 +504,6 @@ def test_a_value_is_taken_or_refused_alike_in_every_row_shape(dtype):
         assert len(set(map(repr, answers.values()))) == 1, (dtype, value, answers)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: rows as Python tuples/lists mixing numbers with a complex, bytes "
-                                       "or timedelta64 value: NumPy converts the whole column first, so "
-                                       "the error names row 0 and a value never given ((7+0j)), or no row at all")
 @pytest.mark.parametrize("shape", ["tuples", "records", "dict_of_lists"])
 @pytest.mark.parametrize("column, value", [("b", 1 + 0j), ("b", b"1"), ("b", np.timedelta64(5, "s")),
                                            ("v", 1 + 0j), ("v", b"1.5")],
@@ -552,9 +539,6 @@ def test_a_python_row_list_of_other_mixes_names_the_row_and_value(ctx, shape, co
     intact(ctx)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a flat_map function returning only its dict of columns (no index or "
-                                       "counts) is accepted when built (the trial call drops what is missing) and "
-                                       "fails the dataflow at its first batch")
 def test_bug_flat_map_without_its_index_or_counts_is_refused_when_built(ctx):
     # engine/collection.py flat_map: the trial call goes through cols_only, which takes res[0] of a tuple and the
     # result itself otherwise, so the trial cannot tell that "how" is missing; map's scalar columns and a

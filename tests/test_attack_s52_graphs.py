@@ -92,9 +92,6 @@ def _int_state(s):
 
 # -- bugs: what a message may return for an int64 state ------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="message_ints casts whole floats >= 2**63 and uint64 values past int64 to "
-                                       "int64 (INT64_MIN / wrapped): full answers the garbage (or never "
-                                       "settles), jod and drop blame the reserved int64 minimum")
 @pytest.mark.parametrize("kind", ["float", "uint64"])
 @pytest.mark.parametrize("memory", ["full", "jod", "drop"])
 def test_message_values_past_int64_are_refused_not_wrapped(memory, kind):
@@ -116,8 +113,6 @@ def test_message_values_past_int64_are_refused_not_wrapped(memory, kind):
     assert "int64 minimum" not in str(got) and "int64" in str(got), str(got)
 
 
-@pytest.mark.xfail(strict=True, reason="jod/drop sum the sender's out-degree with np.bincount(weights=) in float64: "
-                                       "an out-degree of 2**53 + 1 reaches the message as 2**53 (full: exact)")
 @pytest.mark.parametrize("memory", ["jod", "drop"])
 def test_out_degree_past_2_53_reaches_the_message_exactly_in_every_mode(memory):
     """README: every mode gives the same collection, bit for bit. A message reading ``degree`` (the sender's
@@ -144,8 +139,6 @@ def test_out_degree_past_2_53_reaches_the_message_exactly_in_every_mode(memory):
     assert run(memory) == full
 
 
-@pytest.mark.xfail(strict=True, reason="sssp's weight check calls .item() on the str node ids of the bad edge: "
-                                       "AttributeError: 'str' object has no attribute 'item' instead of naming it")
 @pytest.mark.parametrize("memory", ["full", "jod"])
 @pytest.mark.parametrize("bad", [-1, float("nan")])
 def test_sssp_bad_weight_on_str_node_ids_names_the_edge(memory, bad):
@@ -169,8 +162,6 @@ def test_sssp_bad_weight_on_str_node_ids_names_the_edge(memory, bad):
 
 # -- bugs: ife's own arguments naming one column twice -------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="ife(value= a key column) and ife(src= dst=) raise the internal 'duplicate "
-                                       "column names' error, naming neither ife nor the argument")
 @pytest.mark.parametrize("case", ["value_is_the_node", "value_is_a_group", "src_is_dst"])
 def test_ife_arguments_naming_one_column_twice_are_refused_naming_the_arguments(case):
     """``ife(key=, node=, value=, src=, dst=)`` with the state's value column also a key column, or the edges'
@@ -198,8 +189,6 @@ def test_ife_arguments_naming_one_column_twice_are_refused_naming_the_arguments(
         assert ("value" in msg) if case.startswith("value") else ("src" in msg and "dst" in msg), msg
 
 
-@pytest.mark.xfail(strict=True, reason="ife(name=) is not checked: None and 5 name operators 'None (state timeline)', "
-                                       "'' an unnamed one, a list fails with TypeError: unhashable type")
 @pytest.mark.parametrize("name", [None, 5, "", ["x"]])
 def test_ife_name_must_be_a_non_empty_str(name):
     """``ife(name=)`` names the operator in ``eng.stats()["ife"]`` (``"q: ife 'sssp'"``) and its
@@ -253,8 +242,6 @@ def _refused_before_running(M, monkeypatch, argv):
     return info.value.code
 
 
-@pytest.mark.xfail(strict=True, reason="bench.memory_modes checks --modes against its modes but takes any "
-                                       "--queries name and runs nothing for it")
 @pytest.mark.parametrize("name", ["foo", "sssp"])
 def test_bench_memory_modes_refuses_an_unknown_query_name(bench_mm, monkeypatch, name):
     """``--modes foo`` is an argparse error ("unknown mode 'foo'; choose from [...]"), but ``--queries foo``
@@ -264,8 +251,6 @@ def test_bench_memory_modes_refuses_an_unknown_query_name(bench_mm, monkeypatch,
     assert _refused_before_running(bench_mm, monkeypatch, _argv(queries=name)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="bench.memory_modes takes --drop-p 2, --sweep-p 1.5 and --bloom-bits 3, "
-                                       "which kp.Drop refuses: every drop run then fails, reported as 'error'")
 @pytest.mark.parametrize("opt", [{"drop_p": "2"}, {"sweep_p": "1.5"}, {"bloom_bits": "3"}])
 def test_bench_memory_modes_refuses_drop_knobs_kp_drop_refuses(bench_mm, monkeypatch, opt):
     """``parse_args`` checks that integer options are not negative "before anything runs", but the drop
@@ -276,8 +261,6 @@ def test_bench_memory_modes_refuses_drop_knobs_kp_drop_refuses(bench_mm, monkeyp
     assert _refused_before_running(bench_mm, monkeypatch, _argv(**opt)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="bench.memory_modes checks no float option: --rtol -1 reports a correct "
-                                       "PageRank as a 'wrong answer'; --delete-fraction 2 and --budget-mb -1 are taken")
 @pytest.mark.parametrize("opt", [{"rtol": "-1"}, {"delete_fraction": "2"}, {"budget_mb": "-1"},
                                  {"job_timeout": "0"}])
 def test_bench_memory_modes_refuses_float_options_out_of_range(bench_mm, monkeypatch, opt):
@@ -289,8 +272,6 @@ def test_bench_memory_modes_refuses_float_options_out_of_range(bench_mm, monkeyp
     assert _refused_before_running(bench_mm, monkeypatch, _argv(**opt)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="bench.memory_modes --batches 0 passes the argument checks and then "
-                                       "crashes in summarize (None / None) after running everything")
 def test_bench_memory_modes_zero_batches_is_refused_or_reported(bench_mm, capsys):
     """``--batches 0`` passes ``parse_args`` (integers >= 0), runs every job and SCRATCH, then fails in
     ``bench/memory_modes.py`` ``summarize``: ``s["algo_p50_ms"] / r["p50_ms"]`` with both None (no batch
@@ -325,8 +306,6 @@ def _outcome(M, monkeypatch, argv):
     return "ran"
 
 
-@pytest.mark.xfail(strict=True, reason="bench.memory_modes --sources 0 loops for ever in _budget_counts "
-                                       "(0 doubled stays 0), appending to a list until memory runs out")
 def test_bench_memory_modes_zero_sources_does_not_loop_for_ever(bench_mm, monkeypatch):
     """``--sources 0`` passes ``parse_args`` (integers >= 0); ``data`` then calls ``_budget_counts``, whose
     ``while c <= budget_max: counts.append(c); c *= 2`` never ends for c = 0 (even with no budget modes):
@@ -352,9 +331,6 @@ def test_bench_memory_modes_zero_sources_does_not_loop_for_ever(bench_mm, monkey
     assert got in ("refused", "ran"), got
 
 
-@pytest.mark.xfail(strict=True, reason="bench.memory_modes with more --edges than --nodes can hold (R-MAT, no "
-                                       "self-loops or duplicates) doubles its draw 20 times: gigabytes, then "
-                                       "MemoryError")
 def test_bench_memory_modes_more_edges_than_the_graph_holds_is_refused(bench_mm, monkeypatch):
     """``--nodes 2 --edges 200``: two nodes hold two edges without self-loops or duplicates, but
     ``bench/memory_modes.py`` ``make_graph`` keeps drawing R-MAT edges until it has 200 distinct ones,

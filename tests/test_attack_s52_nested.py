@@ -611,8 +611,6 @@ def test_closing_inputs_of_two_variable_loops_completes(shape):
         _unstick(eng)
 
 
-@pytest.mark.xfail(strict=True, reason="kp.Variable(loop, initial) with an initial collection of another or a nested "
-                   "loop says 'a collection can only enter a loop ...' (an enter() the user never called), no leave() hint")
 @pytest.mark.parametrize("case", ["sibling_loop", "nested_loop", "iterate_body"])
 def test_variable_initial_from_another_loop_says_leave(case):
     # Everywhere else a collection of another loop gets "collections from different loops cannot be combined:
@@ -640,8 +638,6 @@ def test_variable_initial_from_another_loop_says_leave(case):
         assert "leave()" in str(ei.value), str(ei.value)
 
 
-@pytest.mark.xfail(strict=True, reason="a loop body that reads the loop's own leave() (joined, entered, or as another "
-                   "Variable's initial) is accepted, and its dataflow never completes epoch 0 (refused only as the result)")
 @pytest.mark.parametrize("case", ["join_own_leave", "enter_own_leave", "initial_from_own_leave"])
 def test_body_reading_its_own_loops_leave_is_refused_or_completes(case):
     # Session 51 made the builder refuse a body whose RESULT is v.leave() fed back in (Variable._coerce checks

@@ -53,9 +53,6 @@ class _Feeder(threading.Thread):
             time.sleep(0.02)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: %dataflow wait re-reads its goal every second (cell.wait calls "
-                                       "eng.wait(timeout=1) in a loop), so it never returns while a feeder keeps the "
-                                       "dataflow more than a second behind, though eng.wait's goal is reached")
 def test_bug_dataflow_wait_chases_a_moving_goal_while_a_feeder_runs(ip, capsys):
     ok(ip, capsys, "feed = kp.engine().input('feed', ['k'], rows=[(0,)]); feed.advance_to(1)")
     ok(ip, capsys, SLOW)
@@ -72,9 +69,6 @@ def test_bug_dataflow_wait_chases_a_moving_goal_while_a_feeder_runs(ip, capsys):
 
 
 # -- the magics' own argument errors ----------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: argparse's errors of the magics (a missing NAME, a bad --timeout or "
-                                       "--workers value) do not say which magic or subcommand they are about: "
-                                       "MagicArgumentParser.error's bare message, unlike every other %dataflow error")
 @pytest.mark.parametrize("line, magic", [
     ("%dataflow drop", "%dataflow drop"),
     ("%dataflow cancel", "%dataflow cancel"),
@@ -92,9 +86,6 @@ def test_bug_argument_errors_of_the_magics_do_not_name_the_magic(ip, capsys, lin
     assert magic in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a quoted option value of the cell magics keeps its quotes "
-                                       "(parse_argstring's non-POSIX split): --inputs \"e=edges_df\" is refused as "
-                                       "the name '\"e', though %dataflow drop 'NAME' takes quotes off (shlex)")
 @pytest.mark.parametrize("line", ['--inputs "e=edges_df"', "--inputs 'e = edges_df'", "-i 'e=edges_df' -o 'h'"])
 def test_bug_quoted_option_values_of_the_cell_magics_keep_their_quotes(ip, capsys, line):
     ok(ip, capsys, EDGES)
@@ -103,10 +94,6 @@ def test_bug_quoted_option_values_of_the_cell_magics_keep_their_quotes(ip, capsy
 
 
 # -- Ctrl-C in the line magics ----------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: Ctrl-C while %dataflow drop/cancel waits for a busy "
-                                       "scheduler shows a traceback through magics.py, runtime.py and scheduler.py "
-                                       "(no CellInterrupt as %dataflow wait and the cell magics have), not what "
-                                       "became of the command")
 @pytest.mark.parametrize("line", ["drop other", "cancel other"])
 def test_bug_ctrl_c_in_a_line_magic_shows_the_engines_frames(ip, capsys, line):
     import _thread
@@ -130,9 +117,6 @@ def test_bug_ctrl_c_in_a_line_magic_shows_the_engines_frames(ip, capsys, line):
 
 
 # -- widgets piling up as cells are run again -------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: every %dataflow dashboard (kp.dashboard()) run again keeps refreshing "
-                                       "for good (7 parts each, two matplotlib plots among them): no cap as live views "
-                                       "have (MAX_LIVE), so re-running the cell grows the updater's work without bound")
 def test_bug_dashboards_of_cells_run_again_all_keep_refreshing(ip, capsys, monkeypatch):
     from kpgnb.widgets import Updater, render
     monkeypatch.setattr(render.Plot, "render", lambda self, key, layout, data: b"")   # (no drawing: quick)
@@ -165,9 +149,6 @@ print('done')
 """
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a followed Progress left to the interpreter's exit prints 'Exception "
-                                       "ignored in Widget.__del__ ... ImportError: sys.meta_path is None': close() -> "
-                                       "_stop() calls Updater.of -> check_engine, which imports, again though stopped")
 def test_bug_a_followed_progress_prints_a_traceback_at_interpreter_exit(tmp_path):
     import os
     import subprocess
@@ -183,9 +164,6 @@ def test_bug_a_followed_progress_prints_a_traceback_at_interpreter_exit(tmp_path
 
 
 # -- what a cell binds in the notebook ------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: -o VAR naming the variable the cell's --inputs read binds the handle "
-                                       "(Program) over the frame, so the same cell cannot run again ('edges_df is a "
-                                       "DataflowHandle'); views are kept off that variable for this very reason")
 @pytest.mark.parametrize("cell", [
     "%%dataflow o1 --inputs e=edges_df -o edges_df\nv = e.view('v')\n",
     "%%datalog o2 --inputs edge=edges_df -o edges_df\ntc(x, y) :- edge(x, y).\n",
@@ -251,9 +229,6 @@ def test_the_datalog_help_example_with_retractions_matches_a_reference(ip, capsy
 
 
 # -- a failing cell undoes its own work only ----------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: a failing cell drops every input created while its body ran, also one "
-                                       "another thread created (cell._made_by_body diffs eng.inputs() before and after; "
-                                       "dataflows are recorded per thread since s51, inputs are not)")
 def test_bug_failing_cell_drops_an_input_another_thread_created_meanwhile(ip, capsys):
     go, made = threading.Event(), threading.Event()
 
@@ -288,9 +263,6 @@ def _two_engines():
     return engines
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a widget watched again (watch(eng2) after watch(eng1), as a cell re-run "
-                                       "over another engine does) stays in the first engine's updater too, so it shows "
-                                       "each engine in turn: Part.watch never leaves the previous Updater")
 def test_bug_a_widget_watched_again_flips_between_the_two_engines():
     e1, e2 = _two_engines()
     f = kp.widgets.Frontiers()
@@ -311,9 +283,6 @@ def test_bug_a_widget_watched_again_flips_between_the_two_engines():
         e2.close()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: TraceSizes(window_s=) is not checked: 0 or a negative window is taken "
-                                       "(an empty or inverted time axis, and matplotlib warns from the updater thread), "
-                                       "nan, a str or None fail with bare ValueError/TypeError naming no argument")
 @pytest.mark.parametrize("window", [0, -5, float("nan"), "10", None])
 def test_bug_trace_sizes_window_is_not_checked(window):
     with pytest.raises(kp.KpgnbError, match="window_s"):
@@ -326,10 +295,6 @@ READ_TC = {"datalog": "%%datalog p3 --inputs e2=tc\nr(x) :- e2(x, _).\n",
            "dataflow": "%%dataflow d3 --inputs e=tc\nv = e.view('v')\n"}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: --inputs naming a view of the kernel's engine before %dataflow config "
-                                       "--restart is called 'a view of another engine (not the kernel's)' (%%datalog) or "
-                                       "told to export it (%%dataflow), where an input session of it is said to be of "
-                                       "an engine that was closed")
 @pytest.mark.parametrize("magic", ["datalog", "dataflow"])
 def test_bug_a_view_of_the_restarted_engine_is_called_another_engines(ip, capsys, magic):
     ok(ip, capsys, EDGES)
@@ -340,9 +305,6 @@ def test_bug_a_view_of_the_restarted_engine_is_called_another_engines(ip, capsys
     assert "closed" in out and "another engine" not in out, out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: %%dataflow --inputs naming a view whose dataflow was dropped says to "
-                                       "export it in its dataflow and df.use it, advice that cannot work; %%datalog says "
-                                       "the dataflow is gone")
 def test_bug_dataflow_cell_over_a_view_of_a_dropped_dataflow_gives_advice_that_cannot_work(ip, capsys):
     ok(ip, capsys, EDGES)
     ok(ip, capsys, TC)
@@ -367,10 +329,6 @@ def one_view():
     eng.close()
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: LiveView(x) of something that is not a view (the engine, an input "
-                                       "session, the view's name) fails with a bare AttributeError ('... has no "
-                                       "attribute engine'), and the half-built widget later prints 'Exception ignored "
-                                       "... no attribute _updater' when collected; other widgets check their argument")
 @pytest.mark.parametrize("what", ["engine", "session", "name"])
 def test_bug_live_view_of_something_else_is_a_bare_attribute_error(one_view, what):
     import gc
@@ -389,9 +347,6 @@ def test_bug_live_view_of_something_else_is_a_bare_attribute_error(one_view, wha
     assert not unraisable, [str(u.exc_value) for u in unraisable]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Progress.follow(eng, view) (the view, not its dataflow's name) says 'no "
-                                       "dataflow named View(...) is installed' instead of refusing the type and naming "
-                                       "the view's dataflow, as the engine's calls do (check_name)")
 def test_bug_progress_follow_of_a_view_does_not_say_which_dataflow(one_view):
     eng, s, v = one_view
     with pytest.raises(kp.KpgnbError) as e:

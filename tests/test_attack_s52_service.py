@@ -74,8 +74,6 @@ def _interrupted(tracer, call):
 
 # -- 1. bug: one ask tears every later transaction of a feeder that writes and advances one input at a time -------
 
-@pytest.mark.xfail(strict=True, reason="after a goal lent a and b an epoch, a's advance takes b a step on "
-                                       "(empty), so b's half of the same owner epoch lands an epoch later")
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_after_an_ask_a_feeder_writing_each_input_then_advancing_it_keeps_its_epochs_whole(workers):
     """README (Goals): after an ask, "the other inputs the same ask moved take that step too unless they hold
@@ -116,8 +114,6 @@ def test_after_an_ask_a_feeder_writing_each_input_then_advancing_it_keeps_its_ep
 
 # -- 2. bug: an ask tears a feeder's transaction over an input the goal reads and one it does not ---------------
 
-@pytest.mark.xfail(strict=True, reason="a goal lends only the inputs it reads: the owner's next epoch lands at "
-                                       "two input epochs, and a dataflow over both reads a state that never was")
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_an_ask_of_a_goal_over_one_input_keeps_a_feeders_epoch_over_two_inputs_whole(workers):
     """README (Goals): "Only the inputs the goal reads move: a dataflow that joins one of them with an input the
@@ -157,8 +153,6 @@ def test_an_ask_of_a_goal_over_one_input_keeps_a_feeders_epoch_over_two_inputs_w
 
 # -- 3. bug: Ctrl-C in eng.datalog once its dataflow is installed leaves a program that never answers -------------
 
-@pytest.mark.xfail(strict=True, reason="an eng.datalog interrupted after its install leaves the program installed "
-                                       "over inputs never sealed (facts) or let go (a DataFrame's): empty for good")
 @pytest.mark.parametrize("how", ["facts", "dataframe"])
 def test_ctrl_c_in_eng_datalog_after_its_install_leaves_nothing_or_a_working_program(how):
     """README: "An install interrupted by Ctrl-C leaves nothing behind". Ctrl-C reaches a cell in
@@ -203,8 +197,6 @@ def test_ctrl_c_in_eng_datalog_after_its_install_leaves_nothing_or_a_working_pro
 
 # -- 4. bug: Ctrl-C in prog.goal once the goal's dataflow is installed leaks it for good ---------------------------
 
-@pytest.mark.xfail(strict=True, reason="a prog.goal interrupted after its dataflow installed leaves the goal's "
-                                       "dataflow and bindings input running; even prog.drop() keeps them")
 def test_ctrl_c_in_prog_goal_after_its_install_leaves_nothing_behind():
     """Ctrl-C reaches a thread in ``prog.goal("q(?)")`` after the goal's dataflow was installed and before the
     Goal object is complete (at ``Goal.__init__``'s ``self._goal_program = gp``). The user has no goal
@@ -234,8 +226,6 @@ def test_ctrl_c_in_prog_goal_after_its_install_leaves_nothing_behind():
 
 # -- 5. bug: Ctrl-C in an ask after its binding was buffered leaves the binding asked and never answered ----------
 
-@pytest.mark.xfail(strict=True, reason="an ask interrupted after its row was buffered counts the binding as "
-                                       "asked but never seals it: the repeated ask does nothing, no answer comes")
 @pytest.mark.parametrize("line", ["epoch = self._session.epoch", "self._session.advance_to(epoch + 1)",
                                   "InputSession.lend(base, epoch + 1)"])
 def test_ctrl_c_in_an_ask_after_its_row_went_in_still_gets_the_binding_answered(line):
@@ -266,8 +256,6 @@ def test_ctrl_c_in_an_ask_after_its_row_went_in_still_gets_the_binding_answered(
 
 # -- 6. bug: an ask that another thread's drop overtakes names the goal's internal input ----------------------------
 
-@pytest.mark.xfail(strict=True, reason="an ask overtaken by a drop of its goal or program says input "
-                                       "'p.goal1#asked' was dropped: an input the user never made, no goal")
 @pytest.mark.parametrize("drop", ["program", "goal", "eng.drop"])
 def test_an_ask_overtaken_by_another_threads_drop_names_the_goal(drop):
     """s51 made an ask after the goal (or its program) was dropped say "goal q(?) was dropped ...". A thread
@@ -316,8 +304,6 @@ def test_an_ask_overtaken_by_another_threads_drop_names_the_goal(drop):
 
 # -- 7. bug: stats() lists a dataflow whose own input its inputs table no longer has --------------------------------
 
-@pytest.mark.xfail(strict=True, reason="stats() whose snapshot lists a dataflow dropped during the call shows its "
-                                       "own input with epoch None and in neither the inputs nor the arrangements")
 @pytest.mark.parametrize("what", ["goal", "facts"])
 def test_stats_lists_a_dataflow_dropped_during_the_call_with_its_own_inputs(what):
     """README: "eng.stats() takes every part from one [snapshot]: a dataflow is listed in all its tables or
@@ -488,8 +474,6 @@ def test_the_readme_follow_loop_ends_when_the_last_epoch_changes_nothing_in_the_
 
 # -- 10. bug: Ctrl-C in advance_to after its seal leaves a goal's bindings input behind for good ----------------------
 
-@pytest.mark.xfail(strict=True, reason="an advance_to interrupted after its seal, before its followers caught up, "
-                                       "leaves the goal's bindings input behind; the repeat does nothing")
 def test_ctrl_c_in_advance_to_after_the_seal_still_moves_the_goals_bindings_on():
     """A goal asks 5 of ``q(x) :- a(x)`` (no answer yet). The feeder inserts 5 into ``a`` and advances it; Ctrl-C
     reaches the feeder in ``advance_to`` after the seal was queued and before the inputs that follow ``a``
@@ -514,7 +498,7 @@ def test_ctrl_c_in_advance_to_after_the_seal_still_moves_the_goals_bindings_on()
         assert g.view.to_pandas()["x"].tolist() == []
         a.insert([(5,)])
         e = a.epoch + 1
-        tracer, fired = _interrupt_at(InputSession._advance, "for f in list(self._followers) + list(peers):")
+        tracer, fired = _interrupt_at(InputSession._advance, "for f in list(self._followers):")
         _interrupted(tracer, lambda: a.advance_to(e))
         assert fired and a.epoch == e
         a.advance_to(e)  # (the feeder repeats the interrupted advance)
@@ -524,8 +508,6 @@ def test_ctrl_c_in_advance_to_after_the_seal_still_moves_the_goals_bindings_on()
 
 # -- 11. bug: a goal dropped by its dataflow's name stays referenced by its program for good -------------------------
 
-@pytest.mark.xfail(strict=True, reason="a goal dropped with eng.drop(g.name) stays in prog.goals, and its bindings "
-                                       "input among the followers of every input it read: a leak per goal")
 def test_a_goal_dropped_by_name_from_another_thread_is_freed():
     """README (Goals): "``eng.drop(NAME)`` of a program or goal also drops the inputs made for it". A service
     thread (or ``%dataflow drop p.goal1``, which lists goals as dataflows) drops goals by their dataflow's
@@ -563,8 +545,6 @@ def test_a_goal_dropped_by_name_from_another_thread_is_freed():
 
 # -- 12. bug: a failed seal of a goal's bindings surfaces on the next ask naming the internal input -----------------
 
-@pytest.mark.xfail(strict=True, reason="a transient seal failure of an ask's binding makes the next ask raise "
-                                       "\"input 'p.goal1#asked' failed to seal...\": an input the user never made")
 def test_a_failed_seal_of_a_binding_surfaces_on_the_goal_naming_the_goal():
     """README (Errors): "An internal failure while sealing an input's epoch loses nothing: the rows stay with the
     engine and the seal is retried; the input's next call raises an EngineError once"; DESIGN: faults
@@ -624,8 +604,6 @@ raise ValueError("a bug further down the cell")
 """
 
 
-@pytest.mark.xfail(strict=True, reason="a failed %%dataflow cell drops the dataflow its subscription's callback "
-                                       "installed on the subscription's own thread (its context was copied)")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.usefixtures("quiet")
 def test_a_failed_cell_keeps_what_a_subscriptions_callback_installed_on_its_own_thread(ip, capsys):
@@ -654,8 +632,6 @@ def test_a_failed_cell_keeps_what_a_subscriptions_callback_installed_on_its_own_
 
 # -- 14. bug: prog.drop() racing a drop of one of its goals fails and leaves the program and its other goals -----------
 
-@pytest.mark.xfail(strict=True, reason="prog.drop() overtaken by another thread's g.drop() of one of its goals "
-                                       "raises UnknownNameError and leaves the program and its other goals running")
 def test_prog_drop_racing_another_threads_drop_of_one_goal_drops_everything():
     """A cell drops a program (``prog.drop()``) while a service thread drops one of its goals (``g1.drop()``, or
     ``eng.drop(g1.name)``, or another ``prog.drop()``: a cell re-run and a cleanup thread). When the other

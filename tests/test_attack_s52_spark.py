@@ -60,8 +60,6 @@ def _view(eng, name, build):
 
 # -- defects -------------------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="kp.spark.run drops a view column named 'Rep' (Spark's drop of the "
-                                       "helper column 'rep' is case-insensitive)")
 def test_bug_run_keeps_a_view_column_named_rep_in_another_case(spark):
     """``kp.spark.run`` (without ``diffs``) repeats each row by its multiplicity through a helper column named
     ``view.schema.free("rep")`` and then ``.drop(rep)`` (kpgnb/spark_backend.py ``run``). ``free`` compares
@@ -74,8 +72,6 @@ def test_bug_run_keeps_a_view_column_named_rep_in_another_case(spark):
     assert _tuples(out["v"].collect()) == [(1, 2), (3, 4), (3, 4)]
 
 
-@pytest.mark.xfail(strict=True, reason="run(diffs=True) adds 'diff' beside a view column 'DIFF': the Spark "
-                                       "DataFrame's diff column cannot be referenced (AMBIGUOUS_REFERENCE)")
 def test_bug_run_diffs_column_is_usable_beside_a_view_column_named_DIFF(spark):
     """README: with ``diffs=True`` the view's DataFrame has a ``diff`` column, ``diff_`` for a view with a column
     named diff, so that the two never clash. The name is chosen case-sensitively (``Schema.free``), but Spark
@@ -89,8 +85,6 @@ def test_bug_run_diffs_column_is_usable_beside_a_view_column_named_DIFF(spark):
     assert sorted(tuple(r) for r in out.select("k", "DIFF", diff[0]).collect()) == [(1, 2, 1), (3, 4, 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="view.to_spark(diffs=True) adds 'diff' beside a view column 'Diff': "
-                                       "Spark cannot tell them apart (AMBIGUOUS_REFERENCE)")
 @pytest.mark.parametrize("workers", [1, 3])
 def test_bug_to_spark_diffs_column_is_usable_beside_a_view_column_named_Diff(spark, workers):
     """``view.to_spark(spark, diffs=True)`` (engine/view.py ``to_arrow``: ``schema.free("diff")``) names the
@@ -106,8 +100,6 @@ def test_bug_to_spark_diffs_column_is_usable_beside_a_view_column_named_Diff(spa
         assert sorted(tuple(r) for r in s.select("k", "Diff", diff[0]).collect()) == [(1, 2, 1), (3, 4, 2)]
 
 
-@pytest.mark.xfail(strict=True, reason="write_changes of a view with columns 'Time'/'DIFF' fails in its thread "
-                                       "with COLUMN_ALREADY_EXISTS: the added time/diff columns clash in Spark")
 def test_bug_write_changes_of_a_view_with_columns_Time_and_DIFF(spark, tmp_path):
     """README: ``write_changes`` appends the view's changes as rows of its columns plus ``time`` and ``diff``
     (``time_``/``diff_`` where the view has columns of those names: ``view.follow``'s ``time_col``/``diff_col``,
@@ -143,9 +135,6 @@ _REFUSED = {"date": "date'2020-01-01'", "timestamp_ntz": "timestamp_ntz'2020-01-
             "struct": "named_struct('a', 1)"}
 
 
-@pytest.mark.xfail(strict=True, reason="dtypes_of/input_from refuse date, timestamp_ntz, binary, array, map and "
-                                       "struct columns advising .cast('double') or .cast('long'), which Spark "
-                                       "refuses for those types")
 @pytest.mark.parametrize("kind", sorted(_REFUSED))
 def test_bug_refused_spark_types_advise_a_cast_spark_can_do(spark, kind):
     """kpgnb/spark.py ``dtypes_of`` refuses every type it cannot store with one advice: "cast it first, e.g.
@@ -164,8 +153,6 @@ def test_bug_refused_spark_types_advise_a_cast_spark_can_do(spark, kind):
         sdf.selectExpr(f"cast(c as {target}) as c").collect()  # raises AnalysisException where Spark refuses
 
 
-@pytest.mark.xfail(strict=True, reason="ChangeWriter.wait(epoch) returns normally after the view was dropped, "
-                                       "though the sink holds nothing past the drop")
 def test_bug_write_changes_wait_does_not_claim_epochs_after_its_view_was_dropped(spark, tmp_path):
     """README: ``sink.wait(epoch)`` "blocks until every change before ``epoch`` is written" (the tutorial waits on
     ``clicks.epoch`` and then reads the sink as the view). When the view's dataflow is dropped the follower
@@ -191,8 +178,6 @@ def test_bug_write_changes_wait_does_not_claim_epochs_after_its_view_was_dropped
                 pass
 
 
-@pytest.mark.xfail(strict=True, reason="kp.spark.run refuses a builder returning a list of collections with "
-                                       "'defined no view ... (or return them)', which it did")
 def test_bug_run_builder_returning_a_list_of_collections(spark):
     """README/docstring: ``build(df)`` "defines views, or returns its collections"; a Collection or a dict of
     them is taken (kpgnb/spark_backend.py ``record``), but a list or tuple of collections (what the same builder
@@ -209,8 +194,6 @@ def test_bug_run_builder_returning_a_list_of_collections(spark):
         assert len(out) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="input.update(sdf, diffs) with diffs a one-column Spark DataFrame says "
-                                       "'row 0 has diff DataFrame[d: bigint]' instead of what diffs may be")
 def test_bug_update_with_a_spark_frame_of_diffs_is_refused_for_what_it_is(spark):
     """README: ``update(sdf, diffs)`` takes a Spark DataFrame of rows. Given the diffs as a Spark DataFrame too
     (``sdf.select("d")``, the natural next step), engine/inputs.py ``diffs_array`` reads the whole frame as one
@@ -256,8 +239,6 @@ def test_bug_run_view_over_an_imported_arrangement_has_the_engines_columns(spark
         assert sorted(map(tuple, got.collect())) == sorted(map(tuple, want.collect()))
 
 
-@pytest.mark.xfail(strict=True, reason="input_from(eng, NAME, sdf) with NAME taken runs the whole toArrow() job "
-                                       "before refusing the name")
 def test_bug_input_from_refuses_a_taken_name_before_reading_the_frame(spark):
     """kpgnb/spark.py ``input_from`` reads the DataFrame (``spark_arrow``: a Spark job collecting every row to
     the driver) and only then calls ``eng.input(name, ...)``, which refuses a name in use ("an input named 't'
@@ -278,9 +259,6 @@ def test_bug_input_from_refuses_a_taken_name_before_reading_the_frame(spark):
         assert jobs == []
 
 
-@pytest.mark.xfail(strict=True, reason="kp.spark.BatchFeeder checks none of its arguments: an input name or a "
-                                       "non-str diff_col fails at the first micro-batch with a raw AttributeError "
-                                       "or a SchemaError, on Spark's thread")
 @pytest.mark.parametrize("args", ["name", "none", "diff_col_int"])
 def test_bug_batch_feeder_checks_its_arguments(args):
     """``kp.spark.BatchFeeder`` is public (``__all__``; README: "callable as feeder(batch_df, batch_id)", the
@@ -314,8 +292,6 @@ def _datalog_inputs_a_list(spark, sdf):
     ks.datalog("o(x) :- t(x).", inputs=[sdf], spark=spark)
 
 
-@pytest.mark.xfail(strict=True, reason="kp.spark.run(5, ...) raises a raw TypeError, run(inputs=[sdf]) a "
-                                       "SchemaError and datalog(inputs=[sdf]) a UsageError, not ArgumentTypeError")
 @pytest.mark.parametrize("call", [_run_build_not_callable, _run_inputs_a_list, _datalog_inputs_a_list],
                          ids=lambda f: f.__name__[1:])
 def test_bug_run_and_datalog_wrong_type_arguments_are_argument_type_errors(spark, call):

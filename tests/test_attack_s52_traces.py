@@ -134,8 +134,6 @@ def test_a_burst_of_epochs_over_repeated_rows_compacts_once_read_past(workers, s
 
 # -- 2. bug: df.use of a name this very block exports says the name is not exported at all ----------------------
 
-@pytest.mark.xfail(strict=True, reason="df.use of an arrangement the same block exports says 'no arrangement "
-                                       "named ... is exported; the catalog has []' instead of what to do")
 def test_use_of_an_export_of_the_same_block_says_so():
     """A user who exports an arrangement and then, in the same ``with eng.dataflow(...)`` block (or
     ``%%dataflow`` cell), imports it by name as a later cell would, gets ``SchemaError: no arrangement named
@@ -157,8 +155,6 @@ def test_use_of_an_export_of_the_same_block_says_so():
 
 # -- 3. bug: stats() names a shared arrangement by one export and gives the key columns of another -----------------
 
-@pytest.mark.xfail(strict=True, reason="eng.stats()/arrangements() list an arrangement exported twice (as it is "
-                                       "and renamed) under one export's name with the other's key columns")
 def test_arrangement_exported_under_two_schemas_is_listed_with_its_names_key():
     """README: "A rename of an arranged collection is the same arrangement under the new names", and an
     arrangement may be exported as it is and renamed (``g.export("by_s")``, ``g.rename(s="name",
@@ -188,8 +184,6 @@ def test_arrangement_exported_under_two_schemas_is_listed_with_its_names_key():
 
 # -- 4. bug: a closed trace handle takes some frontier moves and refuses others for the wrong reason -------------------
 
-@pytest.mark.xfail(strict=True, reason="set_logical_compaction on a closed handle: the same frontier is taken, an "
-                                       "earlier one says 'may only advance', a later one is stored then refused")
 def test_frontier_moves_on_a_closed_handle_say_it_is_closed():
     """A ``TraceHandle`` from ``eng.trace`` is closed (``h.close()``; its reads then raise ``UsageError: this
     trace handle is closed``). Moving its logical frontier afterwards answers three ways: the frontier it
@@ -218,8 +212,6 @@ def test_frontier_moves_on_a_closed_handle_say_it_is_closed():
 
 # -- 5. bug: kp.Antichain truncates float and str coordinates and drops a time of another depth --------------------
 
-@pytest.mark.xfail(strict=True, reason="kp.Antichain([(2.5,)]) is {(2)}, [('7',)] is {(7)}, [(3,), (5, 1)] is {(3)}: "
-                                       "frontiers handed to trace handles are silently changed, never refused")
 @pytest.mark.parametrize("times", [[(2.5,)], [("7",)], [(3,), (5, 1)]], ids=["float", "str", "depths"])
 def test_antichain_refuses_times_that_are_not_int_tuples_of_one_depth(times):
     """README: ``h.set_logical_compaction(f)`` takes "``f`` a ``kp.Antichain`` of the trace's times or one time
@@ -237,8 +229,6 @@ def test_antichain_refuses_times_that_are_not_int_tuples_of_one_depth(times):
 
 # -- 6. bug: a trace handle reads on after eng.close(), where a view of the same arrangement raises -----------------
 
-@pytest.mark.xfail(strict=True, reason="after eng.close() a view read raises EngineError but an eng.trace handle's "
-                                       "accumulate/cursor/set_logical_compaction carry on as if the engine ran")
 def test_trace_handle_calls_after_engine_close_raise_engine_error():
     """README (Errors): "After ``eng.close()`` every call (inputs, ``insert``/``advance_to``, building, ``drop``,
     ``wait``, ``trace``, view reads, ``follow``) raises ``EngineError("the engine is closed")``", and (Many
@@ -272,8 +262,6 @@ def test_trace_handle_calls_after_engine_close_raise_engine_error():
 
 # -- 7. bug: a physical compaction frontier may be set behind boundaries already merged away --------------------------
 
-@pytest.mark.xfail(strict=True, reason="set_physical_compaction takes a frontier behind what was merged (and moves "
-                                       "back); batches(through=) there then returns no batch, read as no rows")
 def test_physical_compaction_behind_merged_boundaries_is_refused_or_kept():
     """README: ``h.set_physical_compaction(f)`` "asks for batch boundaries kept at ``f`` (as in differential
     dataflow ...)", so that a reader can read the trace "through" ``f`` (``h.batches(shard, through=f)``,

@@ -46,3 +46,43 @@ def test_sort_index_segment_is_a_stable_sort_by_key_val_time(shape):
         assert padded[:s].tolist() == [-7] * s and padded[s + n:].tolist() == [-9, -9]
         want = idx[np.lexsort((times[idx, 1], times[idx, 0], vals[1, idx], vals[0, idx], keys[0, idx]))]
         assert got.tolist() == want.tolist(), (shape, trial, n)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_lend_skips_its_epoch_in_every_input_not_past_it(workers):
+    """A goal's ask seals the epoch of the inputs it reads empty: the owner's next epoch then goes in one
+    input epoch later in those and in every other input not past them, so a transaction over an input the
+    goal reads and one it does not stays one input epoch (it split before: the read input's rows landed an
+    epoch after the other's). An input ahead of the goal's keeps its numbering, and the ask still answers
+    at once."""
+    with kp.Engine(workers=workers) as eng:
+        a = eng.input("a", ["x"], rows=[(0,), (1,)])
+        c = eng.input("c", ["x"], rows=[(5,)])
+        a.advance_to(1)
+        c.advance_to(1)
+        prog = eng.datalog("q(x) :- a(x).\n", name="p")
+        with eng.dataflow("inv") as df:
+            tot = df.input("a").concat(df.input("c")).count(by=[]).view("tot", history=50)
+        g = prog.goal("q(?)")
+        g.ask(1)  # lends input epoch 1: a moves to 2; c's next owner epoch goes in at 2 as well
+        eng.wait(g.view, timeout=60)
+        assert g.view.to_pandas()["x"].tolist() == [1]
+        assert (a.epoch, a.position, c.epoch, c.position) == (2, 2, 1, 2)
+        a.remove([(0,)])
+        c.insert([(0,)])
+        a.advance_to(2)  # the owner's epoch 1 -> input epoch 2 in both
+        c.advance_to(2)
+        eng.wait(tot, timeout=60)
+        counts = {e: tot.to_pandas(at=e)["count"].tolist() for e in range(0, 3)}
+        assert counts == {0: [3], 1: [3], 2: [3]}, counts
+        c.insert([(7,)])
+        c.advance_to(5)  # c ahead of a
+        g.ask(0)         # answered at once: a is sealed (empty) up to c's numbering
+        eng.wait(g.view, timeout=60)
+        assert sorted(g.view.to_pandas()["x"]) == [1]  # (0 was removed from a)
+        a.insert([(0,)])
+        a.advance_to(3)
+        eng.wait(g.view, timeout=60)
+        assert sorted(g.view.to_pandas()["x"]) == [0, 1]
+        eng.wait(tot, timeout=60)
+        assert tot.to_pandas()["count"].tolist() == [5]

@@ -2,6 +2,9 @@
 ``%dataflow dashboard``)."""
 from __future__ import annotations
 
+import threading
+import weakref
+
 import ipywidgets as w
 
 from . import fmt
@@ -21,7 +24,8 @@ class Dashboard(w.VBox):
     thread with a first reading already shown; then the engine's updater thread refreshes it a few times
     a second until ``close()`` (which ends that thread when nothing else is live) or until the engine
     closes. Its parts: ``header``, ``progress``, ``frontiers``, ``arrangements``, ``latency``, ``sizes``,
-    ``memory``."""
+    ``memory``. At most ``MAX_DASHBOARDS`` per engine refresh at once: one more stops the oldest (``stop``;
+    its header says so), as a cell showing the dashboard is run again and again."""
 
     def __init__(self, engine, **kwargs):
         check_engine(engine, "the dashboard")
@@ -44,20 +48,52 @@ class Dashboard(w.VBox):
         ], **kwargs)
         self.updater = Updater.of(engine)
         self.updater.refresh_now(self.parts)
+        self.stopped = False
         for p in self.parts:
             self.updater.add(p)
+        _admit(self)
 
     def refresh(self):
         """Refresh every part now, on the calling thread (the updater does this by itself)."""
         self.updater.refresh_now(self.parts)
 
+    def stop(self, why: str = "stopped"):
+        """Stop refreshing (every part keeps what it shows; the header says why)."""
+        if not hasattr(self, "updater") or self.stopped:
+            return
+        self.stopped = True
+        self.updater.leave(*self.parts)  # (and waits for a refresh of them in progress: the header stays)
+        for p in self.parts:
+            p._stopped = True
+        self.header.value = self.header.value + f" · <i>{fmt.html.escape(why)}; not updating</i>"
+
     def close(self):
         """Stop refreshing and close every widget; the updater thread ends if nothing else is live."""
         if hasattr(self, "updater"):  # (not when the engine argument was refused: nothing was made)
+            self.stopped = True
             self.updater.remove(*self.parts)
         close_tree(self.children)  # the parts and the titles and boxes around them: ipywidgets keeps
         super().close()             # every widget not closed (and a box keeps its plots' figures)
         close_models(self)
+
+
+MAX_DASHBOARDS = 4   # dashboards per engine refreshed at once (as MAX_LIVE live views): one more stops the oldest
+
+_shown: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # engine -> [weakref to Dashboard], oldest first
+_shown_lock = threading.Lock()
+
+
+def _admit(dash: Dashboard):
+    """Count a new dashboard against MAX_DASHBOARDS, stopping the oldest still refreshing beyond it (a
+    ``%dataflow dashboard`` cell run again and again would otherwise add 7 refreshed parts each time)."""
+    with _shown_lock:  # (weakly: a dashboard holds its engine, which must not be kept alive by the registry)
+        shown = [r for r in _shown.get(dash.engine, []) if r() is not None and not r().stopped]
+        shown.append(weakref.ref(dash))
+        _shown[dash.engine] = shown
+        over = [r() for r in shown[:-MAX_DASHBOARDS]] if len(shown) > MAX_DASHBOARDS else []
+    for old in over:
+        if old is not None:
+            old.stop(f"more than {MAX_DASHBOARDS} dashboards of this engine; show it again to resume")
 
 
 def dashboard(engine) -> Dashboard:

@@ -40,6 +40,7 @@ class LiveView(w.VBox, Part):
     shows_reading = False  # (it reads its view, not the engine's reading)
 
     def __init__(self, view, **kwargs):
+        _check_view(view)  # (before anything is made: a refused one leaves no widget behind)
         self.view = view
         self.header = w.HTML(value="")
         self.table = w.HTML(value="")
@@ -126,6 +127,8 @@ class LiveView(w.VBox, Part):
 
     def close(self):
         """Stop refreshing and close the widget and every widget inside it (header, table, button, box)."""
+        if getattr(self, "_updater", None) is None:  # (its argument was refused: nothing was made to close)
+            return
         self.stop("closed")
         close_tree(self.children)
         super().close()
@@ -135,6 +138,24 @@ class LiveView(w.VBox, Part):
         """A refresh failed: shown until the next one, which reads the view again (its frontier may not move)."""
         self.frontier = None
         self.table.value = _error_html(error)
+
+
+def _check_view(view):
+    """Refuse an argument that is not a view (the engine, an input session, a view's name)."""
+    from ..engine.errors import ArgumentTypeError
+    from ..engine.view import View
+    if isinstance(view, View):
+        return
+    hint = ""
+    if isinstance(view, str):
+        hint = f"; pass the view itself (the variable its cell bound, e.g. {view}), not its name"
+    elif hasattr(view, "advance_to") and hasattr(view, "name"):
+        hint = (f"; that is input session {view.name!r}: show a view of a dataflow reading it "
+                f"(df.input({view.name!r}).view('name'))")
+    elif hasattr(view, "dataflows") and hasattr(view, "wait"):
+        hint = "; that is an engine: kp.dashboard(eng) shows it live"
+    raise ArgumentTypeError(f"LiveView shows a view (what .view('name') returns in a dataflow); got "
+                            f"{type(view).__name__}{hint}")
 
 
 def _error_html(error) -> str:

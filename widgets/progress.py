@@ -17,6 +17,7 @@ import time
 
 import ipywidgets as w
 
+from ..engine.columns import check_name
 from ..engine.errors import EngineError, UnknownNameError
 from . import fmt
 from .updater import Part, Updater, check_engine, close_models, close_tree
@@ -101,6 +102,7 @@ class Progress(w.HBox, Part):
         """A bar for dataflow ``name`` catching up with its inputs, refreshed by the engine's updater
         until it has caught up (or failed, or was dropped). Raises EngineError if the engine is closed."""
         check_engine(engine, "Progress.follow")
+        check_name(name, "Progress.follow", "a dataflow")  # (a view: says its dataflow's name)
         if engine.closed:
             raise EngineError("the engine is closed")
         # (also one dropped or replaced, kept while its exports are read: listed, as NAME~k, by the dashboard)
@@ -110,7 +112,7 @@ class Progress(w.HBox, Part):
                                    f"{', '.join(sorted(engine.dataflows())) or 'none'})")
         p = cls(f"dataflow {name!r}", unit="epochs")
         p._follow = (engine, name, stats["epoch"] if stats["epoch"] is not None else 0, stats["serial"])
-        u = Updater.of(engine)
+        u = p._updater = Updater.of(engine)
         u.add(p)
         u.refresh_now([p])
         return p
@@ -142,9 +144,11 @@ class Progress(w.HBox, Part):
                     f"{fmt.count(d['steps'])} operator steps")
 
     def _stop(self):
-        if self._follow is not None:
+        # once only, and through the updater kept when following began: close() from Widget.__del__ at the
+        # interpreter's exit must not import (Updater.of checks the engine's type by importing it)
+        if self._follow is not None and not getattr(self, "_stopped", False):
             self._stopped = True
-            Updater.of(self._follow[0]).remove(self, wait=0)
+            self._updater.remove(self, wait=0)
 
     def close(self):
         """Stop following (if it does) and close the bar and the label with it."""

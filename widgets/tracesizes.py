@@ -28,6 +28,7 @@ class TraceSizes(w.Image, Part):
     min_interval = SAMPLE_S
 
     def __init__(self, window_s: float = WINDOW_S, **kwargs):
+        _check_window(window_s)  # (before the widget is made: a refused one leaves nothing behind)
         super().__init__(format="png", **kwargs)
         self.window_s = window_s
         self.samples: deque = deque(maxlen=max(2, int(window_s / SAMPLE_S)))
@@ -70,6 +71,18 @@ class TraceSizes(w.Image, Part):
     def show_error(self, error):
         self._next_draw = 0.0  # (the next reading redraws the plot)
         self.value = render.message(f"trace sizes: {type(error).__name__}: {error}")
+
+
+def _check_window(window_s):
+    """``window_s``: a finite number of seconds, more than 0 (0 or less would draw an empty or inverted time
+    axis; NaN or infinity no axis at all)."""
+    from ..engine.errors import ArgumentTypeError
+    if isinstance(window_s, (bool, np.bool_)) or not isinstance(window_s, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(f"TraceSizes(window_s=...) is a number of seconds, not {type(window_s).__name__} "
+                                f"({window_s!r})")
+    if not math.isfinite(window_s) or window_s <= 0:
+        raise ArgumentTypeError(f"TraceSizes(window_s={window_s!r}): the window is a finite number of seconds, "
+                                f"more than 0")
 
 
 def _nice(v: float) -> float:

@@ -45,6 +45,7 @@ class Updater:
         self._parts: dict = {}          # widget -> when it is next due (perf_counter)
         self._lock = threading.Lock()   # guards _parts and the thread's start and end
         self._stop = threading.Event()
+        self._refreshing = threading.Lock()  # held by the thread while it refreshes one widget (see leave)
         self.thread: threading.Thread | None = None
         self.refreshes = 0              # readings taken
         self.cpu_s = 0.0                # CPU time the thread spent refreshing (what the dashboard costs)
@@ -86,6 +87,14 @@ class Updater:
             t = self.thread
         if t is not None and t is not threading.current_thread():
             t.join(wait)
+
+    def leave(self, *parts):
+        """Stop refreshing ``parts`` (watched from another engine now, or stopped), and wait for a refresh of
+        one in progress on the thread, so that nothing this updater reads is shown in them after this returns."""
+        self.remove(*parts, wait=0)
+        if threading.current_thread() is not self.thread:
+            with self._refreshing:
+                pass
 
     def parts(self) -> list:
         with self._lock:
@@ -136,7 +145,11 @@ class Updater:
             self.cpu_by_part["Reading"] = self.cpu_by_part.get("Reading", 0.0) + time.thread_time() - c0
             for p in (self.parts() if reading.closed else due):
                 time.sleep(0)  # let the engine's threads have the GIL between widgets
-                self._next_turn(p, self._refresh(p, reading))
+                with self._refreshing:
+                    if p not in self._parts:  # (closed, or left for another engine's updater, meanwhile)
+                        continue
+                    spent = self._refresh(p, reading)
+                self._next_turn(p, spent)
             self.cpu_s += time.thread_time() - c0
             if reading.closed:  # every widget has shown that the engine closed: nothing will change again
                 with self._lock:
@@ -215,6 +228,10 @@ class Part:
         calling thread, then refreshed by the engine's updater thread until closed. Returns the widget,
         so ``kp.widgets.ArrangementTable().watch(eng)`` on a cell's last line shows it."""
         u = Updater.of(engine)
+        before = getattr(self, "_watched", None)
+        if before is not None and before is not u:  # (watched again, another engine: it shows this one only)
+            before.leave(self)
+        self._watched = u
         u.refresh_now([self])
         u.add(self)
         return self

@@ -6,7 +6,7 @@ live when its diffs sum to more than zero (a rewritten entry is a retraction in 
 insertion in a later one until the trace merges them away)."""
 import numpy as np
 
-from . import helper, kernel
+from . import MAX_MULT, carried_add, carried_total, helper, kernel
 from .sort import mix64
 
 
@@ -109,6 +109,25 @@ def float_sums(x, c, starts, out):
         for a in range(starts[g], end):
             fs += x[a] * c[a]
         out[g] = fs
+
+
+@kernel
+def degree_sums(q, c, out):
+    """out[j] = the sum of c[a] over the rows a with q[a] == j (out starts at zeros), exact in int64 (an
+    out-degree: edge multiplicities summed, as the full mode's count sums them; float64 weights would round
+    past 2**53). Returns whether a sum reaches MAX_MULT in magnitude (the multiplicity overflow)."""
+    nq = out.shape[0]
+    hi = np.zeros(nq, np.int64)
+    for a in range(q.shape[0]):
+        j = q[a]
+        out[j], hi[j] = carried_add(out[j], hi[j], c[a])
+    over = False
+    for j in range(nq):
+        if hi[j] != 0:
+            t = carried_total(out[j], hi[j])
+            out[j] = t
+            over |= t == MAX_MULT
+    return over
 
 
 @kernel

@@ -75,6 +75,15 @@ def _exact_sums(x, c, starts, limit: int, error):
     return sums
 
 
+def _degree_sums(out, n: int) -> np.ndarray:
+    """The out-degree of each of n queried senders: its out-edges' multiplicities (``out``, rows of
+    ``_rows``) summed exactly in int64 (as the full mode's ``count`` sums them), not rounded in float64."""
+    deg = np.zeros(n, np.int64)
+    if ik.degree_sums(np.ascontiguousarray(out.q, np.int64), np.ascontiguousarray(out.counts, np.int64), deg):
+        raise multiplicity_overflow()
+    return deg
+
+
 def _absent_state() -> ValueError:
     return ValueError(f"a state of {ABSENT} (the int64 minimum) cannot be kept: memory='jod' and 'drop' "
                       f"reserve it for 'no state'; use memory='full' or another value")
@@ -143,14 +152,32 @@ def message_values(res, n: int) -> np.ndarray:
     return np.broadcast_to(res, (n,))
 
 
+def _past_int64(res: np.ndarray, bad) -> OverflowError:
+    return OverflowError(f"the message returned {res.dtype} values such as {bad!r}, outside int64 (from "
+                         f"{-(1 << 63)} to {(1 << 63) - 1}), for an int64 state: an int64 state cannot hold "
+                         f"them (they are not cast); return values in int64's range, or make the state "
+                         f"column float64")
+
+
 def message_ints(res: np.ndarray) -> np.ndarray:
     """A message's values for an int64 state: integers (floats with no fractional part too); anything
-    else is an error, not a silent truncation."""
-    if res.dtype.kind in "iub":
+    else is an error, not a silent truncation, and so is a value past int64's range (a whole float of
+    2**63 or more, a uint64 past int64's maximum), not a cast that wraps it."""
+    kind = res.dtype.kind
+    if kind in "ib":
         return res.astype(np.int64, copy=False)
-    if res.dtype.kind == "f":
+    if kind == "u":
+        big = res > np.uint64(np.iinfo(np.int64).max)
+        if big.any():
+            raise _past_int64(res, int(res[big][0]))
+        return res.astype(np.int64, copy=False)
+    if kind == "f":
         ok = whole(res)
         if ok.all():
+            # int64's range is [-2**63, 2**63): both bounds are exact in float64
+            out = (res < -(2.0 ** 63)) | (res >= 2.0 ** 63)
+            if out.any():
+                raise _past_int64(res, float(res[out][0]))
             return res.astype(np.int64)
         bad = res[~ok][0]
     else:
@@ -412,7 +439,7 @@ class IfeOp(Operator):
                 deg = None
                 if spec.degree:
                     out = self._rows(1, np.ascontiguousarray(ed.vals[:nn, live]), at)
-                    deg = np.bincount(out.q, weights=out.counts, minlength=len(q)).astype(np.int64)
+                    deg = _degree_sums(out, len(q))
                 mv, keep = self._message(sv, pay, deg)
                 qs.append(q[keep]), vs.append(mv[keep]), cs.append(cnt[keep])
         return self._aggregate(n, np.concatenate(qs), np.concatenate(vs), np.concatenate(cs))
@@ -759,7 +786,7 @@ class IfeOp(Operator):
     def _degrees(self, nodes, e):
         """Out-degrees as of epoch e (edge multiplicities summed), for the degree policy."""
         out = self._rows(1, np.ascontiguousarray(nodes), e)
-        return np.bincount(out.q, weights=out.counts, minlength=nodes.shape[1]).astype(np.int64)
+        return _degree_sums(out, nodes.shape[1])
 
     def _commit(self, e, tl, marks, rt):
         """Append the epoch's timeline (and dropped-pair) changes at time e and compact to e + 1: a

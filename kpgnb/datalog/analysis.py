@@ -458,7 +458,7 @@ def _show_t(t) -> str:
 
 
 def _const_t(c: Const) -> str:
-    return {"int": "int64", "float": "float64", "str": "str"}[c.type]
+    return {"int": "int64", "float": "float64", "str": "str", "bool": "bool"}[c.type]
 
 
 def _col(atom: Atom, v: Var) -> int:

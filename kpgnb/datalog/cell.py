@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 
-from ..cell import bind_views, cell_source, drop_loaded, input_for, seal_loaded, view_export, wait, wrap
+from ..cell import (bind_output, bind_views, cell_source, drop_loaded, input_for, output_clash, seal_loaded,
+                    view_export, view_gone, wait, wrap)
 from ..cellerror import REPORTS, CellError, CellInterrupt
 from ..engine.dataflow import no_site
 from ..engine.errors import DatalogError, UsageError
 from ..engine.view import View
 from ..handle import DataflowHandle
+from .parser import parse
 from .program import Source, install
 
 
@@ -23,6 +25,10 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
         if name in eng.dataflows():
             raise UsageError(f"a dataflow named {name!r} is installed already: %dataflow drop {name} --cascade "
                              f"first, or pick another name")
+        if output is not None:  # (-o naming a relation the cell derives: refused before anything is loaded)
+            lead = cell_source("datalog", line, body)[1]
+            if output in {r.head.pred for r in parse("\n" * lead + body).rules}:
+                raise UsageError(output_clash(output, "relation", "the Datalog program"))
         for pred, var in inputs.items():
             if var not in ns:
                 raise UsageError(f"--inputs: no variable named {var!r} in the notebook")
@@ -60,16 +66,14 @@ def run(shell, eng, name: str, inputs: dict, body: str, output: str | None = Non
         except REPORTS as e:
             if isinstance(e, CellInterrupt):  # installed, still computing: bound like a success
                 _bind(ns, prog.views, inputs)
-                if output:
-                    ns[output] = prog
+                bind_output(ns, output, prog, set(inputs.values()))
             else:
                 if not eng.closed:  # (the cell's error is what it reports, not the drop's on a closed engine)
                     prog.drop()
                 drop_loaded(eng, created)
             raise
     _bind(ns, prog.views, inputs)
-    if output:
-        ns[output] = prog
+    bind_output(ns, output, prog, set(inputs.values()))
     return prog, handle
 
 
@@ -85,10 +89,9 @@ def _bind(ns: dict, views: dict, inputs: dict):
 
 def _unreadable(eng, view) -> str:
     """Why a %%datalog cell cannot read ``view`` (no export of its own arrangement it could ``use``)."""
-    if view.engine is not eng:
-        return "of another engine (not the kernel's)"
-    if view.released:
-        return f"of dataflow {view.dataflow!r}, which is gone (dropped, failed or cancelled)"
+    gone = view_gone(eng, view)
+    if gone is not None:
+        return gone
     other = f" ({view.name!r} is exported, but is another arrangement than the view's)" if view.name in eng.catalog() \
         else ""
     return (f"that its dataflow does not export{other}; export the view's own arrangement (the collection it is "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import re
 
 import numpy as np
 
@@ -166,13 +167,17 @@ class Compiler:
         return o.delay(_size_rounds(col)) if o.schema.dtype(col) == "int64" else o
 
     def _site(self, plans, pred, pos):
-        """Where the aggregate at head position ``pos`` of ``pred`` is written (its first rule's)."""
-        node = next((p.rule.head.args[pos] for p in plans if p.rule.body), None)
+        """Where the aggregate at head position ``pos`` of ``pred`` is written (its first rule's), named
+        after the relation as the user wrote it (a goal's rewritten ``s__bf`` is the user's ``s``)."""
+        head = next((p.rule.head for p in plans if p.rule.body), None)
+        node = head.args[pos] if head is not None else None
         span = getattr(node, "span", None)
         if span is None:
             return None
-        line = self.a.program.text.splitlines()[span.line - 1].strip()
-        return _ProgramSite(span.line, span.column, f"{node.func}<{node.var.name}> of {pred}", line)
+        lines = self.a.program.text.split("\n")  # (lines as the parser counts them, as errors.py does)
+        line = lines[span.line - 1].strip()
+        return _ProgramSite(span.line, span.column, f"{node.func}<{node.var.name}> of "
+                                                    f"{_written(lines, head.span) or pred}", line)
 
     def _aggregate(self, u, func, group, col):
         """``func`` of ``col`` per ``group``. Group columns named like the columns the engine's count
@@ -588,6 +593,17 @@ def _divisors(e):
         yield from _divisors(e.right)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _written(lines, span):
+    """The predicate name at the start of ``span`` (an atom's) in the program's ``lines``, or None."""
+    if span is None or not 0 < span.line <= len(lines):
+        return None
+    m = _NAME.match(lines[span.line - 1], span.column - 1)
+    return m.group() if m else None
+
+
 def _is_int(x) -> bool:
     return (isinstance(x, (int, np.integer)) and not isinstance(x, bool)) or (
         isinstance(x, np.ndarray) and x.dtype.kind in "iub")
@@ -595,7 +611,50 @@ def _is_int(x) -> bool:
 
 def _compare(cmp, c, pre):
     left, right = evaluate(cmp.left, c, pre), evaluate(cmp.right, c, pre)
-    return np.asarray(_CMP[cmp.op](_operand(left), _operand(right)), dtype=bool)
+    return np.asarray(_compared(cmp.op, left, right), dtype=bool)
+
+
+_FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _compared(op, left, right):
+    """``left op right`` over arrays or plain values, by value: an int64 and a float64 are compared as
+    the numbers they are (NumPy rounds the int to float64 first, so 2.0**53 would equal 2**53 + 1)."""
+    if _int_kind(left) and _float_kind(right):
+        return _int_vs_float(op, left, right)
+    if _float_kind(left) and _int_kind(right):
+        return _int_vs_float(_FLIP[op], right, left)
+    return _CMP[op](_operand(left), _operand(right))
+
+
+def _int_kind(x) -> bool:
+    return _is_int(x) and not (isinstance(x, np.ndarray) and x.dtype.kind == "b")
+
+
+def _float_kind(x) -> bool:
+    return isinstance(x, (float, np.floating)) or (isinstance(x, np.ndarray) and x.dtype.kind == "f")
+
+
+_TWO63 = 2.0 ** 63
+
+
+def _int_vs_float(op, i, f):
+    """``i op f`` exactly, for int64 ``i`` and float64 ``f`` (arrays or values; NaN compares unequal and
+    unordered). Rounding is monotone, so where float64(i) differs from f it orders them as i and f are
+    ordered; where it ties, f is a whole number: compared as an int64 (or, at 2**63 and past, as larger)."""
+    i = np.asarray(i, dtype=np.int64)
+    f = np.asarray(f, dtype=np.float64)
+    fi = i.astype(np.float64)
+    tie = fi == f
+    exact = tie & (f < _TWO63)  # (a tie of f >= 2**63 is an int64 rounded up to 2**63, below it)
+    fint = np.where(exact, f, 0.0).astype(np.int64)
+    if op in ("=", "!="):
+        eq = exact & (i == fint)
+        return eq if op == "=" else ~eq
+    less = (fi < f) | (tie & ~exact) | (exact & (i < fint))
+    greater = (fi > f) | (exact & (i > fint))
+    eq = exact & (i == fint)
+    return {"<": less, "<=": less | eq, ">": greater, ">=": greater | eq}[op]
 
 
 def _operand(x):
@@ -621,7 +680,7 @@ def _condition(conds):
     def keep(**c):
         mask = None
         for kind, col, other in conds:
-            m = np.equal(c[col], _operand(other) if kind == "const" else c[other])
+            m = _compared("=", c[col], other if kind == "const" else c[other])
             mask = m if mask is None else mask & m
         return np.asarray(mask, dtype=bool)
     return keep

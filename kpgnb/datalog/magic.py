@@ -60,7 +60,8 @@ class Pattern:
         return [i for i, a in enumerate(self.args) if a is ASKED]
 
     def __str__(self):
-        return f"{self.pred}({', '.join(repr(x) for x in self.args)})"
+        # (a bool column's constant as written: the language has no bool literal, 1 and 0 are true and false)
+        return f"{self.pred}({', '.join(repr(int(x) if isinstance(x, bool) else x) for x in self.args)})"
 
 
 def rewrite(a: Analysis, pattern: Pattern, whole_aggregates: bool = False) -> tuple:
@@ -295,8 +296,12 @@ def _typed(p: Pattern, columns, dtypes) -> Pattern:
         if kind == "float64" and dt == "int64" and x.is_integer() and INT64[0] <= x <= INT64[1]:
             args[i] = int(x)  # 1.0 of an int column is 1, as in a rule's atom and as g.ask(1.0) takes it
             continue
+        if dt == "bool" and kind != "str" and x in (0, 1):  # the language has no bool literal: 1 is true and
+            args[i] = bool(x)  # 0 false, as in a rule's atom (f(x, 1)) and as g.ask(1) takes them
+            continue
         span = p.spans[i]
-        want = {"int64": "an int", "float64": "a number", "str": "a string", "bool": "a bool"}.get(dt, dt)
+        want = {"int64": "an int", "float64": "a number", "str": "a string",
+                "bool": "0 or 1 (false or true)"}.get(dt, dt)
         raise datalog_error(p.text, span.line, span.column, f"argument {i + 1} of the goal is {x!r}, but column "
                             f"{col!r} of {p.pred!r} is {dt}: the constant must be {want}", span)
     return Pattern(p.pred, tuple(args), p.text, p.spans, p.span)

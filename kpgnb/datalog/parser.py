@@ -243,9 +243,9 @@ def _literal(terminal: str) -> str:
     return repr(pattern.value) if pattern.type == "str" else terminal.lower()
 
 
-def _unfinished(text: str):
-    """The error for a program that ends inside a statement, placed just after its last token (comments
-    after it are not where the statement was left unfinished)."""
+def _unfinished(text: str, start: str = "start"):
+    """The error for a program (or goal) that ends inside a statement, placed just after its last token
+    (comments after it are not where the statement was left unfinished)."""
     line, col = 1, 1
     try:
         for tok in _parser().lex(text):
@@ -253,7 +253,22 @@ def _unfinished(text: str):
     except UnexpectedInput:  # (the parse got past every token, so lexing does not fail; but be safe)
         lines = text.rstrip().splitlines() or [""]
         line, col = len(lines), len(lines[-1]) + 1
+    if start == "goal":
+        return datalog_error(text, line, col, "the goal ends before it is complete: a goal is a relation and "
+                                              "its arguments in parentheses, such as tc(?, _)")
     return datalog_error(text, line, col, "the program ends in the middle of a statement (a rule ends with '.')")
+
+
+def _unclosed(text: str, pos: int, line: int, column: int):
+    """The error for a string constant or a /* comment that the text does not close, at ``pos`` (where it
+    opens), or None when no such thing opens there."""
+    if text.startswith("/*", pos):
+        return datalog_error(text, line, column, "this /* comment is not closed: end it with */", None)
+    if pos < len(text) and text[pos] in "\"'":
+        q = text[pos]
+        return datalog_error(text, line, column, f"this string constant is not closed: end it with {q} on the "
+                                                 f"same line (write \\{q} for a {q} inside it)")
+    return None
 
 
 def parse(text: str) -> Program:
@@ -280,14 +295,22 @@ def _transform(text: str, start: str):
         tree = _parser().parse(text, start=start)
         return _ToSyntax(text).transform(tree)
     except UnexpectedEOF:
-        raise _unfinished(text) from None
+        raise _unfinished(text, start) from None
     except UnexpectedCharacters as err:
+        unclosed = _unclosed(text, err.pos_in_stream, err.line, err.column)
+        if unclosed is not None:
+            raise unclosed from None
         raise datalog_error(text, err.line, err.column, f"unexpected character {text[err.pos_in_stream]!r}"
                             ) from None
     except UnexpectedToken as err:
         tok = err.token
         if tok.type == "$END":
-            raise _unfinished(text) from None
+            raise _unfinished(text, start) from None
+        if str(tok) == "/" and text.startswith("/*", tok.start_pos):  # (a closed one is a comment, ignored)
+            raise _unclosed(text, tok.start_pos, tok.line, tok.column) from None
+        if str(tok) == "*" and tok.start_pos > 0 and text[tok.start_pos - 1] == "/":  # ("x /* ...": '/' read
+            # as a division, as "/ *" never is)
+            raise _unclosed(text, tok.start_pos - 1, tok.line, tok.column - 1) from None
         exp = _expected(err)
         raise datalog_error(text, tok.line, tok.column, f"unexpected {str(tok)!r}" +
                             (f"; expected {exp}" if exp else "")) from None

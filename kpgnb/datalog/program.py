@@ -13,8 +13,8 @@ import numpy as np
 
 from ..engine.collection import Arranged
 from ..engine.columns import SymbolTable, encode_column, object_column
-from ..engine.errors import (ArgumentTypeError, DatalogError, EngineError, KpgnbError, SchemaError, UnknownNameError,
-                             UsageError)
+from ..engine.errors import (ArgumentTypeError, Cancelled, DatalogError, DataflowError, EngineError, KpgnbError,
+                             SchemaError, UnknownNameError, UsageError)
 from ..engine.session import InputSession
 from .analysis import analyze
 from .compiler import Compiler, IntOverflow, Relations, evaluate, ground_defined
@@ -40,6 +40,7 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
     _check_bindings(program, inputs, flag)
     bound, created = {}, []   # pred -> Source
     shared = []  # inputs loaded from the same DataFrame for an earlier program (not a cell): co-owned
+    prog = None
     try:
         catalog = eng.snapshot().catalog
         for pred, src in (inputs or {}).items():
@@ -83,11 +84,13 @@ def install(eng, text: str, inputs: dict | None = None, name: str | None = None,
         prog.sources = {p: bound.get(p, Source("input", p)) for p in analysis.inputs}
         # made from DataFrames for the program: dropped with it (with the last of the programs sharing one)
         prog.owned = [s.name for s in created] + shared
-        prog._build(lambda df, p: prog.sources[p].read(df))
+        # (the inputs made from DataFrames are sealed once the dataflow reading them is installed: by
+        # ``_build``, so that a Ctrl-C after the install undoes it, or leaves a program that works)
+        prog._build(lambda df, p: prog.sources[p].read(df), finish=lambda: seal_loaded(created))
     except BaseException:
-        drop_loaded(eng, created)
+        if prog is None or not prog._installed():  # (one left installed reads them, sealed: see _build)
+            drop_loaded(eng, [s for s in created if not s.dropped])  # (not those its undone install dropped)
         raise
-    seal_loaded(created)
     return prog
 
 
@@ -130,6 +133,28 @@ def _free_name(eng, base: str) -> str:
                 return name
 
 
+_BUILDING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # engine -> names being built (_build)
+
+
+def _claim(eng, name: str):
+    """Reserve ``name`` for a build (``Program._build``) before any helper input is made under it: two
+    threads installing programs of one name at once, the one that comes second is told that a dataflow
+    of that name is installed or being installed (not that the first's helper inputs or exports exist)."""
+    with _NAMES_LOCK:
+        building = _BUILDING.setdefault(eng, set())
+        if name in eng.snapshot().dataflows:
+            raise UsageError(f"a dataflow named {name!r} is installed already")
+        if name in building:
+            raise UsageError(f"a dataflow named {name!r} is being installed by another call (another thread's "
+                             f"eng.datalog); drop it once installed, or pick another name")
+        building.add(name)
+
+
+def _unclaim(eng, name: str):
+    with _NAMES_LOCK:
+        _BUILDING.get(eng, set()).discard(name)
+
+
 class Program:
     """A Datalog program installed as the dataflow ``name``. ``prog[pred]`` is the View of a derived
     relation; each is also the arrangement ``name.pred`` in the engine's catalog, for later dataflows
@@ -144,19 +169,22 @@ class Program:
         self.views: dict = {}
         self.sources: dict = {}    # input predicate -> Source
         self._helpers: list = []   # engine inputs holding the program's facts
-        self.goals: list = []
+        # its goals, weakly: a goal lives while its dataflow holds its answer view (``Goal.__init__``), so
+        # one dropped by name (``eng.drop(g.name)``) is let go with its dataflow; ``goals`` lists the live ones
+        self._goals: list = []
         self._lock = threading.Lock()  # goals are named and installed one at a time
         self._install = None  # the builder of its dataflow (its serial tells this install from a later one)
         self.owned: list = []  # names of engine inputs made for it by the caller (dropped with it)
         self._dropped = False  # prog.drop() was called: no more goals
 
-    def _build(self, source, view_preds=None, export=True, shared=None, view_names=None):
+    def _build(self, source, view_preds=None, export=True, shared=None, view_names=None, finish=None):
         """Compile into a new dataflow; ``source(df, pred)`` gives each input predicate's collection and
         ``shared(df, pred, keys)`` an arrangement of it to import (see ``Relations``); ``view_names``
-        renames views (a goal's answer is a view named after the relation it answers)."""
+        renames views (a goal's answer is a view named after the relation it answers). ``finish()`` runs
+        once it is installed (the caller's inputs sealed). Interrupted (or failing) at any point, it leaves
+        nothing behind: an install that finished is undone too (``_undo``)."""
         a, eng = self.analysis, self.engine
-        if self.name in eng.snapshot().dataflows:  # before any helper input is made under its name
-            raise UsageError(f"a dataflow named {self.name!r} is installed already")
+        _claim(eng, self.name)  # before any helper input is made under its name
         try:
             facts = self._fact_inputs() if self.materialized else {}
             with eng.dataflow(self.name) as df:
@@ -183,6 +211,7 @@ class Program:
                     if export:
                         final.export(f"{self.name}.{pred}")
                     self.views[pred] = final.view((view_names or {}).get(pred, pred), history=self.history)
+                    self.views[pred].history_advice = "with eng.datalog(..., history=N)"
                 if export:
                     for (pred, keys), arr in rel.named.items():
                         if arr is not rel.top.get(pred) and pred in a.inputs | a.derived:
@@ -191,11 +220,45 @@ class Program:
                             if not df.exported(export_name):
                                 arr.export(export_name)
                 df.own_inputs(*[s.name for s in self._helpers], *self.owned)  # dropped with it, whoever drops it
-        except BaseException:
-            self._drop_helpers()
+            for s in self._helpers:
+                s.close()  # ground facts never change: closed, they hold no frontier back
+            if finish is not None:
+                finish()
+        except BaseException as e:
+            if not self._undo():  # (kept: read meanwhile by a dataflow installed on another thread)
+                self._complete(finish)
+            elif isinstance(e, KpgnbError) and self.name in eng.snapshot().dataflows:
+                # (another call installed a dataflow of this name meanwhile: its exports or inputs clashed)
+                raise UsageError(f"a dataflow named {self.name!r} is installed already") from None
             raise
-        for s in self._helpers:
-            s.close()  # ground facts never change: closed, they hold no frontier back
+        finally:
+            _unclaim(eng, self.name)
+
+    def _undo(self) -> bool:
+        """Undo a build that failed or was interrupted: its dataflow where it was installed (a Ctrl-C once
+        the install returned), and its helper inputs. False where the install is kept: a dataflow installed
+        meanwhile (another thread's) reads its exports."""
+        serial = getattr(self._install, "serial", None)
+        if serial is not None:
+            self.engine.discard(self.name, serial)  # (and the inputs it owns: ``own_inputs``)
+            if self._installed():
+                return False
+        self._drop_helpers()
+        return True
+
+    def _complete(self, finish):
+        """What an install left installed after an interrupt needs to compute: its helper inputs closed (their
+        facts sealed) and the caller's ``finish``. Each is a seal queued, not waited for."""
+        for helper in self._helpers:
+            try:
+                helper.close()
+            except KpgnbError:
+                pass
+        if finish is not None:
+            try:
+                finish()
+            except KpgnbError:
+                pass
 
     def _fact_inputs(self) -> dict:
         a, out = self.analysis, {}
@@ -228,6 +291,8 @@ class Program:
         """Undo the helper inputs of a failed build. Queued, not waited for (as ``cell.drop_loaded``): a
         build interrupted while the engine is busy returns at once, and a second Ctrl-C leaves nothing."""
         for s in self._helpers:
+            if s.dropped:  # (with the dataflow that owned it)
+                continue
             try:
                 self.engine.drop_input(s.name, wait=False)
             except KpgnbError:
@@ -252,7 +317,14 @@ class Program:
         return list(self.views)
 
     def columns(self, pred: str) -> list:
-        return list(self.analysis.columns[pred])
+        """The column names of relation or input ``pred``."""
+        cols = self.analysis.columns.get(pred) if isinstance(pred, str) else None
+        if cols is None:
+            a = self.analysis
+            raise (UnknownNameError if isinstance(pred, str) else ArgumentTypeError)(
+                f"no relation {pred!r} in Datalog program {self.name!r}; relations are {sorted(a.derived)}, "
+                f"inputs {sorted(a.inputs)}")
+        return list(cols)
 
     def goal(self, pattern: str) -> "Goal":
         """A goal-directed query for ``pattern`` (e.g. ``"tc(?, _)"``): its own dataflow, rewritten with
@@ -269,12 +341,31 @@ class Program:
             raise at(pattern, pat, f"goal {pattern!r}: {pat.pred!r} takes {known[pat.pred]} arguments")
         with self._lock:  # (prog.drop() takes it: a goal is made before the drop, and dropped by it, or refused)
             self._check_installed(f"goal {pattern!r}")
-            g = Goal(self, pat)
+            self._check_running(f"goal {pattern!r}")
+            self._goals = [r for r in self._goals if r() is not None]
+            g = Goal(self, pat)  # (among its goals once complete: ``Goal.__init__``)
             if not self._installed():  # dropped meanwhile, by eng.drop: what it read may be a successor's
                 g._uninstall()
+                g._forget()
                 self._check_installed(f"goal {pattern!r}")
-            self.goals.append(g)
         return g
+
+    @property
+    def goals(self) -> list:
+        """Its goals whose dataflows are installed (one dropped, by ``g.drop()``, ``prog.drop()`` or
+        ``eng.drop(g.name)``, is no longer listed, nor kept)."""
+        return [g for g in (r() for r in list(self._goals)) if g is not None and g._installed()]
+
+    def _check_running(self, what: str):
+        """Refuse ``what`` of a program whose dataflow failed or was cancelled (a goal would read its
+        exports, released with it): the program's failure, not the exports', is what to tell."""
+        info = self.engine.snapshot().dataflows.get(self.name)
+        if info is None or info.error is None or self._install is None or info.serial != self._install.serial:
+            return
+        cancelled = info.status == "cancelled"
+        raise (Cancelled if cancelled else DataflowError)(
+            f"{what}: Datalog program {self.name!r} {'was cancelled' if cancelled else 'failed'}: {info.error}; "
+            f"drop it (prog.drop()) and install it again (eng.datalog(...))") from info.error
 
     def _installed(self) -> bool:
         """Whether the dataflow named ``self.name`` is this program's install (not a later one's)."""
@@ -299,11 +390,21 @@ class Program:
             raise EngineError("the engine is closed")
         with self._lock:
             self._dropped = True
-            goals = list(self.goals)
-        for g in goals:
-            g.drop()
+            goals = self.goals
+        errors = []
+        for g in goals:  # (each one: a goal another thread dropped meanwhile, say, stops none of the others)
+            try:
+                g.drop()
+            except KpgnbError as e:
+                errors.append(e)
         if self._installed():
-            self.engine.drop(self.name)  # (and its own inputs: ``own_inputs``, engine/builder.py)
+            try:
+                self.engine.drop(self.name)  # (and its own inputs: ``own_inputs``, engine/builder.py)
+            except UnknownNameError:
+                if self._installed():
+                    raise  # (not dropped by another thread meanwhile, as asked)
+        if errors:
+            raise errors[0]
 
     def __repr__(self):
         return f"<Datalog program {self.name!r}: relations {', '.join(self.views)}>"
@@ -319,6 +420,8 @@ class Goal:
         self.name = _free_name(eng, f"{prog.name}.goal")
         asked = pattern.asked
         self._session = None
+        self._leaders: list = []
+        gp = None
         goal_pred, answer_pred = seed_names(a)
         if asked:
             self._session = eng.input(f"{self.name}#asked", [a.columns[pattern.pred][i] for i in asked],
@@ -339,21 +442,36 @@ class Goal:
                 return df.use(export) if export in eng.snapshot().catalog else None
             gp._build(source, view_preds=[answer_pred], export=False, shared=shared,
                       view_names={answer_pred: pattern.pred})
-        except BaseException:
-            if self._session is not None:  # (queued: see Program._drop_helpers)
-                eng.drop_input(self._session.name, wait=False)
+            self._goal_program = gp
+            self.view = gp.views[answer_pred]
+            self._lock = threading.Lock()
+            self._asked: set = set()  # the bindings asked (as the rows of the bindings' input, NaN as _NAN)
+            self._unsealed = False  # a change went in that is not yet sealed and lent (see ``_change``)
+            # every engine input the goal reads, closed ones too: a binding goes in no earlier than their last
+            # epoch (a closed input's last changes, and the arrangements imported from dataflows installed
+            # after it advanced, are at times up to it; a binding below them would never see them)
+            self._reads = self._upstream() if self._session is not None else []
+            for s in self._reads:  # the bindings' input keeps up with the open inputs the goal reads, and
+                if not s.closed:   # bindings waiting for an input's changes go with them
+                    self._leaders.append(s)
+                    self._session.follow(s, carry=True)
+            # the goal lives as long as its dataflow holds its answer view (the engine, while it is installed;
+            # the program lists it weakly): dropped any way, by name too, it is let go with its dataflow
+            self.view._goal = self
+            prog._goals.append(weakref.ref(self))
+        except BaseException as e:  # (a failure, or a Ctrl-C: before or after the install, nothing is left)
+            for s in self._leaders:
+                self._session.unfollow(s)
+            if gp is not None and gp._installed():
+                gp._undo()  # (its inputs too: the bindings' input is its own)
+            if self._session is not None and not self._session.dropped:  # (queued: see Program._drop_helpers)
+                try:
+                    eng.drop_input(self._session.name, wait=False)
+                except KpgnbError:
+                    pass
+            if isinstance(e, KpgnbError):
+                prog._check_running(f"goal {pattern}")  # (the program failed meanwhile: what went wrong)
             raise
-        self._goal_program = gp
-        self.view = gp.views[answer_pred]
-        self._lock = threading.Lock()
-        self._asked: set = set()  # the bindings asked (as the rows of the bindings' input, NaN as _NAN)
-        # every engine input the goal reads, closed ones too: a binding goes in no earlier than their last
-        # epoch (a closed input's last changes, and the arrangements imported from dataflows installed
-        # after it advanced, are at times up to it; a binding below them would never see them)
-        self._reads = self._upstream() if self._session is not None else []
-        self._leaders = [s for s in self._reads if not s.closed]
-        for s in self._leaders:  # the bindings' input keeps up with the open inputs the goal reads, and
-            self._session.follow(s, carry=True)  # bindings waiting for an input's changes go with them
 
     def _rewritten(self) -> tuple:
         """The goal's program (magic sets), analysed, and the program's relations it reads whole. Adorning
@@ -440,50 +558,113 @@ class Goal:
         so it is answered as of those changes. Otherwise it is sealed at once, and the inputs advance with
         it (an empty epoch each, all or none: ``InputSession.lend``), so the answer is complete at once, as
         K-Pg's interactive queries advance the graph and the query inputs together."""
-        if self._session is not None and self._session.dropped:  # (its bindings' input is an internal one)
-            prog = self.program
-            raise UsageError(f"goal {self.pattern} was dropped (its dataflow {self.name!r} is gone); "
-                             + (f"its program {prog.name!r} was dropped too" if prog._dropped else
-                                f"ask a new goal of the program (prog.goal('{self.pattern}'))"))
+        dropped = self._dropped_error()
+        if dropped is not None:
+            raise dropped
         row = self._rows(values)[0]
         key = tuple(_NAN if isinstance(v, float) and v != v else v for v in row)  # (NaN is one value here too)
         base = [s for s in self._leaders if not s.closed]
         with self._lock:
-            if (key in self._asked) == ask:
-                return
-            # (closed inputs too: their last changes are at their last epoch, which the binding must reach)
-            epoch = max([s.epoch for s in self._reads] + [self._session.epoch])
-            self._session.advance_to(epoch)
-            taken = self._session.appends
-            (self._asked.add if ask else self._asked.discard)(key)
             try:
-                (self._session.insert if ask else self._session.remove)([row])
-            except BaseException:  # (a Ctrl-C: the set says whether the row went in, so a retry is right)
-                if self._session.appends == taken:
-                    (self._asked.discard if ask else self._asked.add)(key)
-                raise
-            # an input's advance on another thread may have carried the bindings on (``follow``): then the
-            # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
-            epoch = self._session.epoch
-            if any(s.buffered for s in base):  # (an owner mid-epoch: the binding goes with its next advance)
-                return
-            self._session.advance_to(epoch + 1)
-            InputSession.lend(base, epoch + 1)  # (all or none: unless an owner buffered rows meanwhile)
+                if self._unsealed:  # (an earlier change, interrupted once its row went in: finished first)
+                    self._finish(base)
+                if (key in self._asked) == ask:
+                    return
+                # (closed inputs too: their last changes are at their last epoch, which the binding must reach)
+                epoch = max([s.position for s in self._reads] + [self._session.epoch])
+                self._session.advance_to(epoch)
+                taken = self._session.appends
+                try:
+                    (self._asked.add if ask else self._asked.discard)(key)
+                    self._unsealed = True  # (until sealed and lent: a Ctrl-C from here on, the next call finishes it)
+                    (self._session.insert if ask else self._session.remove)([row])
+                except BaseException:  # (a Ctrl-C: the set says whether the row went in, so a retry is right)
+                    if self._session.appends == taken:
+                        (self._asked.discard if ask else self._asked.add)(key)
+                        self._unsealed = False
+                    raise
+                # an input's advance on another thread may have carried the bindings on (``follow``): then the
+                # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
+                epoch = self._session.epoch
+                if any(s.buffered for s in base):  # (an owner mid-epoch: the binding goes with its next advance)
+                    self._unsealed = False
+                    return
+                self._session.advance_to(epoch + 1)
+                InputSession.lend(base, epoch + 1)  # (all or none: unless an owner buffered rows meanwhile)
+                self._unsealed = False
+            except KpgnbError as e:  # (a drop on another thread meanwhile, a seal that failed: the goal's)
+                own = self._own_error(e)
+                if own is e:
+                    raise
+                raise own from own.__cause__
+
+    def _finish(self, base):
+        """What ``_change`` leaves to do when interrupted (a Ctrl-C) once its row went in: the row sealed and
+        the inputs the goal reads lent the step to its epoch (the same ask repeated finds the binding asked
+        already, and would otherwise leave it unanswered until those inputs next advance)."""
+        if not any(s.buffered for s in base):  # (else: the row goes with an owner's next advance)
+            if self._session.buffered:  # (not sealed yet)
+                at = self._session.epoch
+                self._session.advance_to(at + 1)
+                InputSession.lend(base, at + 1)
+            else:  # (sealed: only the inputs' step is left; none where they are past it already)
+                InputSession.lend(base, self._session.epoch)
+        self._unsealed = False
+
+    def _dropped_error(self):
+        """The error of a call on a goal whose dataflow was dropped (by ``g.drop()``, ``prog.drop()`` or
+        ``eng.drop(g.name)``), or None. Its bindings' input is an internal one: the goal is named."""
+        if self._session is None or not self._session.dropped:
+            return None
+        prog = self.program
+        return UsageError(f"goal {self.pattern} was dropped (its dataflow {self.name!r} is gone); "
+                          + (f"its program {prog.name!r} was dropped too" if prog._dropped else
+                             f"ask a new goal of the program (prog.goal('{self.pattern}'))"))
+
+    def _own_error(self, e: KpgnbError) -> KpgnbError:
+        """``e``, raised by the goal's bindings' input, told of the goal: the user never made that input."""
+        dropped = self._dropped_error()
+        if dropped is not None:
+            dropped.__cause__ = None
+            return dropped
+        name = self._session.name
+        text = str(e)
+        if repr(name) not in text:
+            return e
+        text = text.replace(f"input {name!r}", "its bindings' input").replace(repr(name), "its bindings' input")
+        try:
+            own = type(e)(f"goal {self.pattern}: {text}")
+        except Exception:  # noqa: BLE001 - a class taking other arguments: as it was
+            return e
+        own.__cause__ = e.__cause__
+        return own
+
+    def _installed(self) -> bool:
+        """Whether the goal's dataflow is installed (as its own install, not a later one of its name)."""
+        return self._goal_program._installed()
+
+    def _forget(self):
+        """No longer among its program's goals (the caller holds the program's lock)."""
+        prog = self.program
+        prog._goals = [r for r in prog._goals if r() is not None and r() is not self]
 
     def drop(self):
         """Uninstall the goal's dataflow and forget its bindings."""
         self._uninstall()
-        prog = self.program
-        with prog._lock:
-            if self in prog.goals:
-                prog.goals.remove(self)
+        with self.program._lock:
+            self._forget()
 
     def _uninstall(self):
         eng = self.program.engine
         if eng.closed:  # (its snapshot lists no dataflow: skipping the drop would pass for one)
             raise EngineError("the engine is closed")
         if self.name in eng.snapshot().dataflows:
-            eng.drop(self.name)  # (and the inputs made for it: ``own_inputs``, engine/builder.py)
+            try:
+                eng.drop(self.name)  # (and the inputs made for it: ``own_inputs``, engine/builder.py)
+            except UnknownNameError:
+                if self.name in eng.snapshot().dataflows:
+                    raise
+                # (dropped by another thread meanwhile: as asked)
         for s in self._leaders:
             self._session.unfollow(s)
 

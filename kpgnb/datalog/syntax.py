@@ -39,13 +39,16 @@ def hidden(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Const:
-    """An int, float or string constant."""
+    """An int, float or string constant (or a bool: the language has none, but a goal's 0 or 1 of a bool
+    column is rewritten into one, ``magic.rewrite``)."""
     value: object
     span: Span = field(compare=False, default=None)
 
     @property
     def type(self) -> str:
-        return "str" if isinstance(self.value, str) else "float" if isinstance(self.value, float) else "int"
+        v = self.value
+        return ("str" if isinstance(v, str) else "float" if isinstance(v, float) else
+                "bool" if isinstance(v, bool) else "int")
 
 
 @dataclass(frozen=True)
