@@ -215,11 +215,13 @@ class InputSession:
     def _skip(self, start: int, end: int):
         """Input epochs ``start`` to ``end - 1`` are no owner epochs of this input (a lend sealed them
         empty)."""
-        runs = self._skips
-        if runs and runs[-1][1] == start:
-            self._skips = runs[:-1] + [(runs[-1][0], end)]
-        else:
-            self._skips = sorted(runs + [(start, end)])
+        merged: list = []
+        for a, b in sorted(self._skips + [(start, end)]):  # (a union: runs that meet or overlap become one)
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self._skips = merged
 
     def _rows_at(self) -> int:
         """The input epoch the rows buffered now belong to: the owner's open epoch's, or the input's own
@@ -284,7 +286,7 @@ class InputSession:
             moved = [s for s in lent.values() if at[id(s)] < epoch]
             if not moved:
                 return False
-            top = max(at[id(s)] for s in lent.values())
+            low = min(at[id(s)] for s in moved)
             staged = []
             try:  # (one submit of every seal: all queued or none, and those not queued put back)
                 for s in moved:
@@ -296,10 +298,10 @@ class InputSession:
                         undo()
                 raise
             for s in moved:  # the epochs sealed empty are no owner's epochs now, nor, in another input not
-                s._skip(at[id(s)], epoch)  # past them, those from the lent inputs' latest on
-            for s in live:
+                s._skip(at[id(s)], epoch)  # past them, those from the least lent one's on (an input advanced
+            for s in live:                 # with that one, at its epoch, moves as it does)
                 if at[id(s)] < epoch:
-                    s._skip(max(at[id(s)], top), epoch)
+                    s._skip(max(at[id(s)], low), epoch)
         for s in moved:
             for f in list(s._followers):
                 f._catch_up(epoch)
