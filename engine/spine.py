@@ -172,12 +172,14 @@ class Spine:
         return r > limit or _passed(hi, logical)
 
     def _floor(self) -> int:
-        """A lower bound of ``live_estimate`` whatever the logical frontier, in O(1) where it can be:
+        """The screen ``bloated`` and ``_settle`` apply before the estimate, in O(1) where it can be:
         |balance| (each batch's |balance| is at most its records). At depth 1 with more records
         retracting than inserting, which a collection of positive multiplicities only holds where
         retractions cancel parts of them (a row inserted 60 times and retracted a copy an epoch is 60
         records of balance -58 that leave one), at most the batches' (key, value) pairs, which bound the
-        estimate once the batches compact."""
+        estimate once the batches compact. (With mostly insertions, rows repeated over epochs can leave
+        fewer records than |balance|: ``_may_repeat`` catches those past the screen; a bag whose copies
+        are all retracted at once with one record, leaving fewer than its balance, is not caught.)"""
         floor = abs(self._balance)
         if self.depth == 1 and self._balance < 0:
             floor = min(floor, sum(b.pairs for b in self.batches()))
