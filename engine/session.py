@@ -241,7 +241,9 @@ class InputSession:
             if epoch > owner:
                 at = self._rows_at()
                 self._owner = epoch
-                if epoch > at:  # beyond where its rows go: the owner's numbering is the input's again
+                if epoch > at and self._to_input(epoch) - epoch == self._to_input(owner) - owner:
+                    # beyond where its rows go, past no epoch a lend left empty in it since: the owner's
+                    # numbering is the input's again
                     target = epoch
                     self._shift, self._skips = 0, [r for r in skips if r[0] > epoch]
                 else:  # (an input a leader moved past its owner's epochs seals its rows as its next one)
