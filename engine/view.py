@@ -464,6 +464,10 @@ class Follower:
         self._put(("contents", np.concatenate([keys, vals], axis=0), cnt, epoch, snap.upper))
 
     def deliver(self, batches, lower, upper):
+        if self._ended:
+            # the view is gone, but the trace it read may live on (an input's or another dataflow's
+            # arrangement) and still append: nothing after the end is the view's
+            return
         parts = [b for b in batches if len(b)]
         if self._unborn:
             born, last = self.view.op.born, epoch_of(upper)
