@@ -71,6 +71,18 @@ MIN_RUN = 16  # natural runs shorter than this are extended by insertion sort be
 
 
 @kernel
+def _insert(idx, lo, start, stop, keys, vals, times):
+    """Insertion sort: each of idx[start:stop] moved into the sorted idx[lo:its position] (stably)."""
+    for a in range(start, stop):
+        x = idx[a]
+        b = a - 1
+        while b >= lo and cmp_update(keys, vals, times, idx[b], x) > 0:
+            idx[b + 1] = idx[b]
+            b -= 1
+        idx[b + 1] = x
+
+
+@kernel
 def _merge_runs(src, dst, bounds, nb, keys, vals, times):
     """One merge pass: runs src[bounds[r]:bounds[r+1]] merged in pairs into dst (ties from the left run
     first: stable); an odd last run is copied. Returns the number of runs left, their bounds in place."""
@@ -123,13 +135,7 @@ def sort_index_segment(idx, s, e, keys, vals, times, tmp):
     if m < 2:
         return
     if m <= 24:
-        for a in range(s + 1, e):
-            x = idx[a]
-            b = a - 1
-            while b >= s and cmp_update(keys, vals, times, idx[b], x) > 0:
-                idx[b + 1] = idx[b]
-                b -= 1
-            idx[b + 1] = x
+        _insert(idx, s, s + 1, e, keys, vals, times)
         return
     bounds = np.empty(m // MIN_RUN + 3, np.int64)
     nb = 0
@@ -140,13 +146,7 @@ def sort_index_segment(idx, s, e, keys, vals, times, tmp):
             hi += 1
         if hi - lo < MIN_RUN and hi < e:
             top = min(lo + MIN_RUN, e)
-            for a in range(hi, top):
-                x = idx[a]
-                b = a - 1
-                while b >= lo and cmp_update(keys, vals, times, idx[b], x) > 0:
-                    idx[b + 1] = idx[b]
-                    b -= 1
-                idx[b + 1] = x
+            _insert(idx, lo, hi, top, keys, vals, times)
             hi = top
         bounds[nb] = lo
         nb += 1
