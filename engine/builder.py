@@ -6,6 +6,7 @@ A block that raises installs nothing.
 """
 from __future__ import annotations
 
+import time
 import weakref
 
 from .collection import Arranged
@@ -14,6 +15,8 @@ from .dataflow import Graph, Site
 from .errors import UnknownNameError
 from .operators.arrange import ImportOp
 from .scope import Scope
+
+STALE_EXPORT_S = 1.0  # how long ``use`` reads newer snapshots for an export whose trace is gone
 
 
 class DataflowBuilder:
@@ -127,10 +130,9 @@ class DataflowBuilder:
                                   f"published when the block installs, so df.use({name!r}) cannot import it here; "
                                   f"read the arrangement that .export({name!r}) returned (or the collection it was "
                                   f"made from) in this block, and df.use({name!r}) in a later dataflow")
-            catalog = self.engine.snapshot().catalog
-            entry = catalog.get(name)
-            trace = entry.live_trace() if entry is not None else None
+            entry, trace = self._exported_trace(name)
             if trace is None:
+                catalog = self.engine.snapshot().catalog
                 ended = next((d for d in self.engine.snapshot().dataflows.values()
                               if name in d.exports and d.error is not None), None)
                 if ended is not None:  # its exports left the catalog when it ended
@@ -140,6 +142,19 @@ class DataflowBuilder:
             self._used[name] = self._import(name, trace, entry.schema, entry.key, entry.values)
             self.uses[name] = (weakref.ref(trace), entry.dataflow)
         return self._used[name]
+
+    def _exported_trace(self, name: str) -> tuple:
+        """(catalog entry, its live trace) of export ``name``, either None. An entry whose trace is gone is
+        one of a dataflow that let go of it (replaced or dropped) in a snapshot published before the one
+        without it (or with its replacement's): newer snapshots are read for up to ``STALE_EXPORT_S``
+        before the name counts as not exported."""
+        deadline = time.monotonic() + STALE_EXPORT_S
+        while True:
+            entry = self.engine.snapshot().catalog.get(name)
+            trace = entry.live_trace() if entry is not None else None
+            if trace is not None or entry is None or time.monotonic() > deadline:
+                return entry, trace
+            time.sleep(0.001)
 
     def export_holder(self, name: str) -> str | None:
         """Who holds ``name`` so that this dataflow cannot export it: this dataflow, or another installed one

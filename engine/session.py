@@ -85,6 +85,7 @@ class InputSession:
         self._lock = threading.Lock()
         self._followers = weakref.WeakSet()  # inputs that advance with this one while idle (``follow``)
         self._carry = False  # (as a follower) whether buffered rows advance with the leader too
+        self._when_led = None  # (as a follower) called after each leader's move (``when_led``)
         self._owner = 0      # the epoch its owner last asked for (``lend`` and ``follow`` may move it past)
         # the owner's epochs as input epochs: input epochs a ``lend`` left empty are skipped (``_to_input``);
         # ``_shift`` counts those below the owner's epoch, ``_skips`` holds the later ones as ascending,
@@ -333,12 +334,21 @@ class InputSession:
             self._leaders -= 1
         leader._followers.discard(self)
 
+    def when_led(self, fn):
+        """Call ``fn()`` after each move of a leader (an advance, a close, a lend) has caught this input up,
+        or found it there already, with no input's lock held. A goal seals then a binding that waited for an
+        owner's buffered rows: an advance that seals those rows does not move a follower already at its
+        epoch. ``fn`` runs on the thread that moved the leader; None removes it."""
+        self._when_led = fn
+
     def _catch_up(self, epoch: int):
         with self._lock:
-            if self.closed or self.dropped or (self._buffer and not self._carry) or epoch <= self.epoch \
-                    or self._engine_closed():
-                return
-            self._send(epoch)
+            if not (self.closed or self.dropped or (self._buffer and not self._carry) or epoch <= self.epoch
+                    or self._engine_closed()):
+                self._send(epoch)
+        fn = self._when_led
+        if fn is not None:
+            fn()
 
     def advanced_past(self, epoch: int):
         """When (``time.perf_counter()``) this input was first advanced beyond ``epoch`` (or closed); None if

@@ -321,7 +321,7 @@ class Compiler:
             raise self.err(atom, f"internal: {atom.pred!r} is not defined yet")
         first, conds = self._atom_parts(atom)
         if conds:
-            rel = rel.filter(_condition(conds))
+            rel = rel.filter(_condition(conds, {c: rel.schema.dtype(c) == "float64" for _, c, _ in conds}))
         return rel, first
 
     def _join_atom(self, b, bound: set, atom: Atom):
@@ -387,7 +387,9 @@ class Compiler:
     def _filter(self, b, cmp):
         b = self._defined(b, cmp.left, cmp.right)
         pre, n0 = self.pre, b.schema.names[0]
-        return b.filter(lambda **c: np.broadcast_to(_compare(cmp, c, pre), (len(c[n0]),)))
+        dtype = (lambda v: b.schema.dtype(pre + v))
+        floats = "float64" in (expr_dtype(cmp.left, dtype), expr_dtype(cmp.right, dtype))
+        return b.filter(lambda **c: np.broadcast_to(_compare(cmp, c, pre, floats), (len(c[n0]),)))
 
     def _assign(self, b, var: Var, expr, need=None):
         """``b`` with the variable ``var`` computed from ``expr``; with ``need``, only the columns of
@@ -609,17 +611,25 @@ def _is_int(x) -> bool:
         isinstance(x, np.ndarray) and x.dtype.kind in "iub")
 
 
-def _compare(cmp, c, pre):
+def _compare(cmp, c, pre, floats: bool = False):
     left, right = evaluate(cmp.left, c, pre), evaluate(cmp.right, c, pre)
-    return np.asarray(_compared(cmp.op, left, right), dtype=bool)
+    return np.asarray(_compared(cmp.op, left, right, floats), dtype=bool)
 
 
 _FLIP = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
-def _compared(op, left, right):
+def _compared(op, left, right, floats: bool = False):
     """``left op right`` over arrays or plain values, by value: an int64 and a float64 are compared as
-    the numbers they are (NumPy rounds the int to float64 first, so 2.0**53 would equal 2**53 + 1)."""
+    the numbers they are (NumPy rounds the int to float64 first, so 2.0**53 would equal 2**53 + 1).
+    ``floats`` (an operand is float64): ``=`` and ``!=`` hold NaN equal to NaN, as a variable shared by
+    two atoms joins it and a relation holds it as one value, so that a comparison and the join or
+    assignment it stands for agree (a goal's magic set turns ``d = c + 0.0`` into such a comparison).
+    Written with ``==``, ``!=``, ``&`` and ``|`` only, which the Spark backend translates as they are.
+    ``<`` and the other orders keep NumPy's rule: NaN is unordered."""
+    if floats and op in ("=", "!="):
+        eq = _compared("=", left, right) | (_compared("!=", left, left) & _compared("!=", right, right))
+        return eq if op == "=" else ~eq
     if _int_kind(left) and _float_kind(right):
         return _int_vs_float(op, left, right)
     if _float_kind(left) and _int_kind(right):
@@ -675,12 +685,13 @@ def _column(value, n, dtype):
     return np.broadcast_to(np.asarray(value).astype(np_dtype), (n,))
 
 
-def _condition(conds):
-    """A filter for an atom's constants (``edge(1, y)``) and repeated variables (``edge(x, x)``)."""
+def _condition(conds, floats: dict):
+    """A filter for an atom's constants (``edge(1, y)``) and repeated variables (``edge(x, x)``, which
+    holds a NaN twice as a join on x would); ``floats``: whether each column is float64."""
     def keep(**c):
         mask = None
         for kind, col, other in conds:
-            m = _compared("=", c[col], other if kind == "const" else c[other])
+            m = _compared("=", c[col], other if kind == "const" else c[other], floats[col])
             mask = m if mask is None else mask & m
         return np.asarray(mask, dtype=bool)
     return keep
