@@ -21,7 +21,6 @@ variables named like internal columns or Python keywords).
 from __future__ import annotations
 
 import itertools
-import math
 import random
 import re
 from collections import Counter
