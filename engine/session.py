@@ -282,6 +282,9 @@ class InputSession:
         with contextlib.ExitStack() as held:
             for s in ordered:
                 held.enter_context(s._lock)
+            # (looked at again under the locks: an owner on another thread may have closed one meanwhile,
+            # and a seal past its closing one would move its frontier back)
+            lent = {k: s for k, s in lent.items() if not (s.closed or s.dropped)}
             live = [s for s in others.values() if not (s.closed or s.dropped)]
             if not lent or ordered[0]._engine_closed() or any(s._buffer for s in lent.values()):
                 return False

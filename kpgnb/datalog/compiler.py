@@ -625,7 +625,7 @@ def _compared(op, left, right, floats: bool = False):
     ``floats`` (an operand is float64): ``=`` and ``!=`` hold NaN equal to NaN, as a variable shared by
     two atoms joins it and a relation holds it as one value, so that a comparison and the join or
     assignment it stands for agree (a goal's magic set turns ``d = c + 0.0`` into such a comparison).
-    Written with ``==``, ``!=``, ``&`` and ``|`` only, which the Spark backend translates as they are.
+    Written with ``==``, ``!=``, ``&``, ``|`` and ``~`` only, which the Spark backend translates as they are.
     ``<`` and the other orders keep NumPy's rule: NaN is unordered."""
     if floats and op in ("=", "!="):
         eq = _compared("=", left, right) | (_compared("!=", left, left) & _compared("!=", right, right))

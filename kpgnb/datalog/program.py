@@ -455,13 +455,15 @@ class Goal:
             # epoch (a closed input's last changes, and the arrangements imported from dataflows installed
             # after it advanced, are at times up to it; a binding below them would never see them)
             self._reads = self._upstream() if self._session is not None else []
-            self._waiting = False  # a binding went in while an input the goal reads had rows buffered (``_led``)
+            self._waiting = None  # the epoch of a binding that went in while an input the goal reads had rows
+            # buffered (``_led``)
             for s in self._reads:  # the bindings' input keeps up with the open inputs the goal reads, and
                 if not s.closed:   # bindings waiting for an input's changes go with them
                     self._leaders.append(s)
                     self._session.follow(s, carry=True)
-            led = weakref.WeakMethod(self._led)
-            self._session.when_led(lambda: (led() or _nothing)())
+            if self._session is not None:
+                led = weakref.WeakMethod(self._led)
+                self._session.when_led(lambda: (led() or _nothing)())
             # the goal lives as long as its dataflow holds its answer view (the engine, while it is installed;
             # the program lists it weakly): dropped any way, by name too, it is let go with its dataflow
             self.view._goal = self
@@ -593,11 +595,11 @@ class Goal:
                 # an input's advance on another thread may have carried the bindings on (``follow``): then the
                 # advances below ask for epochs it is past already, which seal nothing more (see advance_to)
                 epoch = self._session.epoch
-                self._waiting = True  # (before the test: an advance on another thread then finds it, ``_led``)
+                self._waiting = epoch  # (before the test: an advance on another thread then finds it, ``_led``)
                 if any(s.buffered for s in base):  # (an owner mid-epoch: the binding goes once it advanced)
                     self._unsealed = False
                     return
-                self._waiting = False  # (before the lend, which calls ``_led`` on this thread)
+                self._waiting = None  # (before the lend, which calls ``_led`` on this thread)
                 self._session.advance_to(epoch + 1)
                 InputSession.lend(base, epoch + 1)  # (all or none: unless an owner buffered rows meanwhile)
                 self._unsealed = False
@@ -612,31 +614,36 @@ class Goal:
         buffered rows (``_change``) is sealed and lent as ``_finish`` does, once none of those inputs has
         rows buffered; the owner's advance that sealed them did not move the bindings' input, which was at
         that epoch already, so without this the binding would wait for the next advance."""
-        if not self._waiting:
+        if self._waiting is None:
             return
         with self._lock:
             base = [s for s in self._leaders if not s.closed]
-            if not self._waiting or any(s.buffered for s in base):
+            at = self._waiting
+            if at is None or any(s.buffered for s in base):
                 return
-            self._waiting = False
+            self._waiting = None
             self._unsealed = True  # (a failure or a Ctrl-C from here on: the next ask or retract finishes it)
             try:
-                self._finish(base)
+                self._finish(base, at)
             except KpgnbError:  # (the engine closed or the goal was dropped meanwhile: nothing to answer, and
                 pass            # the owner's advance that called this must not fail for the goal's sake)
 
-    def _finish(self, base):
-        """What ``_change`` leaves to do when interrupted (a Ctrl-C) once its row went in: the row sealed and
-        the inputs the goal reads lent the step to its epoch (the same ask repeated finds the binding asked
-        already, and would otherwise leave it unanswered until those inputs next advance)."""
-        self._waiting = any(s.buffered for s in base)  # (then the row goes once the owner advanced: ``_led``)
-        if not self._waiting:
-            if self._session.buffered:  # (not sealed yet)
-                at = self._session.epoch
-                self._session.advance_to(at + 1)
-                InputSession.lend(base, at + 1)
-            else:  # (sealed: only the inputs' step is left; none where they are past it already)
-                InputSession.lend(base, self._session.epoch)
+    def _finish(self, base, at: int | None = None):
+        """What ``_change`` leaves to do when interrupted (a Ctrl-C) once its row went in, or when its
+        binding waited for an owner's rows (``_led``, ``at`` its epoch): the row sealed and the inputs the
+        goal reads lent the step past its epoch (the same ask repeated finds the binding asked already, and
+        would otherwise leave it unanswered until those inputs next advance). Only to the step past the
+        binding: where an owner's advance carried the bindings' input further (``follow``), a lend to
+        there would seal the other inputs' epochs empty up to it and set their owners out of step."""
+        self._waiting = None  # (before any lend, which calls ``_led`` on this thread, under the goal's lock)
+        if any(s.buffered for s in base):  # (the row goes once the owner advanced: ``_led``)
+            self._waiting = self._session.epoch if at is None else at
+        elif self._session.buffered:  # (not sealed yet)
+            at = self._session.epoch
+            self._session.advance_to(at + 1)
+            InputSession.lend(base, at + 1)
+        else:  # (sealed: only the inputs' step is left; none where they are past it already)
+            InputSession.lend(base, self._session.epoch if at is None else at + 1)
         self._unsealed = False
 
     def _dropped_error(self):
