@@ -339,7 +339,7 @@ class InputSession:
 
     def when_led(self, fn):
         """Call ``fn()`` after each move of a leader (an advance, a close, a lend) has caught this input up,
-        or found it there already, with no input's lock held. A goal seals then a binding that waited for an
+        or found it there already, with no input's lock held. A goal then seals a binding that waited for an
         owner's buffered rows: an advance that seals those rows does not move a follower already at its
         epoch. ``fn`` runs on the thread that moved the leader; None removes it."""
         self._when_led = fn

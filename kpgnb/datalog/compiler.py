@@ -387,7 +387,7 @@ class Compiler:
     def _filter(self, b, cmp):
         b = self._defined(b, cmp.left, cmp.right)
         pre, n0 = self.pre, b.schema.names[0]
-        dtype = (lambda v: b.schema.dtype(pre + v))
+        dtype = lambda v: b.schema.dtype(pre + v)  # noqa: E731
         floats = "float64" in (expr_dtype(cmp.left, dtype), expr_dtype(cmp.right, dtype))
         return b.filter(lambda **c: np.broadcast_to(_compare(cmp, c, pre, floats), (len(c[n0]),)))
 
